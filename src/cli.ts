@@ -1,0 +1,54 @@
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError } from 'commander';
+import { registerCommands } from './commands/register.js';
+import { isMetisError } from './core/errors.js';
+
+/** Thrown by commands after they printed their own message, to exit with a code and nothing more. */
+export class ExitError extends Error {
+  constructor(readonly exitCode: number) {
+    super(`exit ${exitCode}`);
+  }
+}
+
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  };
+  return pkg.version;
+}
+
+export function buildProgram(): Command {
+  const program = new Command('metis')
+    .description('The event spine of an AI agent runtime: event catalog, trace store, streaming server.')
+    .version(packageVersion(), '-v, --version', 'print the metis version')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride();
+  registerCommands(program);
+  return program;
+}
+
+/** The only place that prints a failure and exits (commands and core throw). */
+export async function run(argv: readonly string[]): Promise<void> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+  } catch (error) {
+    process.exitCode = exitCodeFor(error);
+  }
+}
+
+function exitCodeFor(error: unknown): number {
+  if (error instanceof ExitError) return error.exitCode;
+  if (error instanceof CommanderError) {
+    // commander already printed help, the version or its usage error.
+    return error.exitCode === 0 ? 0 : 2;
+  }
+  if (isMetisError(error)) {
+    console.error(`error: ${error.message}`);
+    if (error.hint) console.error(`hint: ${error.hint}`);
+    return error.exitCode;
+  }
+  const detail = error instanceof Error ? (error.stack ?? error.message) : String(error);
+  console.error(`error: internal error (this is a bug in metis; please report it)\n${detail}`);
+  return 70;
+}

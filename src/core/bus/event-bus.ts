@@ -1,0 +1,333 @@
+import type { Logger } from 'pino';
+import { EventBusOverflowError, EventValidationError, FastPathHandlerError } from '../errors.js';
+import { CATALOG } from '../events/catalog/index.js';
+import { microsToIso, nowMicros } from '../events/clock.js';
+import type { CatalogEntry } from '../events/define.js';
+import {
+  type Actor,
+  isMorePrivate,
+  type MetisEvent,
+  type Sensitivity,
+  SYSTEM_SESSION_ID,
+} from '../events/envelope.js';
+import { describeFilter, matchesFilter, toEventFilter } from '../events/filter.js';
+import { newEventId, newId } from '../events/ids.js';
+import { silentLogger } from '../logger.js';
+import { Mailbox } from './mailbox.js';
+import { isSlow } from './slow.js';
+import type {
+  Subscription,
+  SubscriptionHandle,
+  SubscriptionStats,
+  UnsubscribeReason,
+} from './subscription.js';
+import { type ValidationMode, validationModeFromEnv } from './validation-mode.js';
+
+/** What a caller passes to `emit`; the bus stamps id, timestamp, seq and sensitivity. */
+export interface EmitInput {
+  readonly type: string;
+  readonly session_id: string;
+  readonly turn_id?: string | null;
+  readonly parent_event_id?: string | null;
+  /** Defaults to the catalog's typical actor for the type. */
+  readonly actor?: Actor;
+  readonly payload: Record<string, unknown>;
+  /** May only make the event more private than the catalog and §4.4.1 would record it. */
+  readonly sensitivity?: Sensitivity;
+}
+
+export interface EventBusOptions {
+  readonly logger?: Logger;
+  readonly validation?: ValidationMode;
+  /** Bound of the dispatch queue (bus spec §3.5). */
+  readonly queueLimit?: number;
+  /** The catalog to validate against; tests pass a "future" catalog to exercise forward compatibility. */
+  readonly catalog?: ReadonlyMap<string, CatalogEntry>;
+  /** Highest `seq` already used by a session (from the trace store), asked once per session per process. */
+  readonly lastSeq?: (sessionId: string) => number;
+}
+
+interface Route {
+  readonly handle: InternalHandle;
+}
+
+interface InternalHandle extends SubscriptionHandle {
+  readonly stats: SubscriptionStats;
+  readonly fastPath: boolean;
+  readonly known: ReadonlySet<string> | null;
+  readonly mailbox: Mailbox | null;
+  errorCount: number;
+}
+
+const DEFAULT_QUEUE_LIMIT = 10_000;
+const DEFAULT_MAILBOX_LIMIT = 10_000;
+
+/**
+ * The in-process event bus (bus spec §3). `emit` validates, stamps and enqueues, then returns; a
+ * dispatch worker drains everything enqueued in one tick and fans it out:
+ *
+ *   emit ──▶ queue ──(setImmediate)──▶ drain ──▶ fast-path subscribers (inline, per tick batch)
+ *                                          └────▶ mailboxes of the others (each on its own schedule)
+ */
+export class EventBus {
+  readonly validation: ValidationMode;
+  private readonly logger: Logger;
+  private readonly queueLimit: number;
+  private readonly catalog: ReadonlyMap<string, CatalogEntry>;
+  private readonly lastSeq: (sessionId: string) => number;
+  private readonly seqBySession = new Map<string, number>();
+  private readonly handles = new Map<string, InternalHandle>();
+  /** Subscribers per event type, built on first use and dropped when subscriptions change. */
+  private routesByType = new Map<string, readonly Route[]>();
+  private queue: MetisEvent[] = [];
+  private drainScheduled = false;
+
+  constructor(options: EventBusOptions = {}) {
+    this.logger = options.logger ?? silentLogger();
+    this.validation = options.validation ?? validationModeFromEnv();
+    this.queueLimit = options.queueLimit ?? DEFAULT_QUEUE_LIMIT;
+    this.catalog = options.catalog ?? CATALOG;
+    this.lastSeq = options.lastSeq ?? (() => 0);
+  }
+
+  /**
+   * Validates and enqueues an event; never waits. Returns the stamped event (its id is the parent of
+   * what it causes), or `null` when lenient mode dropped an invalid one.
+   * @throws EventValidationError in strict mode; EventBusOverflowError when the queue is full.
+   */
+  emit(input: EmitInput): MetisEvent | null {
+    const entry = this.catalog.get(input.type);
+    if (entry === undefined) {
+      return this.reject(input.type, [], `unknown event type "${input.type}"`);
+    }
+    const parsed = entry.schema.safeParse(input.payload);
+    if (!parsed.success) {
+      const issues = parsed.error.issues.map((i) => ({
+        path: i.path.map(String).join('.'),
+        message: i.message,
+      }));
+      const detail = issues.map((i) => `${i.path || '(payload)'}: ${i.message}`).join('; ');
+      return this.reject(input.type, issues, `invalid payload for "${input.type}": ${detail}`);
+    }
+    if (this.queue.length >= this.queueLimit) {
+      this.logger.error(
+        { queue_limit: this.queueLimit, type: input.type },
+        'event bus dispatch queue overflow',
+      );
+      throw new EventBusOverflowError(this.queueLimit);
+    }
+    const payload = parsed.data as Record<string, unknown>;
+    const resolved = entry.resolveSensitivity ? entry.resolveSensitivity(payload) : entry.sensitivity;
+    const sensitivity =
+      input.sensitivity !== undefined && isMorePrivate(input.sensitivity, resolved)
+        ? input.sensitivity
+        : resolved;
+    const event: MetisEvent = {
+      id: newEventId(),
+      timestamp: microsToIso(nowMicros()),
+      session_id: input.session_id,
+      turn_id: input.turn_id ?? null,
+      parent_event_id: input.parent_event_id ?? null,
+      type: input.type,
+      actor: input.actor ?? entry.actors[0],
+      payload,
+      sensitivity,
+      seq: this.nextSeq(input.session_id),
+    };
+    if (this.handles.size === 0) return event;
+    this.queue.push(event);
+    if (!this.drainScheduled) {
+      this.drainScheduled = true;
+      setImmediate(this.drain);
+    }
+    return event;
+  }
+
+  /**
+   * Registers a subscriber and announces it with `bus.subscriber_registered`.
+   * @throws FastPathHandlerError when a handler marked slow() asks for the fast path.
+   */
+  subscribe(subscription: Subscription): SubscriptionHandle {
+    const fastPath = subscription.fastPath ?? false;
+    if (fastPath && (isSlow(subscription.handler) || isSlow(subscription.batchHandler))) {
+      throw new FastPathHandlerError(subscription.name);
+    }
+    if (!subscription.handler && !subscription.batchHandler) {
+      throw new TypeError(`subscription "${subscription.name}" needs a handler or a batchHandler`);
+    }
+    const stats: SubscriptionStats = { delivered: 0, failed: 0, dropped: 0, skippedUnknown: 0 };
+    const filter = toEventFilter(subscription.filter);
+    const known = subscription.knownTypes === 'all' ? null : (subscription.knownTypes ?? CATALOG_TYPES);
+    const handle: InternalHandle = {
+      id: newId('sub'),
+      subscription,
+      filter,
+      stats,
+      fastPath,
+      known,
+      errorCount: 0,
+      mailbox: null,
+    };
+    const withMailbox: InternalHandle = fastPath
+      ? handle
+      : {
+          ...handle,
+          mailbox: new Mailbox(
+            subscription,
+            stats,
+            subscription.mailboxLimit ?? DEFAULT_MAILBOX_LIMIT,
+            (error, events) => this.logHandlerError(withMailbox, error, events),
+            this.logger,
+          ),
+        };
+    this.handles.set(withMailbox.id, withMailbox);
+    this.routesByType.clear();
+    this.emit({
+      type: 'bus.subscriber_registered',
+      session_id: SYSTEM_SESSION_ID,
+      payload: { subscription_name: subscription.name, filter: describeFilter(filter), fast_path: fastPath },
+    });
+    return withMailbox;
+  }
+
+  /** Removes a subscription; unknown or already removed handles are ignored (idempotent). */
+  unsubscribe(handle: SubscriptionHandle, reason: UnsubscribeReason = 'explicit'): void {
+    if (!this.handles.delete(handle.id)) return;
+    this.routesByType.clear();
+    this.emit({
+      type: 'bus.subscriber_unregistered',
+      session_id: SYSTEM_SESSION_ID,
+      payload: { subscription_name: handle.subscription.name, reason },
+    });
+  }
+
+  /** Every live subscription, for `metis plugins` and diagnostics. */
+  subscriptions(): readonly SubscriptionHandle[] {
+    return [...this.handles.values()];
+  }
+
+  /** Dispatches what is queued now and waits until every mailbox is idle: for shutdown and tests. */
+  async flush(): Promise<void> {
+    for (let round = 0; round < 100; round += 1) {
+      this.drain();
+      await Promise.all([...this.handles.values()].map((h) => h.mailbox?.idle()));
+      if (this.queue.length === 0) return;
+    }
+  }
+
+  /** Number of events waiting for dispatch. */
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  private readonly drain = (): void => {
+    this.drainScheduled = false;
+    if (this.queue.length === 0) return;
+    const batch = this.queue;
+    this.queue = [];
+    // Group events by type once per tick; a tick is usually a handful of types.
+    const byHandle = new Map<InternalHandle, MetisEvent[]>();
+    for (const event of batch) {
+      for (const route of this.routesFor(event.type)) {
+        const { handle } = route;
+        if (!matchesFilter(handle.filter, event)) continue;
+        if (handle.known !== null && !handle.known.has(event.type)) {
+          handle.stats.skippedUnknown += 1;
+          this.logger.debug(
+            { subscription: handle.subscription.name, type: event.type, event_id: event.id },
+            'subscriber skipped an event of a type it does not know',
+          );
+          continue;
+        }
+        let list = byHandle.get(handle);
+        if (list === undefined) {
+          list = [];
+          byHandle.set(handle, list);
+        }
+        list.push(event);
+      }
+    }
+    for (const [handle, events] of byHandle) {
+      if (handle.mailbox !== null) handle.mailbox.offer(events);
+      else this.deliverFastPath(handle, events);
+    }
+  };
+
+  private deliverFastPath(handle: InternalHandle, events: MetisEvent[]): void {
+    const { handler, batchHandler } = handle.subscription;
+    if (batchHandler) {
+      try {
+        const result = batchHandler(events);
+        if (result instanceof Promise) result.catch((error) => this.logHandlerError(handle, error, events));
+        handle.stats.delivered += events.length;
+      } catch (error) {
+        handle.stats.failed += events.length;
+        this.logHandlerError(handle, error, events);
+      }
+    }
+    if (handler) {
+      for (const event of events) {
+        try {
+          const result = handler(event);
+          if (result instanceof Promise)
+            result.catch((error) => this.logHandlerError(handle, error, [event]));
+          handle.stats.delivered += 1;
+        } catch (error) {
+          handle.stats.failed += 1;
+          this.logHandlerError(handle, error, [event]);
+        }
+      }
+    }
+  }
+
+  private routesFor(type: string): readonly Route[] {
+    let routes = this.routesByType.get(type);
+    if (routes === undefined) {
+      routes = [...this.handles.values()]
+        .filter((h) => h.filter.event_types === null || h.filter.event_types.has(type))
+        .map((handle) => ({ handle }));
+      this.routesByType.set(type, routes);
+    }
+    return routes;
+  }
+
+  /** A failing handler is logged at WARN and keeps its subscription; it is never turned into an event. */
+  private logHandlerError(handle: InternalHandle, error: unknown, events: readonly MetisEvent[]): void {
+    handle.errorCount += 1;
+    const count = handle.errorCount;
+    // The first ten failures in full, then one line per hundred, so a subscriber that fails on every
+    // event cannot flood the logs (bus §9.1 test 14).
+    if (count > 10 && count % 100 !== 0) return;
+    this.logger.warn(
+      {
+        subscription: handle.subscription.name,
+        event_id: events[0]?.id,
+        event_type: events[0]?.type,
+        events: events.length,
+        error_count: count,
+        err: error instanceof Error ? { name: error.name, message: error.message } : String(error),
+      },
+      'event handler failed',
+    );
+  }
+
+  private nextSeq(sessionId: string): number {
+    let last = this.seqBySession.get(sessionId);
+    if (last === undefined) last = this.lastSeq(sessionId);
+    const next = last + 1;
+    this.seqBySession.set(sessionId, next);
+    return next;
+  }
+
+  private reject(
+    type: string,
+    issues: readonly { path: string; message: string }[],
+    message: string,
+  ): MetisEvent | null {
+    if (this.validation === 'strict') throw new EventValidationError(type, issues, message);
+    this.logger.error({ type, issues }, `dropped invalid event: ${message}`);
+    return null;
+  }
+}
+
+const CATALOG_TYPES: ReadonlySet<string> = new Set(CATALOG.keys());

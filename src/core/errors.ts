@@ -1,0 +1,139 @@
+/**
+ * Every error metis raises on purpose, in one table. Each has a stable code, an HTTP status for the
+ * server, an exit code for the CLI and a hint that tells the user what to do next. Core throws these;
+ * only the CLI entry point prints and exits.
+ */
+export interface ErrorSpec {
+  readonly status: number;
+  readonly exitCode: number;
+  readonly hint: string;
+}
+
+export const ERROR_TABLE = {
+  METIS_ERR_EVENT_VALIDATION: {
+    status: 400,
+    exitCode: 2,
+    hint: 'Check the payload against `metis catalog --type <type>`.',
+  },
+  METIS_ERR_BUS_OVERFLOW: {
+    status: 503,
+    exitCode: 1,
+    hint: 'The dispatch queue is full: a subscriber is stalled or an emit loop is running away.',
+  },
+  METIS_ERR_FAST_PATH_HANDLER: {
+    status: 500,
+    exitCode: 1,
+    hint: 'Register handlers marked slow() with fastPath: false.',
+  },
+  METIS_ERR_INVALID_ARGUMENT: { status: 400, exitCode: 2, hint: 'Run the command with --help.' },
+  METIS_ERR_UNKNOWN_EVENT_TYPE: {
+    status: 400,
+    exitCode: 2,
+    hint: 'Run `metis catalog` to list every event type.',
+  },
+  METIS_ERR_DB_NOT_FOUND: { status: 404, exitCode: 1, hint: 'Pass --db with the path of a metis database.' },
+  METIS_ERR_NOT_A_METIS_DB: {
+    status: 400,
+    exitCode: 1,
+    hint: 'The file is not a metis trace database; pass --db with one written by metis.',
+  },
+  METIS_ERR_SCHEMA_VERSION: {
+    status: 409,
+    exitCode: 1,
+    hint: 'Open the file with the metis version that wrote it, or restore a backup of the right version.',
+  },
+  METIS_ERR_DB_LOCKED: {
+    status: 409,
+    exitCode: 1,
+    hint: 'Stop the other metis process first, or pass --db to use another database.',
+  },
+  METIS_ERR_DEST_EXISTS: { status: 409, exitCode: 1, hint: 'Choose a path that does not exist yet.' },
+  METIS_ERR_RESTORE_REFUSED: { status: 409, exitCode: 1, hint: 'See the message for what to fix.' },
+  METIS_ERR_INTEGRITY: {
+    status: 500,
+    exitCode: 1,
+    hint: 'The file is damaged; restore an older backup.',
+  },
+  METIS_ERR_SQLITE_BUSY: {
+    status: 503,
+    exitCode: 1,
+    hint: 'Another process holds a write lock on the database for too long; try again.',
+  },
+  METIS_ERR_SESSION_NOT_FOUND: { status: 404, exitCode: 1, hint: 'List sessions with `metis sessions`.' },
+  METIS_ERR_TURN_IN_FLIGHT: {
+    status: 409,
+    exitCode: 1,
+    hint: 'Wait for the current turn to finish or cancel it first.',
+  },
+  METIS_ERR_TURN_NOT_FOUND: {
+    status: 404,
+    exitCode: 1,
+    hint: 'Check the turn id; only the current turn can be cancelled.',
+  },
+  METIS_ERR_CONFIRMATION_NOT_FOUND: {
+    status: 404,
+    exitCode: 1,
+    hint: 'The confirmation was already answered, timed out, or never existed.',
+  },
+  METIS_ERR_INVALID_MODEL: {
+    status: 400,
+    exitCode: 2,
+    hint: 'Use "provider:name" with a configured provider, e.g. scripted:demo.',
+  },
+  METIS_ERR_SESSION_ENDED: { status: 409, exitCode: 1, hint: 'Create a new session.' },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof ERROR_TABLE;
+
+export class MetisError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly exitCode: number;
+  readonly hint: string;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; hint?: string }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    const spec: ErrorSpec = ERROR_TABLE[code];
+    this.name = 'MetisError';
+    this.code = code;
+    this.status = spec.status;
+    this.exitCode = spec.exitCode;
+    this.hint = options?.hint ?? spec.hint;
+  }
+}
+
+/** Raised by `emit` in strict mode for an unknown type or a payload that fails its schema. */
+export class EventValidationError extends MetisError {
+  readonly eventType: string;
+  readonly issues: readonly { path: string; message: string }[];
+
+  constructor(eventType: string, issues: readonly { path: string; message: string }[], message: string) {
+    super(issues.length === 0 ? 'METIS_ERR_UNKNOWN_EVENT_TYPE' : 'METIS_ERR_EVENT_VALIDATION', message);
+    this.name = 'EventValidationError';
+    this.eventType = eventType;
+    this.issues = issues;
+  }
+}
+
+/** Raised by `emit` when the dispatch queue is at its bound (bus spec §3.5). */
+export class EventBusOverflowError extends MetisError {
+  constructor(bound: number) {
+    super('METIS_ERR_BUS_OVERFLOW', `event bus dispatch queue is full (${bound} events)`);
+    this.name = 'EventBusOverflowError';
+  }
+}
+
+/** Raised by `subscribe` when a handler marked slow() asks for the fast path (bus spec §3.4). */
+export class FastPathHandlerError extends MetisError {
+  constructor(subscriptionName: string) {
+    super(
+      'METIS_ERR_FAST_PATH_HANDLER',
+      `subscription "${subscriptionName}" has a handler marked slow() and cannot run on the fast path`,
+    );
+    this.name = 'FastPathHandlerError';
+  }
+}
+
+export function isMetisError(error: unknown): error is MetisError {
+  return error instanceof MetisError;
+}

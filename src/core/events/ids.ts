@@ -1,0 +1,39 @@
+import { decodeTime, monotonicFactory } from 'ulid';
+
+/**
+ * One monotonic ULID source per process stamps every event of both families (DESIGN.md invariant 1).
+ * The monotonic factory costs ~0.3 µs per id where a plain `ulid()` costs ~34 µs.
+ */
+const nextUlid = monotonicFactory();
+
+/** Ids never go below this time, so ids stay monotonic across a restart even if the clock went back. */
+let floorTimeMs = 0;
+
+export const EVENT_ID_PREFIX = 'evt_';
+
+export function newEventId(): string {
+  const now = Date.now();
+  return EVENT_ID_PREFIX + nextUlid(Math.max(now, floorTimeMs));
+}
+
+/** Prefixed ULID for other entities: `sess_`, `turn_`, `msg_`, `tu_`, `atk_`. */
+export function newId(prefix: string): string {
+  const now = Date.now();
+  return `${prefix}_${nextUlid(Math.max(now, floorTimeMs))}`;
+}
+
+/**
+ * Called at startup with the newest persisted id: later ids sort after it even when this process's
+ * clock is behind the one that wrote it.
+ */
+export function ensureIdsAfter(lastId: string | null | undefined): void {
+  if (!lastId) return;
+  const ulidPart = lastId.slice(lastId.indexOf('_') + 1);
+  const time = decodeTime(ulidPart);
+  if (time + 1 > floorTimeMs) floorTimeMs = time + 1;
+}
+
+/** Milliseconds since the epoch encoded in an event id. */
+export function eventIdTime(id: string): number {
+  return decodeTime(id.slice(id.indexOf('_') + 1));
+}

@@ -1,0 +1,38 @@
+import { CATALOG_ENTRIES } from './catalog/index.js';
+import { STREAMING_ENTRIES } from './streaming.js';
+
+export type PresetName = 'preset:chat' | 'preset:full';
+
+const CHAT_CATALOG_PREFIXES = ['turn.', 'feedback.', 'delegate.', 'tool.confirmation_'];
+const CHAT_CATALOG_TYPES = new Set([
+  'tool.called',
+  'tool.completed',
+  'tool.failed',
+  'route.decided',
+  'llm.call_failed',
+]);
+
+/**
+ * `preset:chat`: what a chat view renders (DESIGN.md): every streaming-only type, tool results, tool
+ * confirmations, the route decision, turn lifecycle, feedback, delegation and LLM failures.
+ */
+function chatTypes(): string[] {
+  const catalog = CATALOG_ENTRIES.map((e) => e.type).filter(
+    (type) => CHAT_CATALOG_TYPES.has(type) || CHAT_CATALOG_PREFIXES.some((p) => type.startsWith(p)),
+  );
+  return [...STREAMING_ENTRIES.map((e) => e.type), ...catalog];
+}
+
+/** `preset:full`: every type of both families. */
+function fullTypes(): string[] {
+  return [...STREAMING_ENTRIES.map((e) => e.type), ...CATALOG_ENTRIES.map((e) => e.type)];
+}
+
+export const PRESETS: Readonly<Record<PresetName, readonly string[]>> = {
+  'preset:chat': Object.freeze(chatTypes()),
+  'preset:full': Object.freeze(fullTypes()),
+};
+
+export function isPresetName(value: unknown): value is PresetName {
+  return value === 'preset:chat' || value === 'preset:full';
+}

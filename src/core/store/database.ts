@@ -1,0 +1,116 @@
+import { chmodSync, existsSync } from 'node:fs';
+import Database from 'better-sqlite3';
+import { MetisError } from '../errors.js';
+import { ensurePrivateDir } from './paths.js';
+import { MIGRATIONS, SCHEMA_VERSION } from './schema.js';
+
+export type Db = Database.Database;
+
+export interface OpenOptions {
+  /** Create the file (and its 0700 folder) when missing; otherwise a missing file is an error. */
+  readonly create?: boolean;
+  readonly readonly?: boolean;
+  /** `FULL` survives power loss at the cost of an fsync per commit; `NORMAL` is the default (DESIGN.md). */
+  readonly synchronous?: 'NORMAL' | 'FULL';
+  readonly busyTimeoutMs?: number;
+}
+
+/**
+ * Opens a metis database with the pragmas of DESIGN.md (WAL, synchronous=NORMAL, busy_timeout,
+ * journal_size_limit, foreign keys) and brings its schema up to date.
+ * @throws MetisError when the file is missing (and `create` is off), is not a metis database, or was
+ * written by a newer metis.
+ */
+export function openDatabase(path: string, options: OpenOptions = {}): Db {
+  const exists = existsSync(path);
+  if (!exists && !options.create) {
+    throw new MetisError('METIS_ERR_DB_NOT_FOUND', `no database at ${path}`);
+  }
+  if (!exists) ensurePrivateDir(path);
+  let db: Db;
+  try {
+    db = new Database(path, { readonly: options.readonly ?? false, fileMustExist: !options.create });
+  } catch (error) {
+    throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `cannot open ${path}: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+  try {
+    configure(db, options);
+    if (!options.readonly) migrate(db, path);
+    else assertCurrentSchema(db, path);
+  } catch (error) {
+    db.close();
+    if (error instanceof MetisError) throw error;
+    const code = (error as { code?: string }).code;
+    if (code === 'SQLITE_NOTADB' || code === 'SQLITE_CORRUPT') {
+      throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is not a SQLite database`, { cause: error });
+    }
+    throw error;
+  }
+  if (!exists) {
+    chmodSync(path, 0o600);
+  }
+  return db;
+}
+
+function configure(db: Db, options: OpenOptions): void {
+  db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
+  if (!options.readonly) {
+    db.pragma('journal_mode = WAL');
+    db.pragma('journal_size_limit = 67108864');
+  }
+  db.pragma(`synchronous = ${options.synchronous ?? 'NORMAL'}`);
+  db.pragma('foreign_keys = ON');
+  // Rows and schemas of a file we did not write must not run SQL functions with side effects.
+  db.pragma('trusted_schema = OFF');
+}
+
+function userVersion(db: Db): number {
+  return db.pragma('user_version', { simple: true }) as number;
+}
+
+function hasTable(db: Db, name: string): boolean {
+  return db.prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?").get(name) !== undefined;
+}
+
+function assertCurrentSchema(db: Db, path: string): void {
+  const version = userVersion(db);
+  if (version === 0 || !hasTable(db, 'events')) {
+    throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is not a metis database (no events table)`);
+  }
+  if (version !== SCHEMA_VERSION) {
+    throw new MetisError(
+      'METIS_ERR_SCHEMA_VERSION',
+      `${path} has schema version ${version}; this metis reads version ${SCHEMA_VERSION}`,
+    );
+  }
+}
+
+function migrate(db: Db, path: string): void {
+  const version = userVersion(db);
+  if (version === 0 && tableCount(db) > 0) {
+    throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is a SQLite database but not a metis one`);
+  }
+  if (version > SCHEMA_VERSION) {
+    throw new MetisError(
+      'METIS_ERR_SCHEMA_VERSION',
+      `${path} has schema version ${version}, newer than this metis (version ${SCHEMA_VERSION})`,
+    );
+  }
+  for (let next = version + 1; next <= SCHEMA_VERSION; next += 1) {
+    db.transaction(() => {
+      db.exec(MIGRATIONS[next - 1]!);
+      db.pragma(`user_version = ${next}`);
+    }).immediate();
+  }
+}
+
+function tableCount(db: Db): number {
+  return (db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE type = 'table'").get() as { n: number })
+    .n;
+}
+
+export function schemaVersionOf(db: Db): number {
+  return userVersion(db);
+}

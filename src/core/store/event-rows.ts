@@ -1,0 +1,64 @@
+import { isoToMicros, microsToIso } from '../events/clock.js';
+import type { Actor, MetisEvent, Sensitivity } from '../events/envelope.js';
+
+/** Columns of the `events` table in `SELECT` order, shared by every query that returns events. */
+export const EVENT_COLUMNS =
+  'id, timestamp_us, session_id, turn_id, parent_event_id, type, actor, sensitivity, payload_json, seq';
+
+/** A stored event as `raw()` statements return it: an array in EVENT_COLUMNS order. */
+export type EventRow = [
+  id: string,
+  timestamp_us: number,
+  session_id: string,
+  turn_id: string | null,
+  parent_event_id: string | null,
+  type: string,
+  actor: string,
+  sensitivity: string,
+  payload_json: string,
+  seq: number,
+];
+
+export function eventToParams(event: MetisEvent): unknown[] {
+  return [
+    event.session_id,
+    event.id,
+    event.seq,
+    isoToMicros(event.timestamp),
+    event.turn_id,
+    event.parent_event_id,
+    event.type,
+    event.actor,
+    event.sensitivity,
+    JSON.stringify(event.payload),
+  ];
+}
+
+export function rowToEvent(row: EventRow): MetisEvent {
+  return {
+    id: row[0],
+    timestamp: microsToIso(row[1]),
+    session_id: row[2],
+    turn_id: row[3],
+    parent_event_id: row[4],
+    type: row[5],
+    actor: row[6] as Actor,
+    payload: JSON.parse(row[8]) as Record<string, unknown>,
+    sensitivity: row[7] as Sensitivity,
+    seq: row[9],
+  };
+}
+
+/**
+ * The JSON envelope of a stored event, built around the stored payload text so the replay and export
+ * paths never parse and re-encode payloads. Field order matches `JSON.stringify` of a MetisEvent.
+ */
+export function rowToJson(row: EventRow): string {
+  return (
+    `{"id":${JSON.stringify(row[0])},"timestamp":"${microsToIso(row[1])}","session_id":${JSON.stringify(row[2])}` +
+    `,"turn_id":${row[3] === null ? 'null' : JSON.stringify(row[3])}` +
+    `,"parent_event_id":${row[4] === null ? 'null' : JSON.stringify(row[4])}` +
+    `,"type":${JSON.stringify(row[5])},"actor":"${row[6]}","payload":${row[8]}` +
+    `,"sensitivity":"${row[7]}","seq":${row[9]}}`
+  );
+}

@@ -1,0 +1,94 @@
+/**
+ * Forward-only migrations, keyed by `PRAGMA user_version`. Migration N brings a database from version
+ * N-1 to N; never edit a shipped migration, add the next one.
+ *
+ * Layout note: the spec's `events` columns are kept (bus §7.1, plus `seq`), but the table is clustered
+ * on `(session_id, id)` (WITHOUT ROWID) so that replaying one session reads contiguous pages instead of
+ * rows scattered among every other session's. `id` stays unique through its own index.
+ */
+export const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    parent_session_id TEXT REFERENCES sessions(id),
+    workspace_path TEXT,
+    workspace_hash TEXT,
+    active_model TEXT,
+    status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'ended')),
+    disposition TEXT,
+    created_at_us INTEGER NOT NULL,
+    updated_at_us INTEGER NOT NULL
+  );
+
+  CREATE TABLE events (
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    timestamp_us INTEGER NOT NULL,
+    turn_id TEXT,
+    parent_event_id TEXT,
+    type TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    sensitivity TEXT NOT NULL,
+    payload_json TEXT NOT NULL,
+    PRIMARY KEY (session_id, id)
+  ) WITHOUT ROWID;
+
+  CREATE UNIQUE INDEX idx_events_id ON events(id);
+  CREATE INDEX idx_events_type_timestamp ON events(type, timestamp_us);
+  CREATE INDEX idx_events_turn ON events(turn_id);
+  CREATE INDEX idx_events_parent ON events(parent_event_id);
+
+  CREATE TABLE messages (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    turn_id TEXT,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+    content_json TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('complete', 'cancelled', 'error')),
+    model TEXT,
+    usage_json TEXT,
+    created_at_us INTEGER NOT NULL
+  );
+  CREATE INDEX idx_messages_session ON messages(session_id, id);
+
+  CREATE TABLE tool_calls (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    turn_id TEXT,
+    message_id TEXT,
+    tool_name TEXT NOT NULL,
+    input_json TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+    output_json TEXT,
+    error_class TEXT,
+    created_at_us INTEGER NOT NULL,
+    updated_at_us INTEGER NOT NULL
+  );
+  CREATE INDEX idx_tool_calls_session ON tool_calls(session_id, id);
+
+  -- Gap detection state: the last event verified per session, and every gap already reported.
+  CREATE TABLE gap_scan_state (
+    session_id TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL,
+    last_id TEXT NOT NULL
+  );
+  CREATE TABLE gap_scan_watermark (
+    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+    last_id TEXT NOT NULL
+  );
+  CREATE TABLE reported_gaps (
+    session_id TEXT NOT NULL,
+    gap_start_id TEXT NOT NULL,
+    gap_end_id TEXT NOT NULL,
+    missing_count INTEGER NOT NULL,
+    reported_at_us INTEGER NOT NULL,
+    PRIMARY KEY (session_id, gap_start_id)
+  );
+
+  -- Process-level events (bus.subscriber_registered, trace.swept) belong to this sentinel session.
+  INSERT INTO sessions (id, status, created_at_us, updated_at_us) VALUES ('system', 'active', 0, 0);
+  `,
+];
+
+export const SCHEMA_VERSION = MIGRATIONS.length;

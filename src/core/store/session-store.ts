@@ -1,0 +1,241 @@
+import { nowMicros } from '../events/clock.js';
+import type { Db } from './database.js';
+
+export type MessageRole = 'user' | 'assistant' | 'tool';
+export type MessageStatus = 'complete' | 'cancelled' | 'error';
+export type ToolCallStatus = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
+
+export interface SessionRecord {
+  readonly id: string;
+  readonly parent_session_id: string | null;
+  readonly workspace_path: string | null;
+  readonly workspace_hash: string | null;
+  readonly active_model: string | null;
+  readonly status: 'active' | 'ended';
+  readonly disposition: string | null;
+  readonly created_at_us: number;
+  readonly updated_at_us: number;
+}
+
+/** A canonical message (DESIGN.md "Sessions, messages, tool calls"); `content` is a ContentBlock list. */
+export interface MessageRecord {
+  readonly id: string;
+  readonly session_id: string;
+  readonly turn_id: string | null;
+  readonly role: MessageRole;
+  readonly content: unknown[];
+  readonly status: MessageStatus;
+  readonly model: string | null;
+  readonly usage: Record<string, unknown> | null;
+  readonly created_at_us: number;
+}
+
+export interface ToolCallRecord {
+  readonly id: string;
+  readonly session_id: string;
+  readonly turn_id: string | null;
+  readonly message_id: string | null;
+  readonly tool_name: string;
+  readonly input: unknown;
+  readonly status: ToolCallStatus;
+  readonly output: unknown;
+  readonly error_class: string | null;
+}
+
+interface MessageRow {
+  id: string;
+  session_id: string;
+  turn_id: string | null;
+  role: MessageRole;
+  content_json: string;
+  status: MessageStatus;
+  model: string | null;
+  usage_json: string | null;
+  created_at_us: number;
+}
+
+function toMessage(row: MessageRow): MessageRecord {
+  return {
+    id: row.id,
+    session_id: row.session_id,
+    turn_id: row.turn_id,
+    role: row.role,
+    content: JSON.parse(row.content_json) as unknown[],
+    status: row.status,
+    model: row.model,
+    usage: row.usage_json === null ? null : (JSON.parse(row.usage_json) as Record<string, unknown>),
+    created_at_us: row.created_at_us,
+  };
+}
+
+/** The canonical session/message/tool-call store that shares the trace database. */
+export class SessionStore {
+  constructor(private readonly db: Db) {}
+
+  createSession(session: {
+    id: string;
+    parent_session_id?: string | null;
+    workspace_path: string;
+    workspace_hash: string;
+    active_model: string | null;
+  }): void {
+    const now = nowMicros();
+    // The trace writer may already have created a bare row for this id; fill it in.
+    this.db
+      .prepare(
+        `INSERT INTO sessions (id, parent_session_id, workspace_path, workspace_hash, active_model, created_at_us, updated_at_us)
+         VALUES (@id, @parent, @path, @hash, @model, @now, @now)
+         ON CONFLICT (id) DO UPDATE SET parent_session_id = excluded.parent_session_id,
+           workspace_path = excluded.workspace_path, workspace_hash = excluded.workspace_hash,
+           active_model = excluded.active_model, updated_at_us = excluded.updated_at_us`,
+      )
+      .run({
+        id: session.id,
+        parent: session.parent_session_id ?? null,
+        path: session.workspace_path,
+        hash: session.workspace_hash,
+        model: session.active_model,
+        now,
+      });
+  }
+
+  getSession(id: string): SessionRecord | null {
+    return (
+      (this.db.prepare('SELECT * FROM sessions WHERE id = ?').get(id) as SessionRecord | undefined) ?? null
+    );
+  }
+
+  /** Sessions other than the `system` sentinel, newest first. */
+  listSessions(limit = 100): SessionRecord[] {
+    return this.db
+      .prepare("SELECT * FROM sessions WHERE id != 'system' ORDER BY created_at_us DESC LIMIT ?")
+      .all(limit) as SessionRecord[];
+  }
+
+  /** Worker sessions spawned by a session (one level). */
+  childSessionIds(parentId: string): string[] {
+    return this.db
+      .prepare('SELECT id FROM sessions WHERE parent_session_id = ?')
+      .pluck()
+      .all(parentId) as string[];
+  }
+
+  /** Newest stored event of a session, for `session.resumed.last_event_id_at_resume`. */
+  lastEventId(sessionId: string): string | null {
+    return (
+      (this.db
+        .prepare('SELECT id FROM events WHERE session_id = ? ORDER BY id DESC LIMIT 1')
+        .pluck()
+        .get(sessionId) as string | undefined) ?? null
+    );
+  }
+
+  setActiveModel(id: string, model: string): void {
+    this.db
+      .prepare('UPDATE sessions SET active_model = ?, updated_at_us = ? WHERE id = ?')
+      .run(model, nowMicros(), id);
+  }
+
+  endSession(id: string, disposition: string): void {
+    this.db
+      .prepare("UPDATE sessions SET status = 'ended', disposition = ?, updated_at_us = ? WHERE id = ?")
+      .run(disposition, nowMicros(), id);
+  }
+
+  saveMessage(message: Omit<MessageRecord, 'created_at_us'>): void {
+    this.db
+      .prepare(
+        `INSERT INTO messages (id, session_id, turn_id, role, content_json, status, model, usage_json, created_at_us)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (id) DO UPDATE SET content_json = excluded.content_json, status = excluded.status,
+           usage_json = excluded.usage_json`,
+      )
+      .run(
+        message.id,
+        message.session_id,
+        message.turn_id,
+        message.role,
+        JSON.stringify(message.content),
+        message.status,
+        message.model,
+        message.usage === null ? null : JSON.stringify(message.usage),
+        nowMicros(),
+      );
+  }
+
+  /** The newest `limit` messages before `beforeId` (or the newest overall), oldest first. */
+  messages(sessionId: string, options: { beforeId?: string | null; limit?: number } = {}): MessageRecord[] {
+    const rows = this.db
+      .prepare(
+        `SELECT * FROM messages WHERE session_id = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?`,
+      )
+      .all(
+        sessionId,
+        options.beforeId ?? null,
+        options.beforeId ?? null,
+        options.limit ?? 50,
+      ) as MessageRow[];
+    return rows.reverse().map(toMessage);
+  }
+
+  saveToolCall(call: {
+    id: string;
+    session_id: string;
+    turn_id: string | null;
+    message_id: string | null;
+    tool_name: string;
+    input: unknown;
+    status: ToolCallStatus;
+  }): void {
+    const now = nowMicros();
+    this.db
+      .prepare(
+        `INSERT INTO tool_calls (id, session_id, turn_id, message_id, tool_name, input_json, status, created_at_us, updated_at_us)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(
+        call.id,
+        call.session_id,
+        call.turn_id,
+        call.message_id,
+        call.tool_name,
+        JSON.stringify(call.input),
+        call.status,
+        now,
+        now,
+      );
+  }
+
+  updateToolCall(
+    id: string,
+    update: { status: ToolCallStatus; output?: unknown; error_class?: string | null },
+  ): void {
+    this.db
+      .prepare(
+        'UPDATE tool_calls SET status = ?, output_json = coalesce(?, output_json), error_class = ?, updated_at_us = ? WHERE id = ?',
+      )
+      .run(
+        update.status,
+        update.output === undefined ? null : JSON.stringify(update.output),
+        update.error_class ?? null,
+        nowMicros(),
+        id,
+      );
+  }
+
+  toolCall(id: string): ToolCallRecord | null {
+    const row = this.db.prepare('SELECT * FROM tool_calls WHERE id = ?').get(id) as
+      | (Omit<ToolCallRecord, 'input' | 'output'> & { input_json: string; output_json: string | null })
+      | undefined;
+    if (!row) return null;
+    const { input_json, output_json, ...rest } = row as typeof row & {
+      created_at_us?: number;
+      updated_at_us?: number;
+    };
+    return {
+      ...rest,
+      input: JSON.parse(input_json),
+      output: output_json === null ? null : JSON.parse(output_json),
+    };
+  }
+}

@@ -1,0 +1,115 @@
+import type { Actor, MetisEvent } from '../events/envelope.js';
+import type { Db } from './database.js';
+import { EVENT_COLUMNS, type EventRow, rowToEvent } from './event-rows.js';
+
+export interface ReplayQuery {
+  /** One session, or several (a planner and its workers). */
+  readonly sessionIds: readonly string[];
+  /** Only events with an id greater than this cursor; null replays from the start. */
+  readonly afterId: string | null;
+  readonly eventTypes?: readonly string[] | null;
+  readonly actors?: readonly Actor[] | null;
+  /** At most this many rows; `tooLarge` says whether more would have matched. */
+  readonly limit: number;
+}
+
+export interface ReplayResult {
+  readonly rows: readonly EventRow[];
+  readonly tooLarge: boolean;
+}
+
+/**
+ * Read queries over the trace store (bus spec §5.3, §7). Every query is served by an index; rows come
+ * back raw so callers can forward `payload_json` without re-encoding it.
+ */
+export class TraceStore {
+  private readonly replayStatement;
+  private readonly sessionEventsStatement;
+  private readonly lastSeqStatement;
+  private readonly lastIdStatement;
+  private readonly eventByIdStatement;
+  private readonly chainStatement;
+  private readonly oldestInSessionStatement;
+
+  constructor(readonly db: Db) {
+    // json_each lets one prepared statement take any number of sessions, types and actors; a null
+    // list means "all" for types and actors.
+    this.replayStatement = db
+      .prepare(
+        `SELECT ${EVENT_COLUMNS} FROM events
+         WHERE session_id IN (SELECT value FROM json_each(@sessions))
+           AND id > @after
+           AND (@types IS NULL OR type IN (SELECT value FROM json_each(@types)))
+           AND (@actors IS NULL OR actor IN (SELECT value FROM json_each(@actors)))
+         ORDER BY id
+         LIMIT @limit`,
+      )
+      .raw();
+    this.sessionEventsStatement = db
+      .prepare(`SELECT ${EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY id`)
+      .raw();
+    this.lastSeqStatement = db
+      .prepare('SELECT seq FROM events WHERE session_id = ? ORDER BY id DESC LIMIT 1')
+      .pluck();
+    this.lastIdStatement = db.prepare('SELECT max(id) FROM events').pluck();
+    this.eventByIdStatement = db.prepare(`SELECT ${EVENT_COLUMNS} FROM events WHERE id = ?`).raw();
+    this.chainStatement = db
+      .prepare(
+        `WITH RECURSIVE chain(id, depth) AS (
+           SELECT ?, 0
+           UNION ALL
+           SELECT e.parent_event_id, chain.depth + 1 FROM events e JOIN chain ON e.id = chain.id
+           WHERE e.parent_event_id IS NOT NULL AND chain.depth < 10000
+         )
+         SELECT ${EVENT_COLUMNS} FROM chain JOIN events USING (id) ORDER BY chain.depth`,
+      )
+      .raw();
+    this.oldestInSessionStatement = db
+      .prepare('SELECT id FROM events WHERE session_id = ? ORDER BY id LIMIT 1')
+      .pluck();
+  }
+
+  /** Events after a cursor, in id order, capped at `limit` (streaming spec §3.6). */
+  replay(query: ReplayQuery): ReplayResult {
+    const rows = this.replayStatement.all({
+      sessions: JSON.stringify(query.sessionIds),
+      after: query.afterId ?? '',
+      types: query.eventTypes ? JSON.stringify(query.eventTypes) : null,
+      actors: query.actors ? JSON.stringify(query.actors) : null,
+      limit: query.limit + 1,
+    }) as EventRow[];
+    const tooLarge = rows.length > query.limit;
+    if (tooLarge) rows.length = query.limit;
+    return { rows, tooLarge };
+  }
+
+  /** Every stored event of a session, in id order. */
+  sessionEvents(sessionId: string): MetisEvent[] {
+    return (this.sessionEventsStatement.all(sessionId) as EventRow[]).map(rowToEvent);
+  }
+
+  getEvent(id: string): MetisEvent | null {
+    const row = this.eventByIdStatement.get(id) as EventRow | undefined;
+    return row ? rowToEvent(row) : null;
+  }
+
+  /** The causal chain from an event back to its root (bus spec §4.3), starting with the event itself. */
+  causalChain(eventId: string): MetisEvent[] {
+    return (this.chainStatement.all(eventId) as EventRow[]).map(rowToEvent);
+  }
+
+  /** Highest `seq` stored for a session (0 when none): seeds the bus's counter after a restart. */
+  lastSeq(sessionId: string): number {
+    return (this.lastSeqStatement.get(sessionId) as number | undefined) ?? 0;
+  }
+
+  /** Newest event id in the store: seeds the id generator so ids stay monotonic across restarts. */
+  lastEventId(): string | null {
+    return (this.lastIdStatement.get() as string | null) ?? null;
+  }
+
+  /** Oldest event kept for a session, for `cursor_expired` after a prune. */
+  oldestEventId(sessionId: string): string | null {
+    return (this.oldestInSessionStatement.get(sessionId) as string | undefined) ?? null;
+  }
+}

@@ -1,0 +1,6 @@
+/** The public API of metis for programs that embed it. */
+export { type EmitInput, EventBus, type EventBusOptions } from './core/bus/event-bus.js';
+export { slow } from './core/bus/slow.js';
+export type { Subscription, SubscriptionHandle, UnsubscribeReason } from './core/bus/subscription.js';
+export * from './core/errors.js';
+export * from './core/events/index.js';
