@@ -1,0 +1,42 @@
+import type { EventBus } from '../bus/event-bus.js';
+import type { SubscriptionHandle } from '../bus/subscription.js';
+
+/**
+ * Keeps each session's running cost (bus §5.4 built-in subscriber, fast path) for snapshots. Worker
+ * spend rolls up into the planner through `delegate.completed` (§8.3).
+ */
+export class CostAccumulator {
+  private readonly costs = new Map<string, number>();
+  private handle: SubscriptionHandle | null = null;
+
+  attach(bus: EventBus): void {
+    this.handle = bus.subscribe({
+      name: 'cost-accumulator',
+      fastPath: true,
+      filter: { event_types: ['llm.call_completed', 'delegate.completed'] },
+      handler: (event) => {
+        const amount =
+          event.type === 'llm.call_completed'
+            ? Number(event.payload.cost_usd)
+            : Number.parseFloat(String(event.payload.worker_total_cost_usd));
+        if (Number.isFinite(amount))
+          this.costs.set(event.session_id, (this.costs.get(event.session_id) ?? 0) + amount);
+      },
+    });
+  }
+
+  detach(bus: EventBus): void {
+    if (this.handle) bus.unsubscribe(this.handle, 'shutdown');
+    this.handle = null;
+  }
+
+  /** Cost so far in USD, rounded to 1e-8 so sums of floats print cleanly. */
+  costOf(sessionId: string): number {
+    return Math.round((this.costs.get(sessionId) ?? 0) * 1e8) / 1e8;
+  }
+
+  /** Seeds a session's cost after a restart (from its stored `llm.call_completed` events). */
+  seed(sessionId: string, costUsd: number): void {
+    if (!this.costs.has(sessionId)) this.costs.set(sessionId, costUsd);
+  }
+}

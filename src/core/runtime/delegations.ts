@@ -1,0 +1,130 @@
+import type { EventBus } from '../bus/event-bus.js';
+import type { RuntimeConfig } from '../config/runtime-schema.js';
+import { newId } from '../events/ids.js';
+import type { ModelRegistry } from './models/model-registry.js';
+import type { StreamingChannel } from './streaming-channel.js';
+import type { DelegateInput } from './tools/delegate.js';
+import { type ToolContext, ToolError, type ToolOutput } from './tools/tool.js';
+import { TurnEvents } from './turn-events.js';
+import type { TurnOutcome, TurnState } from './turn-runner.js';
+
+/** What delegation needs from the runtime, without a dependency on the Runtime class. */
+export interface DelegationHost {
+  startWorker(parent: { id: string; workspacePath: string }, model: string, sessionId: string): unknown;
+  runWorkerTurn(sessionId: string, task: string, model: string, state: TurnState): Promise<TurnOutcome>;
+  endWorker(sessionId: string, disposition: 'completed' | 'error'): void;
+  session(id: string): { id: string; workspacePath: string };
+}
+
+/** Tools a worker never gets: recursive delegation is out of scope (bus §6.8). */
+const WORKER_FORBIDDEN: ReadonlySet<string> = new Set(['delegate']);
+
+/**
+ * Runs delegated sub-tasks (bus §6.8, streaming §6.4, §7): a worker session with `parent_session_id`,
+ * its model from the tier map, `delegate.started` then `delegate.completed` or `delegate.failed` in the
+ * planner's session. A cancelled planner cancels the worker, which fails with `cancelled_by_user`.
+ */
+export class Delegations {
+  constructor(
+    private readonly bus: EventBus,
+    private readonly streaming: StreamingChannel,
+    private readonly config: RuntimeConfig,
+    private readonly models: ModelRegistry,
+    private readonly host: DelegationHost,
+  ) {}
+
+  async run(input: DelegateInput, context: ToolContext): Promise<ToolOutput> {
+    const planner = new TurnEvents(this.bus, this.streaming, context.sessionId, context.turnId, false);
+    const model = this.config.worker_tiers[input.tier];
+    const failed = (parent: string, workerId: string | null, mode: string, message: string, cost = 0) =>
+      planner.emit('delegate.failed', parent, {
+        tool_use_id: context.toolUseId,
+        worker_session_id: workerId,
+        failure_mode: mode,
+        error_message: message,
+        worker_total_cost_usd: decimal(cost),
+        pricing_version: this.config.pricing_version,
+      });
+
+    if (!this.models.resolve(model).ok) {
+      failed(
+        context.callCompletedEventId,
+        null,
+        'no_model_available_for_tier',
+        `no model can serve tier ${input.tier}`,
+      );
+      throw new ToolError('execution_error', `no model available for tier ${input.tier}`);
+    }
+    const requested = input.allowed_tools ?? [];
+    const dropped = requested.filter((name) => WORKER_FORBIDDEN.has(name));
+    const workerId = newId('sess');
+    const started = planner.emit('delegate.started', context.callCompletedEventId, {
+      tool_use_id: context.toolUseId,
+      worker_session_id: workerId,
+      tier: input.tier,
+      resolved_model: model,
+      context_mode: input.context_mode,
+      context_reference_count: input.context_references.length,
+      task_size_tokens: Math.ceil(input.task.length / 4),
+      allowed_tool_count: requested.length - dropped.length,
+      dropped_tools: dropped,
+    });
+    const parent = this.host.session(context.sessionId);
+    this.host.startWorker(parent, model, workerId);
+
+    const state: TurnState = { turnId: newId('turn'), controller: new AbortController(), cancelReason: null };
+    const cancelWorker = () => {
+      if (state.cancelReason === null) {
+        state.cancelReason = 'user_cancel';
+        state.controller.abort();
+      }
+    };
+    if (context.signal.aborted) cancelWorker();
+    context.signal.addEventListener('abort', cancelWorker, { once: true });
+    let outcome: TurnOutcome;
+    try {
+      outcome = await this.host.runWorkerTurn(workerId, input.task, model, state);
+    } catch (error) {
+      this.host.endWorker(workerId, 'error');
+      failed(started.id, workerId, 'worker_error', (error as Error).message);
+      throw new ToolError('execution_error', `the worker failed: ${(error as Error).message}`);
+    } finally {
+      context.signal.removeEventListener('abort', cancelWorker);
+    }
+
+    if (outcome.status !== 'completed') {
+      this.host.endWorker(workerId, 'error');
+      const cancelled = outcome.status === 'cancelled';
+      failed(
+        started.id,
+        workerId,
+        cancelled ? 'cancelled_by_user' : 'worker_error',
+        cancelled ? 'the planner turn was cancelled' : 'the worker turn failed',
+        outcome.costUsd,
+      );
+      throw new ToolError(
+        cancelled ? 'cancelled' : 'execution_error',
+        `the worker turn was ${outcome.status}`,
+      );
+    }
+    this.host.endWorker(workerId, 'completed');
+    planner.emit('delegate.completed', started.id, {
+      tool_use_id: context.toolUseId,
+      worker_session_id: workerId,
+      success: true,
+      output_size_bytes: Buffer.byteLength(outcome.finalText),
+      worker_total_cost_usd: decimal(outcome.costUsd),
+      pricing_version: this.config.pricing_version,
+      turn_count: 1,
+      llm_call_count: outcome.llmCalls,
+      tool_call_count: outcome.toolCalls,
+      wall_time_seconds: outcome.wallTimeSeconds,
+      model,
+    });
+    return { content: outcome.finalText };
+  }
+}
+
+function decimal(value: number): string {
+  return value.toFixed(8).replace(/\.?0+$/, '') || '0';
+}

@@ -1,0 +1,45 @@
+import type { RuntimeConfig } from '../../config/runtime-schema.js';
+import type { ModelAdapter, ModelValidationFailure } from '../model-adapter.js';
+import { ScriptedModel } from './scripted.js';
+
+export type ModelResolution =
+  | { readonly ok: true; readonly adapter: ModelAdapter }
+  | { readonly ok: false; readonly failure: ModelValidationFailure };
+
+/**
+ * Maps canonical model ids (`provider:name`) to adapters. `scripted:*` is always available; other
+ * providers are registered by their factories (the real provider adapters plug in here).
+ */
+export class ModelRegistry {
+  private readonly factories = new Map<string, (model: string) => ModelAdapter>();
+  private readonly unavailable = new Set<string>();
+
+  constructor(config: RuntimeConfig) {
+    const scripted = new ScriptedModel({
+      tokenDelayMs: config.scripted.token_delay_ms,
+      slowTokenDelayMs: config.scripted.slow_token_delay_ms,
+      slowTokens: config.scripted.slow_tokens,
+    });
+    this.register('scripted', () => scripted);
+  }
+
+  register(provider: string, factory: (model: string) => ModelAdapter): void {
+    this.factories.set(provider, factory);
+  }
+
+  /** Marks a provider as down (routing then rejects it with `provider_unavailable`). */
+  setAvailable(provider: string, available: boolean): void {
+    if (available) this.unavailable.delete(provider);
+    else this.unavailable.add(provider);
+  }
+
+  resolve(model: string): ModelResolution {
+    const provider = model.slice(0, model.indexOf(':'));
+    const factory = this.factories.get(provider);
+    if (factory === undefined) return { ok: false, failure: 'not_configured' };
+    if (this.unavailable.has(provider)) return { ok: false, failure: 'provider_unavailable' };
+    const adapter = factory(model);
+    const failure = adapter.validate?.(model) ?? null;
+    return failure === null ? { ok: true, adapter } : { ok: false, failure };
+  }
+}

@@ -1,0 +1,199 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { newId } from '../../events/ids.js';
+import {
+  type AdapterChunk,
+  AdapterError,
+  type AdapterResult,
+  type ConversationMessage,
+  ERROR_CLASSES,
+  type ErrorClass,
+  estimateTokens,
+  type ModelAdapter,
+  type ModelRequest,
+} from '../model-adapter.js';
+
+export interface ScriptedOptions {
+  /** Delay between streamed tokens; 0 streams as fast as the loop goes (tests). */
+  readonly tokenDelayMs?: number;
+  /** Delay between tokens of a `slow:` message, long enough to cancel mid-stream. */
+  readonly slowTokenDelayMs?: number;
+  /** Tokens a `slow:` message streams. */
+  readonly slowTokens?: number;
+}
+
+type Plan =
+  | { kind: 'text'; text: string; thinking?: string }
+  | { kind: 'tool'; name: string; input: Record<string, unknown>; preface: string }
+  | { kind: 'slow'; text: string }
+  | { kind: 'fail'; errorClass: ErrorClass; message: string };
+
+/**
+ * The built-in deterministic model: no network, no key. What it does is driven by the last user
+ * message (documented in the README):
+ *
+ *   plain text        → streams a text answer token by token
+ *   `think: X`        → a thinking block (with a signature on its last delta), then the answer
+ *   `time`            → calls `current_time`
+ *   `run: <cmd>`      → calls `shell` with the command
+ *   `read: <path>`    → calls `read_file`
+ *   `delegate: <task>`→ calls `delegate` (tier `fast`)
+ *   `slow: X`         → streams slowly, so a cancel lands mid-message
+ *   `fail: <class>`   → fails with that `error_class` (rate_limit, auth, server_error, ...)
+ *
+ * After a tool result it answers with a short summary of the result and ends the turn.
+ */
+export class ScriptedModel implements ModelAdapter {
+  readonly provider = 'scripted';
+  private readonly tokenDelayMs: number;
+  private readonly slowTokenDelayMs: number;
+  private readonly slowTokens: number;
+
+  constructor(options: ScriptedOptions = {}) {
+    this.tokenDelayMs = options.tokenDelayMs ?? 0;
+    this.slowTokenDelayMs = options.slowTokenDelayMs ?? 25;
+    this.slowTokens = options.slowTokens ?? 400;
+  }
+
+  async *stream(
+    request: ModelRequest,
+    signal: AbortSignal,
+  ): AsyncGenerator<AdapterChunk, AdapterResult, void> {
+    const plan = planFor(request.messages);
+    const inputTokens = estimateTokens(request.messages);
+    const requestId = newId('req');
+    let outputTokens = 0;
+    let index = 0;
+    const pause = async (ms: number) => {
+      if (signal.aborted) throw new AdapterError('cancelled', 'the request was cancelled');
+      if (ms > 0) {
+        await sleep(ms, undefined, { signal }).catch(() => undefined);
+      } else {
+        // Yield to the event loop so a cancel can land between tokens even at full speed.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+      if (signal.aborted) throw new AdapterError('cancelled', 'the request was cancelled');
+    };
+
+    if (plan.kind === 'fail') {
+      await pause(this.tokenDelayMs);
+      throw new AdapterError(plan.errorClass, plan.message);
+    }
+    if (plan.kind === 'text' && plan.thinking !== undefined) {
+      const pieces = tokenize(plan.thinking);
+      for (let i = 0; i < pieces.length; i += 1) {
+        await pause(this.tokenDelayMs);
+        const last = i === pieces.length - 1;
+        yield {
+          kind: 'thinking',
+          index,
+          text: pieces[i]!,
+          signature: last ? signatureOf(plan.thinking) : null,
+        };
+        outputTokens += 1;
+      }
+      index += 1;
+    }
+    const text =
+      plan.kind === 'tool' ? plan.preface : plan.kind === 'slow' ? this.slowText(plan.text) : plan.text;
+    const delay = plan.kind === 'slow' ? this.slowTokenDelayMs : this.tokenDelayMs;
+    for (const piece of tokenize(text)) {
+      await pause(delay);
+      yield { kind: 'text', index, text: piece };
+      outputTokens += 1;
+    }
+    index += 1;
+    if (plan.kind === 'tool') {
+      const toolUseId = newId('tu');
+      yield { kind: 'tool_use_start', index, tool_use_id: toolUseId, tool_name: plan.name };
+      const json = JSON.stringify(plan.input);
+      for (let at = 0; at < json.length; at += 8) {
+        await pause(this.tokenDelayMs);
+        yield { kind: 'tool_input', index, tool_use_id: toolUseId, partial_json: json.slice(at, at + 8) };
+        outputTokens += 1;
+      }
+      yield { kind: 'tool_use_end', index, tool_use_id: toolUseId, final_input: plan.input };
+    }
+    return {
+      stop_reason: plan.kind === 'tool' ? 'tool_use' : 'end_turn',
+      usage: {
+        input_tokens: inputTokens,
+        output_tokens: outputTokens,
+        cached_input_tokens: 0,
+        cache_creation_input_tokens: 0,
+      },
+      request_id: requestId,
+    };
+  }
+
+  private slowText(topic: string): string {
+    const words: string[] = [];
+    for (let i = 0; i < this.slowTokens; i += 1) words.push(i === 0 ? `Slowly about ${topic}:` : `word${i}`);
+    return words.join(' ');
+  }
+}
+
+function lastUserText(messages: readonly ConversationMessage[]): {
+  text: string;
+  afterTool: ConversationMessage | null;
+} {
+  const last = messages[messages.length - 1];
+  if (last && last.role === 'tool') return { text: '', afterTool: last };
+  for (let i = messages.length - 1; i >= 0; i -= 1) {
+    const message = messages[i]!;
+    if (message.role !== 'user') continue;
+    const text = message.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+    return { text: text.trim(), afterTool: null };
+  }
+  return { text: '', afterTool: null };
+}
+
+function planFor(messages: readonly ConversationMessage[]): Plan {
+  const { text, afterTool } = lastUserText(messages);
+  if (afterTool) {
+    const results = afterTool.content.filter((b) => b.type === 'tool_result');
+    const summary = results
+      .map((b) =>
+        b.type === 'tool_result' ? `${b.is_error ? 'failed: ' : ''}${b.content.slice(0, 200)}` : '',
+      )
+      .join('; ');
+    return { kind: 'text', text: `The tool returned ${summary}` };
+  }
+  const [, trigger, rest = ''] = /^(think|run|read|delegate|slow|fail):\s*(.*)$/s.exec(text) ?? [];
+  if (text === 'time')
+    return { kind: 'tool', name: 'current_time', input: {}, preface: 'Let me check the time.' };
+  switch (trigger) {
+    case 'think':
+      return {
+        kind: 'text',
+        thinking: `The user asks: ${rest}. I will answer plainly.`,
+        text: `You asked: ${rest}`,
+      };
+    case 'run':
+      return { kind: 'tool', name: 'shell', input: { command: rest }, preface: 'Running it.' };
+    case 'read':
+      return { kind: 'tool', name: 'read_file', input: { path: rest }, preface: 'Reading it.' };
+    case 'delegate':
+      return { kind: 'tool', name: 'delegate', input: { task: rest, tier: 'fast' }, preface: 'Delegating.' };
+    case 'slow':
+      return { kind: 'slow', text: rest };
+    case 'fail': {
+      const errorClass = (ERROR_CLASSES as readonly string[]).includes(rest)
+        ? (rest as ErrorClass)
+        : 'server_error';
+      return { kind: 'fail', errorClass, message: `scripted failure: ${errorClass}` };
+    }
+    default:
+      return { kind: 'text', text: text.length > 0 ? `You said: ${text}` : 'Hello.' };
+  }
+}
+
+/** Splits text into word-sized tokens that concatenate back to the text. */
+function tokenize(text: string): string[] {
+  return text.match(/\S+\s*|\s+/g) ?? [];
+}
+
+function signatureOf(text: string): string {
+  let hash = 0;
+  for (let i = 0; i < text.length; i += 1) hash = (hash * 31 + text.charCodeAt(i)) >>> 0;
+  return `sig_${hash.toString(16)}`;
+}

@@ -1,0 +1,17 @@
+import type { RuntimeConfig } from '../config/runtime-schema.js';
+import type { TokenUsage } from './model-adapter.js';
+
+/** Cost in USD of one call from the pricing table; an unpriced model costs 0. */
+export function costOf(model: string, usage: TokenUsage, config: RuntimeConfig): number {
+  const provider = model.slice(0, model.indexOf(':'));
+  const price = config.pricing[model] ?? config.pricing[`${provider}:*`];
+  if (!price) return 0;
+  const cost =
+    (usage.input_tokens * price.input_per_mtok +
+      usage.output_tokens * price.output_per_mtok +
+      usage.cached_input_tokens * price.cached_input_per_mtok +
+      usage.cache_creation_input_tokens * price.cache_creation_per_mtok) /
+    1_000_000;
+  // Round to a millionth of a cent so sums stay stable in JSON.
+  return Math.round(cost * 1e8) / 1e8;
+}

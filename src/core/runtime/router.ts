@@ -1,0 +1,129 @@
+import type { RuntimeConfig } from '../config/runtime-schema.js';
+import type { ModelValidationFailure } from './model-adapter.js';
+import type { ModelRegistry } from './models/model-registry.js';
+
+export const ROUTING_POLICIES = [
+  'per_message_override',
+  'manual_sticky',
+  'rule',
+  'pattern',
+  'delegate_request',
+  'workspace_default',
+  'global_default',
+] as const;
+
+export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
+export type Verdict = 'not_applicable' | 'deferred' | 'rejected' | 'chose';
+
+export interface ChainEntry {
+  policy: RoutingPolicy;
+  verdict: Verdict;
+  candidate_model: string | null;
+  reason: string;
+  rule_name: string | null;
+  confidence: number | null;
+  pattern_alternatives: null;
+  validation_failure: ModelValidationFailure | null;
+}
+
+export interface RouteInput {
+  readonly messageText: string;
+  readonly overrideModel: string | null;
+  readonly stickyModel: string | null;
+  readonly workspacePath: string;
+  /** The tier model a planner asked for, for a worker session's turn. */
+  readonly delegateModel: string | null;
+}
+
+export interface RouteDecision {
+  readonly chosen_model: string;
+  readonly winner_index: number;
+  readonly elapsed_ms: number;
+  readonly chain: ChainEntry[];
+}
+
+interface Candidate {
+  model: string | null;
+  reason: string;
+  rule_name?: string | null;
+}
+
+/**
+ * Walks the seven policies in order (routing chain of `route.decided`). The first candidate that can
+ * serve wins; a candidate that cannot is `rejected` with its validation failure; policies after the
+ * winner that had a candidate are `deferred`, the others `not_applicable`. The chain tells why the
+ * winner won.
+ */
+export function decideRoute(input: RouteInput, config: RuntimeConfig, models: ModelRegistry): RouteDecision {
+  const started = performance.now();
+  const candidates = candidatesFor(input, config);
+  const chain: ChainEntry[] = [];
+  let winner = -1;
+  ROUTING_POLICIES.forEach((policy, index) => {
+    const candidate = candidates[policy];
+    const entry: ChainEntry = {
+      policy,
+      verdict: 'not_applicable',
+      candidate_model: candidate.model,
+      reason: candidate.reason,
+      rule_name: candidate.rule_name ?? null,
+      confidence: null,
+      pattern_alternatives: null,
+      validation_failure: null,
+    };
+    if (candidate.model !== null) {
+      if (winner >= 0) {
+        entry.verdict = 'deferred';
+        entry.reason = `${candidate.reason}; ${ROUTING_POLICIES[winner]} decided first`;
+      } else {
+        const resolution = models.resolve(candidate.model);
+        if (resolution.ok) {
+          entry.verdict = 'chose';
+          winner = index;
+        } else {
+          entry.verdict = 'rejected';
+          entry.validation_failure = resolution.failure;
+          entry.reason = `${candidate.reason}; ${candidate.model} cannot serve (${resolution.failure})`;
+        }
+      }
+    }
+    chain.push(entry);
+  });
+  if (winner < 0) {
+    // The global default always has a candidate; reaching here means every candidate was rejected.
+    throw new Error(`no configured model can serve this turn (${chain.map((c) => c.reason).join('; ')})`);
+  }
+  return {
+    chosen_model: chain[winner]!.candidate_model!,
+    winner_index: winner,
+    elapsed_ms: Math.round((performance.now() - started) * 1000) / 1000,
+    chain,
+  };
+}
+
+function candidatesFor(input: RouteInput, config: RuntimeConfig): Record<RoutingPolicy, Candidate> {
+  const rule = config.routing_rules.find((r) => new RegExp(r.match, 'i').test(input.messageText));
+  const workspaceModel = config.workspace_models[input.workspacePath] ?? null;
+  return {
+    per_message_override: input.overrideModel
+      ? { model: input.overrideModel, reason: 'model given with this message' }
+      : { model: null, reason: 'no model given with this message' },
+    manual_sticky: input.stickyModel
+      ? { model: input.stickyModel, reason: 'model set for this session' }
+      : { model: null, reason: 'no model set for this session' },
+    rule: rule
+      ? { model: rule.model, reason: `message matches rule "${rule.name}"`, rule_name: rule.name }
+      : {
+          model: null,
+          reason: config.routing_rules.length ? 'no rule matches the message' : 'no rules configured',
+        },
+    pattern: { model: null, reason: 'pattern routing is not implemented in metis' },
+    delegate_request: input.delegateModel
+      ? { model: input.delegateModel, reason: 'worker session: model of the requested tier' }
+      : { model: null, reason: 'not a worker session' },
+    workspace_default: workspaceModel
+      ? { model: workspaceModel, reason: 'default model of this workspace' }
+      : { model: null, reason: 'no default model for this workspace' },
+    global_default: { model: config.default_model, reason: 'global default model' },
+  };
+}

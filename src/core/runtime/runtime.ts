@@ -1,0 +1,424 @@
+import { createHash } from 'node:crypto';
+import { resolve } from 'node:path';
+import type { Logger } from 'pino';
+import type { EventBus } from '../bus/event-bus.js';
+import { type RuntimeConfig, type RuntimeConfigInput, runtimeConfig } from '../config/runtime-schema.js';
+import { MetisError } from '../errors.js';
+import { newId } from '../events/ids.js';
+import { silentLogger } from '../logger.js';
+import type { Db } from '../store/database.js';
+import { SessionStore } from '../store/session-store.js';
+import { ConfirmationBroker } from './confirmations.js';
+import { CostAccumulator } from './cost-accumulator.js';
+import { Delegations } from './delegations.js';
+import type { ConversationMessage } from './model-adapter.js';
+import { ModelRegistry } from './models/model-registry.js';
+import { StreamingChannel } from './streaming-channel.js';
+import { ToolDispatcher } from './tool-dispatcher.js';
+import { builtinTools } from './tools/builtin.js';
+import { createDelegateTool } from './tools/delegate.js';
+import type { Tool } from './tools/tool.js';
+import { TurnEvents } from './turn-events.js';
+import { type CancelReason, type TurnOutcome, TurnRunner, type TurnState } from './turn-runner.js';
+
+export interface RuntimeOptions {
+  readonly bus: EventBus;
+  readonly db: Db;
+  readonly config?: RuntimeConfigInput;
+  readonly logger?: Logger;
+  readonly streaming?: StreamingChannel;
+  /** Extra tools (tests, plugins) next to the built-ins. */
+  readonly tools?: readonly Tool[];
+  /** Test and conformance hook: awaited after `tool.called`, before a tool starts executing. */
+  readonly beforeToolExecute?: () => Promise<void>;
+}
+
+export interface SessionInfo {
+  readonly id: string;
+  readonly workspace_path: string;
+  readonly parent_session_id: string | null;
+  readonly active_model: string;
+  readonly turn_count: number;
+  readonly cost_so_far_usd: number;
+  readonly current_turn_id: string | null;
+  readonly status: 'active' | 'ended';
+}
+
+interface LiveSession {
+  readonly id: string;
+  readonly workspacePath: string;
+  readonly workspaceHash: string;
+  readonly parentSessionId: string | null;
+  readonly isWorker: boolean;
+  readonly startedAt: number;
+  readonly sessionAllowed: Set<string>;
+  stickyModel: string | null;
+  activeModel: string;
+  turnCount: number;
+  turn: { state: TurnState; done: Promise<TurnOutcome>; timer: NodeJS.Timeout } | null;
+  inactivityTimer: NodeJS.Timeout | null;
+  ended: boolean;
+}
+
+const MODEL_ID = /^[a-z0-9-]+:\S+$/;
+
+/**
+ * The agent runtime: sessions, turns, routing, model calls, tools, cancellation and delegation. It
+ * emits catalog events on the bus and streaming-only events on `streaming`; the server wires both to
+ * clients and HTTP to the methods here.
+ */
+export class Runtime {
+  readonly config: RuntimeConfig;
+  readonly streaming: StreamingChannel;
+  readonly sessions: SessionStore;
+  readonly models: ModelRegistry;
+  readonly confirmations = new ConfirmationBroker();
+  readonly costs = new CostAccumulator();
+  private readonly bus: EventBus;
+  private readonly logger: Logger;
+  private readonly runner: TurnRunner;
+  private readonly live = new Map<string, LiveSession>();
+  private readonly routingPolicyVersion: string;
+  private readonly beforeToolExecute?: () => Promise<void>;
+  private closed = false;
+
+  constructor(options: RuntimeOptions) {
+    this.bus = options.bus;
+    this.config = runtimeConfig(options.config);
+    this.logger = options.logger ?? silentLogger();
+    this.streaming = options.streaming ?? new StreamingChannel();
+    this.sessions = new SessionStore(options.db);
+    this.models = new ModelRegistry(this.config);
+    this.beforeToolExecute = options.beforeToolExecute;
+    this.routingPolicyVersion = sha256(
+      JSON.stringify([
+        this.config.default_model,
+        this.config.workspace_models,
+        this.config.routing_rules,
+        this.config.worker_tiers,
+      ]),
+    );
+    const delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
+      startWorker: (parent, model, sessionId) =>
+        this.createSession({
+          workspacePath: parent.workspacePath,
+          model,
+          parentSessionId: parent.id,
+          sessionId,
+        }),
+      runWorkerTurn: (sessionId, task, model, state) =>
+        this.runTurn(this.require(sessionId), task, null, model, state),
+      endWorker: (sessionId, disposition) => this.endSession(sessionId, disposition),
+      session: (id) => this.require(id),
+    });
+    const tools = [
+      ...builtinTools({ shell: { timeoutMs: this.config.shell_timeout_ms } }),
+      createDelegateTool((input, context) => delegations.run(input, context)),
+      ...(options.tools ?? []),
+    ];
+    const dispatcher = new ToolDispatcher(tools, this.config, this.sessions, this.confirmations, this.logger);
+    this.runner = new TurnRunner(this.config, this.models, dispatcher, this.sessions, this.logger);
+    this.costs.attach(this.bus);
+  }
+
+  /** Creates a session and emits `session.created`. */
+  createSession(
+    options: {
+      workspacePath?: string;
+      model?: string | null;
+      parentSessionId?: string | null;
+      sessionId?: string;
+    } = {},
+  ): SessionInfo {
+    this.assertOpen();
+    const model = options.model ?? null;
+    if (model !== null) assertModelId(model, 'model');
+    const workspacePath = resolve(options.workspacePath ?? process.cwd());
+    const session: LiveSession = {
+      id: options.sessionId ?? newId('sess'),
+      workspacePath,
+      workspaceHash: sha256(workspacePath),
+      parentSessionId: options.parentSessionId ?? null,
+      isWorker: options.parentSessionId != null,
+      startedAt: performance.now(),
+      sessionAllowed: new Set(),
+      stickyModel: null,
+      activeModel: model ?? this.config.default_model,
+      turnCount: 0,
+      turn: null,
+      inactivityTimer: null,
+      ended: false,
+    };
+    this.sessions.createSession({
+      id: session.id,
+      parent_session_id: session.parentSessionId,
+      workspace_path: workspacePath,
+      workspace_hash: session.workspaceHash,
+      active_model: session.activeModel,
+    });
+    this.live.set(session.id, session);
+    new TurnEvents(this.bus, this.streaming, session.id, null, false).emit('session.created', null, {
+      workspace_path: workspacePath,
+      workspace_hash: session.workspaceHash,
+      initial_active_model: model,
+      routing_policy_version: this.routingPolicyVersion,
+    });
+    if (model !== null && !session.isWorker) session.stickyModel = model;
+    this.touch(session);
+    return this.info(session);
+  }
+
+  /**
+   * Submits a user message. Resolves at once with the turn id; `done` settles when the turn ends.
+   * @throws MetisError when the session is unknown or ended, or a turn is already in flight.
+   */
+  submitTurn(sessionId: string, message: string, options: { model?: string | null } = {}) {
+    this.assertOpen();
+    const session = this.require(sessionId);
+    if (session.ended) throw new MetisError('METIS_ERR_SESSION_ENDED', `session ${sessionId} has ended`);
+    if (session.turn !== null) {
+      throw new MetisError(
+        'METIS_ERR_TURN_IN_FLIGHT',
+        `session ${sessionId} already has turn ${session.turn.state.turnId} in flight`,
+      );
+    }
+    if (options.model) assertModelId(options.model, 'model');
+    const state: TurnState = { turnId: newId('turn'), controller: new AbortController(), cancelReason: null };
+    const done = this.runTurn(session, message, options.model ?? null, null, state);
+    return { turnId: state.turnId, done };
+  }
+
+  /**
+   * Cancels the turn in flight (streaming §6). A second cancel of the same turn is a no-op.
+   * @throws MetisError METIS_ERR_TURN_NOT_FOUND when the turn is not the one in flight.
+   */
+  cancelTurn(
+    sessionId: string,
+    turnId: string,
+    reason: CancelReason = 'user_cancel',
+  ): 'cancelling' | 'already_cancelling' {
+    const session = this.require(sessionId);
+    const turn = session.turn;
+    if (turn === null || turn.state.turnId !== turnId) {
+      throw new MetisError(
+        'METIS_ERR_TURN_NOT_FOUND',
+        `turn ${turnId} is not in flight in session ${sessionId}`,
+      );
+    }
+    if (turn.state.cancelReason !== null) {
+      this.logger.info({ session_id: sessionId, turn_id: turnId }, 'redundant cancel ignored');
+      return 'already_cancelling';
+    }
+    turn.state.cancelReason = reason;
+    turn.state.controller.abort();
+    return 'cancelling';
+  }
+
+  /** Answers a pending tool confirmation (HTTP `POST /sessions/{id}/confirmations/{rid}`). */
+  confirm(
+    sessionId: string,
+    requestId: string,
+    decision: 'allow' | 'deny',
+    scope: 'once' | 'session' = 'once',
+    client: string | null = null,
+  ): void {
+    this.require(sessionId);
+    this.confirmations.answer(sessionId, requestId, decision, scope, client);
+  }
+
+  /** Sets the session's sticky model (the `manual_sticky` routing policy). */
+  setStickyModel(sessionId: string, model: string): SessionInfo {
+    assertModelId(model, 'model');
+    const session = this.require(sessionId);
+    session.stickyModel = model;
+    session.activeModel = model;
+    this.sessions.setActiveModel(sessionId, model);
+    return this.info(session);
+  }
+
+  /** Ends a session with `session.ended`. Ending an ended session does nothing. */
+  endSession(sessionId: string, disposition: 'completed' | 'abandoned' | 'error' = 'completed'): void {
+    const session = this.require(sessionId);
+    if (session.ended) return;
+    session.ended = true;
+    if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
+    this.sessions.endSession(sessionId, disposition);
+    new TurnEvents(this.bus, this.streaming, sessionId, null, false).emit('session.ended', null, {
+      disposition,
+      turn_count: session.turnCount,
+      total_cost_usd: this.costs.costOf(sessionId),
+      duration_seconds: (performance.now() - session.startedAt) / 1000,
+    });
+  }
+
+  getSession(sessionId: string): SessionInfo {
+    return this.info(this.require(sessionId));
+  }
+
+  hasSession(sessionId: string): boolean {
+    return this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
+  }
+
+  /** The turn in flight, if any: the runtime's `done` promise for tests and shutdown. */
+  currentTurn(sessionId: string): { turnId: string; done: Promise<TurnOutcome> } | null {
+    const turn = this.require(sessionId).turn;
+    return turn ? { turnId: turn.state.turnId, done: turn.done } : null;
+  }
+
+  /** Cancels every turn in flight and waits for them to end. Safe to call twice. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const pending: Promise<unknown>[] = [];
+    for (const session of this.live.values()) {
+      if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
+      if (session.turn && !session.isWorker) {
+        if (session.turn.state.cancelReason === null) {
+          session.turn.state.cancelReason = 'client_disconnect';
+          session.turn.state.controller.abort();
+        }
+        pending.push(session.turn.done.catch(() => undefined));
+      }
+    }
+    await Promise.all(pending);
+    this.costs.detach(this.bus);
+  }
+
+  private async runTurn(
+    session: LiveSession,
+    message: string,
+    overrideModel: string | null,
+    delegateModel: string | null,
+    state: TurnState,
+  ): Promise<TurnOutcome> {
+    const timer = setTimeout(() => {
+      if (state.cancelReason === null) {
+        state.cancelReason = 'timeout';
+        state.controller.abort();
+      }
+    }, this.config.turn_timeout_ms);
+    const entry = { state, timer, done: undefined as unknown as Promise<TurnOutcome> };
+    session.turn = entry;
+    session.turnCount += 1;
+    const events = new TurnEvents(this.bus, this.streaming, session.id, state.turnId, session.isWorker);
+    entry.done = this.runner
+      .run({
+        events,
+        state,
+        messageText: message,
+        overrideModel,
+        stickyModel: session.stickyModel,
+        delegateModel,
+        workspacePath: session.workspacePath,
+        isWorker: session.isWorker,
+        history: this.history(session.id),
+        sessionAllowed: session.sessionAllowed,
+        beforeToolExecute: this.beforeToolExecute,
+      })
+      .finally(() => {
+        clearTimeout(timer);
+        session.turn = null;
+        this.touch(session);
+      });
+    entry.done.catch((error: unknown) => {
+      this.logger.error(
+        { session_id: session.id, err: (error as Error).message },
+        'turn failed unexpectedly',
+      );
+    });
+    return entry.done;
+  }
+
+  /** Earlier complete messages of the session, as the model sees them. */
+  private history(sessionId: string): ConversationMessage[] {
+    return this.sessions
+      .messages(sessionId, { limit: 50 })
+      .filter((m) => m.status === 'complete')
+      .map((m) => ({ role: m.role, content: m.content as ConversationMessage['content'] }));
+  }
+
+  /** Restarts the inactivity timer: a session idle that long ends as `abandoned`. */
+  private touch(session: LiveSession): void {
+    if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
+    if (session.ended || this.closed) return;
+    session.inactivityTimer = setTimeout(() => {
+      if (session.turn === null && !session.ended) this.endSession(session.id, 'abandoned');
+    }, this.config.inactivity_timeout_ms);
+    session.inactivityTimer.unref();
+  }
+
+  private require(sessionId: string): LiveSession {
+    const live = this.live.get(sessionId);
+    if (live) return live;
+    const stored = this.sessions.getSession(sessionId);
+    if (stored === null || stored.id === 'system') {
+      throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+    }
+    return this.resume(stored);
+  }
+
+  /** Loads a session written by an earlier process and announces it with `session.resumed`. */
+  private resume(stored: NonNullable<ReturnType<SessionStore['getSession']>>): LiveSession {
+    const workspacePath = stored.workspace_path ?? process.cwd();
+    const session: LiveSession = {
+      id: stored.id,
+      workspacePath,
+      workspaceHash: stored.workspace_hash ?? sha256(workspacePath),
+      parentSessionId: stored.parent_session_id,
+      isWorker: stored.parent_session_id !== null,
+      startedAt: performance.now(),
+      sessionAllowed: new Set(),
+      stickyModel: null,
+      activeModel: stored.active_model ?? this.config.default_model,
+      turnCount: 0,
+      turn: null,
+      inactivityTimer: null,
+      ended: stored.status === 'ended',
+    };
+    this.live.set(session.id, session);
+    if (!session.ended) {
+      const lastEvent = this.sessions.lastEventId(session.id);
+      new TurnEvents(this.bus, this.streaming, session.id, null, false).emit('session.resumed', null, {
+        workspace_hash: session.workspaceHash,
+        last_event_id_at_resume: lastEvent,
+      });
+      this.touch(session);
+    }
+    return session;
+  }
+
+  private info(session: LiveSession): SessionInfo {
+    return {
+      id: session.id,
+      workspace_path: session.workspacePath,
+      parent_session_id: session.parentSessionId,
+      active_model: session.activeModel,
+      turn_count: session.turnCount,
+      cost_so_far_usd: this.costs.costOf(session.id),
+      current_turn_id: session.turn?.state.turnId ?? null,
+      status: session.ended ? 'ended' : 'active',
+    };
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new MetisError('METIS_ERR_SESSION_ENDED', 'the runtime is shutting down');
+  }
+}
+
+function sha256(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+function assertModelId(model: string, field: string): void {
+  if (!MODEL_ID.test(model)) {
+    throw new MetisError(
+      'METIS_ERR_INVALID_MODEL',
+      `${field}: "${model}" is not a model id of the form provider:name`,
+    );
+  }
+}
+
+/** Creates the runtime; see {@link Runtime}. */
+export function createRuntime(options: RuntimeOptions): Runtime {
+  return new Runtime(options);
+}

@@ -1,0 +1,237 @@
+import { createHash } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { RuntimeConfig } from '../config/runtime-schema.js';
+import { newId } from '../events/ids.js';
+import { silentLogger } from '../logger.js';
+import type { SessionStore } from '../store/session-store.js';
+import type { ConfirmationBroker } from './confirmations.js';
+import type { ContentBlock } from './model-adapter.js';
+import { type Tool, ToolError, type ToolErrorClass } from './tools/tool.js';
+import type { TurnEvents } from './turn-events.js';
+
+type ToolUseBlock = Extract<ContentBlock, { type: 'tool_use' }>;
+type ToolResultBlock = Extract<ContentBlock, { type: 'tool_result' }>;
+
+export interface DispatchRequest {
+  readonly events: TurnEvents;
+  readonly toolUses: readonly ToolUseBlock[];
+  readonly callCompletedId: string;
+  readonly messageId: string;
+  readonly workspacePath: string;
+  readonly signal: AbortSignal;
+  /** Tool names the user allowed for the rest of the session (`scope: session`). */
+  readonly sessionAllowed: Set<string>;
+  /** Test and conformance hook: runs after `tool.called`, before a tool's execution starts. */
+  readonly beforeExecute?: () => Promise<void>;
+  /** Tools this session may not use (a worker never delegates). */
+  readonly excludedTools?: ReadonlySet<string>;
+}
+
+export interface DispatchResult {
+  readonly results: ToolResultBlock[];
+  /** The last event the dispatcher emitted: parent of the next `llm.call_started`. */
+  readonly lastEventId: string;
+  readonly toolCallCount: number;
+  readonly cancelled: boolean;
+}
+
+interface Scheduled {
+  readonly use: ToolUseBlock;
+  readonly tool: Tool;
+  readonly input: unknown;
+  readonly calledId: string;
+}
+
+/**
+ * Runs the tool_use blocks of one assistant message (bus §6.4): validates input (`tool.input_invalid`),
+ * schedules every valid call (`tool.called`), asks for confirmation where policy says so, executes in
+ * order, and reports each as `tool.completed` or `tool.failed`. Once the turn is cancelled, the running
+ * tool is stopped and every call not yet finished fails with `cancelled` (streaming §6.2.2, §6.2.3).
+ */
+export class ToolDispatcher {
+  private readonly tools: Map<string, Tool>;
+  private readonly logger: Logger;
+
+  constructor(
+    tools: readonly Tool[],
+    private readonly config: RuntimeConfig,
+    private readonly sessions: SessionStore,
+    private readonly confirmations: ConfirmationBroker,
+    logger?: Logger,
+  ) {
+    this.tools = new Map(tools.map((t) => [t.name, t]));
+    this.logger = logger ?? silentLogger();
+  }
+
+  /** The tools offered to the model, minus the excluded ones. */
+  available(excluded?: ReadonlySet<string>): Tool[] {
+    return [...this.tools.values()].filter((t) => !excluded?.has(t.name));
+  }
+
+  async dispatch(request: DispatchRequest): Promise<DispatchResult> {
+    const { events } = request;
+    const results: ToolResultBlock[] = [];
+    const scheduled: Scheduled[] = [];
+    let lastEventId = request.callCompletedId;
+
+    for (const use of request.toolUses) {
+      const tool = request.excludedTools?.has(use.name) ? undefined : this.tools.get(use.name);
+      const parsed = tool?.inputSchema.safeParse(use.input);
+      if (tool === undefined || parsed === undefined || !parsed.success) {
+        const errors =
+          tool === undefined
+            ? [`unknown tool "${use.name}"`]
+            : (parsed?.error?.issues ?? []).map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`);
+        lastEventId = events.emit('tool.input_invalid', request.callCompletedId, {
+          tool_name: use.name,
+          validation_errors: errors,
+        }).id;
+        results.push(errorResult(use.id, `invalid input for ${use.name}: ${errors.join('; ')}`));
+        continue;
+      }
+      const inputJson = JSON.stringify(use.input);
+      const called = events.emit('tool.called', request.callCompletedId, {
+        tool_use_id: use.id,
+        tool_name: use.name,
+        input_hash: createHash('sha256').update(inputJson).digest('hex'),
+        input_size_bytes: Buffer.byteLength(inputJson),
+        side_effects: tool.sideEffects,
+      });
+      this.sessions.saveToolCall({
+        id: use.id,
+        session_id: events.sessionId,
+        turn_id: events.turnId,
+        message_id: request.messageId,
+        tool_name: use.name,
+        input: use.input,
+        status: 'pending',
+      });
+      scheduled.push({ use, tool, input: parsed.data, calledId: called.id });
+      lastEventId = called.id;
+    }
+
+    for (const call of scheduled) {
+      const outcome = await this.runOne(call, request);
+      results.push(outcome.result);
+      lastEventId = outcome.eventId;
+    }
+    return { results, lastEventId, toolCallCount: scheduled.length, cancelled: request.signal.aborted };
+  }
+
+  private async runOne(
+    call: Scheduled,
+    request: DispatchRequest,
+  ): Promise<{ result: ToolResultBlock; eventId: string }> {
+    const { events, signal } = request;
+    const started = performance.now();
+    const fail = (errorClass: ToolErrorClass, message: string) => {
+      const event = events.emit('tool.failed', call.calledId, {
+        tool_use_id: call.use.id,
+        error_class: errorClass,
+        error_message: message,
+        latency_ms: Math.round(performance.now() - started),
+      });
+      this.sessions.updateToolCall(call.use.id, {
+        status: errorClass === 'cancelled' ? 'cancelled' : 'failed',
+        error_class: errorClass,
+        output: message,
+      });
+      return { result: errorResult(call.use.id, message), eventId: event.id };
+    };
+
+    if (signal.aborted) return fail('cancelled', 'the turn was cancelled before this tool ran');
+    const confirmation = await this.confirm(call, request);
+    if (confirmation !== null) return fail(confirmation.errorClass, confirmation.message);
+    if (request.beforeExecute) await request.beforeExecute();
+    if (signal.aborted) return fail('cancelled', 'the turn was cancelled before this tool ran');
+
+    this.sessions.updateToolCall(call.use.id, { status: 'running' });
+    try {
+      const output = await call.tool.execute(call.input, {
+        sessionId: events.sessionId,
+        turnId: events.turnId ?? '',
+        toolUseId: call.use.id,
+        workspacePath: request.workspacePath,
+        signal,
+        toolCalledEventId: call.calledId,
+        callCompletedEventId: request.callCompletedId,
+      });
+      if (signal.aborted) return fail('cancelled', 'the turn was cancelled while this tool ran');
+      const event = events.emit('tool.completed', call.calledId, {
+        tool_use_id: call.use.id,
+        success: true,
+        output_size_bytes: Buffer.byteLength(output.content),
+        latency_ms: Math.round(performance.now() - started),
+        files_modified: output.filesModified ? [...output.filesModified] : null,
+        command_executed: output.commandExecuted ?? null,
+      });
+      this.sessions.updateToolCall(call.use.id, { status: 'completed', output: output.content });
+      return {
+        result: { type: 'tool_result', tool_use_id: call.use.id, content: output.content, is_error: false },
+        eventId: event.id,
+      };
+    } catch (error) {
+      if (signal.aborted) return fail('cancelled', 'the turn was cancelled while this tool ran');
+      if (error instanceof ToolError) return fail(error.errorClass, error.message);
+      this.logger.warn(
+        { tool: call.tool.name, err: (error as Error).message },
+        'tool raised an unexpected error',
+      );
+      return fail('execution_error', (error as Error).message ?? String(error));
+    }
+  }
+
+  /** Returns null when the call may run, or why it may not. */
+  private async confirm(
+    call: Scheduled,
+    request: DispatchRequest,
+  ): Promise<{ errorClass: ToolErrorClass; message: string } | null> {
+    const effects = call.tool.sideEffects;
+    if (effects !== 'write' && effects !== 'execute' && effects !== 'network') return null;
+    const policy = this.config.tool_confirmation[effects];
+    if (policy === 'allow' || request.sessionAllowed.has(call.tool.name)) return null;
+    if (policy === 'deny')
+      return { errorClass: 'user_denied', message: `${effects} tools are denied by policy` };
+
+    const requestId = newId('conf');
+    const summary = call.tool.summarize?.(call.input as never) ?? { input_summary: call.tool.name };
+    const expiresAt = new Date(Date.now() + this.config.confirmation_timeout_ms).toISOString();
+    const requested = request.events.emit('tool.confirmation_requested', call.calledId, {
+      tool_use_id: call.use.id,
+      tool_name: call.tool.name,
+      side_effects: effects,
+      confirmation_request_id: requestId,
+      input_summary: summary.input_summary,
+      projected_modifications: summary.projected_modifications ?? null,
+      command_summary: summary.command_summary ?? null,
+      expires_at: expiresAt,
+    });
+    const answer = await this.confirmations.wait(
+      requestId,
+      request.events.sessionId,
+      this.config.confirmation_timeout_ms,
+      request.signal,
+    );
+    if (answer.decision === 'cancelled') {
+      return { errorClass: 'cancelled', message: 'the turn was cancelled while waiting for confirmation' };
+    }
+    request.events.emit('tool.confirmation_resolved', requested.id, {
+      tool_use_id: call.use.id,
+      confirmation_request_id: requestId,
+      decision: answer.decision,
+      scope: answer.decision === 'timeout' ? null : answer.scope,
+      responding_client_attach_token: answer.respondingClient,
+    });
+    if (answer.decision === 'allow') {
+      if (answer.scope === 'session') request.sessionAllowed.add(call.tool.name);
+      return null;
+    }
+    return answer.decision === 'deny'
+      ? { errorClass: 'user_denied', message: 'the user denied this tool call' }
+      : { errorClass: 'confirmation_timeout', message: 'nobody answered the confirmation in time' };
+  }
+}
+
+function errorResult(toolUseId: string, message: string): ToolResultBlock {
+  return { type: 'tool_result', tool_use_id: toolUseId, content: message, is_error: true };
+}

@@ -1,0 +1,428 @@
+import { createHash } from 'node:crypto';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import type { RuntimeConfig } from '../config/runtime-schema.js';
+import { newId } from '../events/ids.js';
+import type { SessionStore } from '../store/session-store.js';
+import { MessageBuilder } from './message-builder.js';
+import {
+  type AdapterChunk,
+  AdapterError,
+  type AdapterResult,
+  type ContentBlock,
+  type ConversationMessage,
+  estimateTokens,
+  type ModelAdapter,
+  type TokenUsage,
+  type ToolSpec,
+} from './model-adapter.js';
+import type { ModelRegistry } from './models/model-registry.js';
+import { costOf } from './pricing.js';
+import { decideRoute } from './router.js';
+import type { ToolDispatcher } from './tool-dispatcher.js';
+import type { Tool } from './tools/tool.js';
+import type { TurnEvents } from './turn-events.js';
+
+export type CancelReason = 'user_cancel' | 'client_disconnect' | 'timeout';
+
+/** The live state of one turn; `cancel` flips it to cancelling exactly once. */
+export interface TurnState {
+  readonly turnId: string;
+  readonly controller: AbortController;
+  cancelReason: CancelReason | null;
+}
+
+export interface TurnRequest {
+  readonly events: TurnEvents;
+  readonly state: TurnState;
+  readonly messageText: string;
+  readonly overrideModel: string | null;
+  readonly stickyModel: string | null;
+  readonly delegateModel: string | null;
+  readonly workspacePath: string;
+  readonly isWorker: boolean;
+  readonly history: readonly ConversationMessage[];
+  readonly sessionAllowed: Set<string>;
+  readonly beforeToolExecute?: () => Promise<void>;
+}
+
+export interface TurnOutcome {
+  readonly status: 'completed' | 'cancelled' | 'failed';
+  readonly model: string;
+  readonly finalText: string;
+  readonly llmCalls: number;
+  readonly toolCalls: number;
+  readonly costUsd: number;
+  readonly wallTimeSeconds: number;
+}
+
+const MAX_LLM_CALLS = 25;
+
+type CallResult =
+  | { kind: 'cancelled' | 'failed'; usage: TokenUsage; costUsd: number; text: string }
+  | {
+      kind: 'completed';
+      usage: TokenUsage;
+      costUsd: number;
+      text: string;
+      content: ContentBlock[];
+      stopReason: AdapterResult['stop_reason'];
+      completedEventId: string;
+      messageId: string;
+    };
+
+const EMPTY_USAGE: TokenUsage = {
+  input_tokens: 0,
+  output_tokens: 0,
+  cached_input_tokens: 0,
+  cache_creation_input_tokens: 0,
+};
+
+/**
+ * The agent loop of one turn, in the canonical order of streaming spec §5.3 and with the causal
+ * parents of bus spec §4.3/§8:
+ *
+ *   turn.started → route.decided → llm.call_started → message.* (streaming) → llm.call_completed
+ *     → tool.called → tool.completed|tool.failed → llm.call_started → ... → turn.completed
+ *
+ * Cancellation ends it with the sequence of §6.2.1 (mid-LLM), §6.2.2/§6.2.3 (tools) or §6.2.4.
+ */
+export class TurnRunner {
+  constructor(
+    private readonly config: RuntimeConfig,
+    private readonly models: ModelRegistry,
+    private readonly dispatcher: ToolDispatcher,
+    private readonly sessions: SessionStore,
+    private readonly logger: Logger,
+  ) {}
+
+  async run(request: TurnRequest): Promise<TurnOutcome> {
+    const { events, state } = request;
+    const signal = state.controller.signal;
+    const startedAt = performance.now();
+    const userMessage: ConversationMessage = {
+      role: 'user',
+      content: [{ type: 'text', text: request.messageText }],
+    };
+    const conversation: ConversationMessage[] = [...request.history, userMessage];
+    const totals = { llmCalls: 0, toolCalls: 0, input: 0, output: 0, cost: 0 };
+
+    const turnStarted = events.emit('turn.started', null, {
+      user_message_hash: createHash('sha256').update(request.messageText).digest('hex'),
+      user_message_text_redacted: null,
+      estimated_input_tokens: estimateTokens(conversation),
+      has_images: false,
+      has_tool_calls_in_history: request.history.some((m) => m.content.some((b) => b.type === 'tool_use')),
+    });
+    this.sessions.saveMessage({
+      id: newId('msg'),
+      session_id: events.sessionId,
+      turn_id: state.turnId,
+      role: 'user',
+      content: userMessage.content as unknown[],
+      status: 'complete',
+      model: null,
+      usage: null,
+    });
+    const route = decideRoute(
+      {
+        messageText: request.messageText,
+        overrideModel: request.overrideModel,
+        stickyModel: request.stickyModel,
+        workspacePath: request.workspacePath,
+        delegateModel: request.delegateModel,
+      },
+      this.config,
+      this.models,
+    );
+    events.emit('route.decided', turnStarted.id, { ...route });
+    const model = route.chosen_model;
+    const resolution = this.models.resolve(model);
+    if (!resolution.ok) throw new Error(`routing chose ${model}, which cannot serve (${resolution.failure})`);
+    const adapter = resolution.adapter;
+
+    const outcome = (status: TurnOutcome['status'], finalText: string): TurnOutcome => ({
+      status,
+      model,
+      finalText,
+      llmCalls: totals.llmCalls,
+      toolCalls: totals.toolCalls,
+      costUsd: totals.cost,
+      wallTimeSeconds: (performance.now() - startedAt) / 1000,
+    });
+    const cancelled = (finalText: string): TurnOutcome => {
+      events.emit('turn.cancelled', turnStarted.id, {
+        reason: state.cancelReason ?? 'user_cancel',
+        partial_llm_calls: totals.llmCalls,
+        partial_tool_calls: totals.toolCalls,
+      });
+      return outcome('cancelled', finalText);
+    };
+    const completed = (
+      stopReason: AdapterResult['stop_reason'],
+      finalText: string,
+      status: TurnOutcome['status'],
+    ) => {
+      events.emit('turn.completed', turnStarted.id, {
+        stop_reason: stopReason,
+        llm_call_count: totals.llmCalls,
+        tool_call_count: totals.toolCalls,
+        total_input_tokens: totals.input,
+        total_output_tokens: totals.output,
+        total_cost_usd: totals.cost,
+        wall_time_seconds: (performance.now() - startedAt) / 1000,
+      });
+      return outcome(status, finalText);
+    };
+
+    let parent = turnStarted.id;
+    let finalText = '';
+    for (;;) {
+      if (signal.aborted) return cancelled(finalText);
+      const call = await this.callModel(adapter, model, conversation, parent, request);
+      totals.llmCalls += 1;
+      totals.input += call.usage.input_tokens;
+      totals.output += call.usage.output_tokens;
+      totals.cost += call.costUsd;
+      finalText = call.text || finalText;
+      if (call.kind !== 'completed') {
+        return call.kind === 'cancelled' ? cancelled(finalText) : completed('end_turn', finalText, 'failed');
+      }
+      conversation.push({ role: 'assistant', content: call.content });
+      const toolUses = call.content.filter((b) => b.type === 'tool_use');
+      if (call.stopReason !== 'tool_use' || toolUses.length === 0 || totals.llmCalls >= MAX_LLM_CALLS) {
+        return completed(call.stopReason, finalText, 'completed');
+      }
+      const dispatched = await this.dispatcher.dispatch({
+        events,
+        toolUses,
+        callCompletedId: call.completedEventId,
+        messageId: call.messageId,
+        workspacePath: request.workspacePath,
+        signal,
+        sessionAllowed: request.sessionAllowed,
+        beforeExecute: request.beforeToolExecute,
+        excludedTools: excludedFor(request),
+      });
+      totals.toolCalls += dispatched.toolCallCount;
+      this.sessions.saveMessage({
+        id: newId('msg'),
+        session_id: events.sessionId,
+        turn_id: state.turnId,
+        role: 'tool',
+        content: dispatched.results,
+        status: dispatched.cancelled ? 'cancelled' : 'complete',
+        model: null,
+        usage: null,
+      });
+      if (dispatched.cancelled) return cancelled(finalText);
+      conversation.push({ role: 'tool', content: dispatched.results });
+      parent = dispatched.lastEventId;
+    }
+  }
+
+  /** One model call: `llm.call_started`, the streamed message, then `llm.call_completed` or `llm.call_failed`. */
+  private async callModel(
+    adapter: ModelAdapter,
+    model: string,
+    conversation: readonly ConversationMessage[],
+    parent: string,
+    request: TurnRequest,
+  ): Promise<CallResult> {
+    const { events, state } = request;
+    const signal = state.controller.signal;
+    const provider = adapter.provider;
+    const started = performance.now();
+    const callStarted = events.emit('llm.call_started', parent, {
+      model,
+      provider,
+      estimated_input_tokens: estimateTokens(conversation),
+      request_id: newId('req'),
+      is_worker: request.isWorker,
+    });
+    const messageId = newId('msg');
+    const messageStart = events.stream('message.start', callStarted.id, {
+      message_id: messageId,
+      role: 'assistant',
+      model,
+    });
+    const builder = new MessageBuilder();
+    const streamChunk = (chunk: AdapterChunk) => {
+      builder.add(chunk);
+      const [type, payload] = streamingEventOf(messageId, chunk);
+      events.stream(type, messageStart.id, payload);
+    };
+
+    let result: AdapterResult;
+    try {
+      const generator = adapter.stream(
+        {
+          model,
+          messages: conversation,
+          tools: this.dispatcher.available(excludedFor(request)).map(toolSpecOf),
+        },
+        signal,
+      );
+      for (;;) {
+        const next = await generator.next();
+        if (next.done) {
+          result = next.value;
+          break;
+        }
+        if (signal.aborted) {
+          await generator.return(undefined as never).catch(() => undefined);
+          throw new AdapterError('cancelled', 'the turn was cancelled');
+        }
+        streamChunk(next.value);
+      }
+    } catch (error) {
+      const adapterError =
+        error instanceof AdapterError
+          ? error
+          : new AdapterError('other', (error as Error).message ?? String(error));
+      const wasCancelled = signal.aborted || adapterError.errorClass === 'cancelled';
+      // Close what the client has open: tool uses without an end, then the message (§6.2.1).
+      for (const open of builder.openToolUses()) {
+        events.stream('tool.use_end', messageStart.id, {
+          message_id: messageId,
+          content_block_index: open.index,
+          tool_use_id: open.tool_use_id,
+          final_input: open.final_input,
+        });
+      }
+      const content = builder.content();
+      const usage = { ...EMPTY_USAGE, cost_usd: 0, pricing_version: this.config.pricing_version };
+      events.stream('message.complete', messageStart.id, {
+        message_id: messageId,
+        stop_reason: wasCancelled ? 'cancelled' : 'error',
+        final_content: content,
+        usage,
+      });
+      this.saveAssistant(request, messageId, content, wasCancelled ? 'cancelled' : 'error', model, usage);
+      if (!wasCancelled)
+        this.logger.warn({ model, error_class: adapterError.errorClass }, 'model call failed');
+      events.emit('llm.call_failed', callStarted.id, {
+        model,
+        provider,
+        error_class: wasCancelled ? 'cancelled' : adapterError.errorClass,
+        error_message_redacted: redact(adapterError.message),
+        retry_count: adapterError.retryCount,
+        latency_ms: Math.round(performance.now() - started),
+      });
+      return {
+        kind: wasCancelled ? 'cancelled' : 'failed',
+        usage: EMPTY_USAGE,
+        costUsd: 0,
+        text: textOf(content),
+      };
+    }
+
+    const content = builder.content();
+    const costUsd = costOf(model, result.usage, this.config);
+    const usage = { ...result.usage, cost_usd: costUsd, pricing_version: this.config.pricing_version };
+    events.stream('message.complete', messageStart.id, {
+      message_id: messageId,
+      stop_reason: result.stop_reason,
+      final_content: content,
+      usage,
+    });
+    this.saveAssistant(request, messageId, content, 'complete', model, usage);
+    const completed = events.emit('llm.call_completed', callStarted.id, {
+      model,
+      provider,
+      ...result.usage,
+      cost_usd: costUsd,
+      pricing_version: this.config.pricing_version,
+      latency_ms: Math.round(performance.now() - started),
+      stop_reason: result.stop_reason,
+      produced_tool_calls: content.filter((b) => b.type === 'tool_use').length,
+      produced_thinking_blocks: content.filter((b) => b.type === 'thinking' || b.type === 'redacted_thinking')
+        .length,
+    });
+    return {
+      kind: 'completed',
+      usage: result.usage,
+      costUsd,
+      text: textOf(content),
+      content,
+      stopReason: result.stop_reason,
+      completedEventId: completed.id,
+      messageId,
+    };
+  }
+
+  private saveAssistant(
+    request: TurnRequest,
+    messageId: string,
+    content: unknown[],
+    status: 'complete' | 'cancelled' | 'error',
+    model: string,
+    usage: Record<string, unknown>,
+  ): void {
+    this.sessions.saveMessage({
+      id: messageId,
+      session_id: request.events.sessionId,
+      turn_id: request.state.turnId,
+      role: 'assistant',
+      content,
+      status,
+      model,
+      usage,
+    });
+  }
+}
+
+/** Workers never delegate again: recursive delegation is out of scope (bus §6.8). */
+const WORKER_EXCLUDED: ReadonlySet<string> = new Set(['delegate']);
+
+function excludedFor(request: TurnRequest): ReadonlySet<string> | undefined {
+  return request.isWorker ? WORKER_EXCLUDED : undefined;
+}
+
+function streamingEventOf(messageId: string, chunk: AdapterChunk): [string, Record<string, unknown>] {
+  const base = { message_id: messageId, content_block_index: chunk.index };
+  switch (chunk.kind) {
+    case 'text':
+      return ['text.delta', { ...base, text: chunk.text }];
+    case 'thinking':
+      return ['thinking.delta', { ...base, text: chunk.text, signature: chunk.signature }];
+    case 'redacted_thinking':
+      // Redacted thinking has no readable text; clients get the block at message.complete.
+      return ['thinking.delta', { ...base, text: '', signature: null }];
+    case 'tool_use_start':
+      return ['tool.use_start', { ...base, tool_use_id: chunk.tool_use_id, tool_name: chunk.tool_name }];
+    case 'tool_input':
+      return [
+        'tool.use_input_delta',
+        { ...base, tool_use_id: chunk.tool_use_id, partial_json: chunk.partial_json },
+      ];
+    case 'tool_use_end':
+      return ['tool.use_end', { ...base, tool_use_id: chunk.tool_use_id, final_input: chunk.final_input }];
+  }
+}
+
+function toolSpecOf(tool: Tool): ToolSpec {
+  return {
+    name: tool.name,
+    description: tool.description,
+    input_schema: z.toJSONSchema(tool.inputSchema, { io: 'input', unrepresentable: 'any' }) as Record<
+      string,
+      unknown
+    >,
+  };
+}
+
+function textOf(content: readonly { type: string; text?: string }[]): string {
+  return content
+    .filter((b) => b.type === 'text')
+    .map((b) => b.text ?? '')
+    .join('');
+}
+
+/** Heuristic scrub of provider messages (bus §10.4): emails, home paths, key-like tokens. */
+export function redact(message: string): string {
+  return message
+    .replace(/[\w.+-]+@[\w-]+\.[\w.-]+/g, '[email]')
+    .replace(/\/(?:home|Users)\/[^\s/]+/g, '/~')
+    .replace(/\b(?:sk|pk|key|tok)[-_][A-Za-z0-9_-]{12,}\b/g, '[key]');
+}

@@ -1,0 +1,254 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { MetisError } from '../../src/core/errors.js';
+import { byType, shape, startRuntime } from '../helpers/runtime.js';
+
+describe('agent loop sequences', () => {
+  it('a tool-using turn follows bus §8.1 and streaming §5.3, with the spec parents', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(session.id, 'time');
+    await h.settle(done);
+    const events = h.framesOf(session.id);
+    expect(shape(events)).toEqual([
+      'session.created',
+      'turn.started',
+      'route.decided',
+      'llm.call_started',
+      'message.start',
+      'text.delta*',
+      'tool.use_start',
+      'tool.use_input_delta*',
+      'tool.use_end',
+      'message.complete',
+      'llm.call_completed',
+      'tool.called',
+      'tool.completed',
+      'llm.call_started',
+      'message.start',
+      'text.delta*',
+      'message.complete',
+      'llm.call_completed',
+      'turn.completed',
+    ]);
+    const one = (type: string, n = 0) => byType(events, type)[n]!;
+    const turn = one('turn.started');
+    expect(turn.parent_event_id).toBeNull();
+    expect(one('route.decided').parent_event_id).toBe(turn.id);
+    expect(one('llm.call_started').parent_event_id).toBe(turn.id);
+    expect(one('llm.call_completed').parent_event_id).toBe(one('llm.call_started').id);
+    expect(one('tool.called').parent_event_id).toBe(one('llm.call_completed').id);
+    expect(one('tool.completed').parent_event_id).toBe(one('tool.called').id);
+    expect(one('llm.call_started', 1).parent_event_id).toBe(one('tool.completed').id);
+    expect(one('llm.call_completed', 1).parent_event_id).toBe(one('llm.call_started', 1).id);
+    expect(one('turn.completed').parent_event_id).toBe(turn.id);
+    expect(one('llm.call_completed').payload).toMatchObject({
+      stop_reason: 'tool_use',
+      produced_tool_calls: 1,
+    });
+    expect(one('llm.call_completed', 1).payload).toMatchObject({ stop_reason: 'end_turn' });
+    expect(one('tool.called').payload).toMatchObject({ tool_name: 'current_time', side_effects: 'none' });
+    // Every event of the turn carries its turn id; costs are computed from usage.
+    expect(events.filter((e) => e.type !== 'session.created').every((e) => e.turn_id === turn.turn_id)).toBe(
+      true,
+    );
+    const completed = one('turn.completed').payload;
+    expect(completed).toMatchObject({ llm_call_count: 2, tool_call_count: 1 });
+    expect(Number(completed.total_cost_usd)).toBeGreaterThan(0);
+    expect(h.runtime.getSession(session.id).cost_so_far_usd).toBeCloseTo(Number(completed.total_cost_usd), 8);
+  });
+
+  it('the route decision carries all seven policies and tells why the winner won', async () => {
+    const h = startRuntime({
+      routing_rules: [{ name: 'commits', match: 'commit', model: 'scripted:rules' }],
+    });
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const first = h.runtime.submitTurn(session.id, 'write the commit message');
+    await h.settle(first.done);
+    const second = h.runtime.submitTurn(session.id, 'hello', { model: 'nope:model' });
+    await h.settle(second.done);
+    const [ruleWins, overrideRejected] = byType(h.framesOf(session.id), 'route.decided').map(
+      (e) => e.payload,
+    );
+    const chain = (p: Record<string, unknown>) =>
+      p.chain as { policy: string; verdict: string; validation_failure: string | null }[];
+    expect(chain(ruleWins!).map((c) => c.policy)).toEqual([
+      'per_message_override',
+      'manual_sticky',
+      'rule',
+      'pattern',
+      'delegate_request',
+      'workspace_default',
+      'global_default',
+    ]);
+    expect(ruleWins).toMatchObject({ chosen_model: 'scripted:rules', winner_index: 2 });
+    expect(chain(ruleWins!).map((c) => c.verdict)).toEqual([
+      'not_applicable',
+      'not_applicable',
+      'chose',
+      'not_applicable',
+      'not_applicable',
+      'not_applicable',
+      'deferred',
+    ]);
+    expect(chain(overrideRejected!)[0]).toMatchObject({
+      verdict: 'rejected',
+      validation_failure: 'not_configured',
+    });
+    expect(overrideRejected).toMatchObject({ chosen_model: 'scripted:demo', winner_index: 6 });
+  });
+
+  it('a failing tool follows bus §8.2: tool.failed, then the loop calls the model again', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(session.id, 'read: does-not-exist.txt');
+    await h.settle(done);
+    const events = h.framesOf(session.id).filter((e) => e.seq !== null);
+    expect(events.map((e) => e.type)).toEqual([
+      'session.created',
+      'turn.started',
+      'route.decided',
+      'llm.call_started',
+      'llm.call_completed',
+      'tool.called',
+      'tool.failed',
+      'llm.call_started',
+      'llm.call_completed',
+      'turn.completed',
+    ]);
+    const failed = byType(events, 'tool.failed')[0]!;
+    expect(failed.payload).toMatchObject({ error_class: 'not_found' });
+    expect(byType(events, 'llm.call_started')[1]!.parent_event_id).toBe(failed.id);
+    const call = h.runtime.sessions.toolCall(String(failed.payload.tool_use_id));
+    expect(call).toMatchObject({ status: 'failed', error_class: 'not_found', tool_name: 'read_file' });
+  });
+
+  it('thinking streams before text with a signature on the last thinking delta only', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(session.id, 'think: why is the sky blue');
+    await h.settle(done);
+    const events = h.framesOf(session.id);
+    const thinking = byType(events, 'thinking.delta');
+    expect(thinking.length).toBeGreaterThan(1);
+    expect(thinking.slice(0, -1).every((e) => e.payload.signature === null)).toBe(true);
+    expect(thinking.at(-1)!.payload.signature).toMatch(/^sig_/);
+    const complete = byType(events, 'message.complete')[0]!.payload;
+    const blocks = complete.final_content as { type: string; thinking?: string; text?: string }[];
+    expect(blocks.map((b) => b.type)).toEqual(['thinking', 'text']);
+    expect(blocks[0]!.thinking).toBe(thinking.map((e) => e.payload.text).join(''));
+    expect(blocks[1]!.text).toBe(
+      byType(events, 'text.delta')
+        .map((e) => e.payload.text)
+        .join(''),
+    );
+    expect(byType(events, 'llm.call_completed')[0]!.payload.produced_thinking_blocks).toBe(1);
+  });
+
+  it('a model failure is llm.call_failed then turn.completed (streaming §9.1)', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(session.id, 'fail: rate_limit');
+    const outcome = await done;
+    await h.context.flush();
+    expect(outcome.status).toBe('failed');
+    const events = h.framesOf(session.id).filter((e) => e.seq !== null);
+    expect(events.map((e) => e.type).slice(-3)).toEqual([
+      'llm.call_started',
+      'llm.call_failed',
+      'turn.completed',
+    ]);
+    expect(byType(events, 'llm.call_failed')[0]!.payload).toMatchObject({
+      error_class: 'rate_limit',
+      retry_count: 0,
+    });
+  });
+
+  it('delegation follows bus §8.3: a worker session between delegate.started and delegate.completed', async () => {
+    const h = startRuntime();
+    const planner = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(planner.id, 'delegate: summarize the readme');
+    await h.settle(done);
+    const plannerEvents = h.framesOf(planner.id).filter((e) => e.seq !== null);
+    const started = byType(plannerEvents, 'delegate.started')[0]!;
+    const workerId = String(started.payload.worker_session_id);
+    const workerEvents = h.framesOf(workerId).filter((e) => e.seq !== null);
+    expect(workerEvents.map((e) => e.type)).toEqual([
+      'session.created',
+      'turn.started',
+      'route.decided',
+      'llm.call_started',
+      'llm.call_completed',
+      'turn.completed',
+      'session.ended',
+    ]);
+    const merged = [...plannerEvents, ...workerEvents].sort((a, b) => (a.id < b.id ? -1 : 1));
+    const order = merged.map((e) => `${e.session_id === workerId ? 'W' : 'P'}:${e.type}`);
+    const from = order.indexOf('P:tool.called');
+    expect(order.slice(from, from + 3)).toEqual(['P:tool.called', 'P:delegate.started', 'W:session.created']);
+    expect(order.slice(-7)).toEqual([
+      'W:turn.completed',
+      'W:session.ended',
+      'P:delegate.completed',
+      'P:tool.completed',
+      'P:llm.call_started',
+      'P:llm.call_completed',
+      'P:turn.completed',
+    ]);
+    const route = byType(workerEvents, 'route.decided')[0]!.payload;
+    expect(route).toMatchObject({ chosen_model: 'scripted:fast', winner_index: 4 });
+    expect(byType(workerEvents, 'llm.call_started')[0]!.payload.is_worker).toBe(true);
+    expect(byType(workerEvents, 'llm.call_started')[0]!.actor).toBe('worker');
+    expect(h.runtime.getSession(workerId).parent_session_id).toBe(planner.id);
+    const completed = byType(plannerEvents, 'delegate.completed')[0]!;
+    expect(completed.parent_event_id).toBe(started.id);
+    expect(completed.payload).toMatchObject({
+      success: true,
+      worker_session_id: workerId,
+      model: 'scripted:fast',
+    });
+    expect(Number(completed.payload.worker_total_cost_usd)).toBeGreaterThan(0);
+    expect(started.parent_event_id).toBe(byType(plannerEvents, 'llm.call_completed')[0]!.id);
+  });
+
+  it('refuses a second turn while one is in flight and names the turn', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const first = h.runtime.submitTurn(session.id, 'slow: a long story');
+    let error: unknown;
+    try {
+      h.runtime.submitTurn(session.id, 'hello');
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(MetisError);
+    expect((error as MetisError).code).toBe('METIS_ERR_TURN_IN_FLIGHT');
+    expect((error as MetisError).message).toContain(first.turnId);
+    h.runtime.cancelTurn(session.id, first.turnId);
+    await h.settle(first.done);
+  });
+
+  it('writes messages and tool calls to the session store with their status', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(session.id, `run: echo hi > ${join(h.workspace, 'out.txt')}`);
+    await h.settle(done);
+    expect(existsSync(join(h.workspace, 'out.txt'))).toBe(true);
+    const messages = h.runtime.sessions.messages(session.id);
+    expect(messages.map((m) => [m.role, m.status])).toEqual([
+      ['user', 'complete'],
+      ['assistant', 'complete'],
+      ['tool', 'complete'],
+      ['assistant', 'complete'],
+    ]);
+    const toolUse = (messages[1]!.content as { type: string; id?: string }[]).find(
+      (b) => b.type === 'tool_use',
+    )!;
+    expect(h.runtime.sessions.toolCall(toolUse.id!)).toMatchObject({
+      status: 'completed',
+      tool_name: 'shell',
+    });
+    expect(messages[1]!.usage).toMatchObject({ pricing_version: expect.any(String) });
+  });
+});
