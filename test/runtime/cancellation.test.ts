@@ -16,6 +16,16 @@ function persisted(h: RuntimeHarness, sessionId: string): MetisEvent[] {
   return h.framesOf(sessionId).filter((e) => e.seq !== null);
 }
 
+/** Polls `check` for up to five seconds: the kernel reaps a killed process a moment after the signal. */
+async function eventually(check: () => boolean): Promise<boolean> {
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline) {
+    if (check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return check();
+}
+
 function waitForPid(file: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const started = Date.now();
@@ -101,7 +111,7 @@ describe('cancellation (streaming spec §6.2)', () => {
       expect(byType(events, 'tool.failed')[0]!.payload.error_class).toBe('cancelled');
       expect(byType(events, 'llm.call_failed')).toHaveLength(0);
       expect(byType(h.framesOf(session.id), 'message.complete')).toHaveLength(1);
-      expect(isGone(childPid)).toBe(true);
+      expect(await eventually(() => isGone(childPid))).toBe(true);
       const toolUseId = String(byType(events, 'tool.called')[0]!.payload.tool_use_id);
       expect(h.runtime.sessions.toolCall(toolUseId)!.status).toBe('cancelled');
       await h.runtime.close();
