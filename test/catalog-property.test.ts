@@ -35,15 +35,17 @@ describe.each(ENTRIES.map((entry) => [entry.type, entry] as const))('%s payloads
     );
   });
 
-  it.skipIf(required.length === 0)('rejects a payload missing a required key', () => {
-    fc.assert(
-      fc.property(payloads, fc.constantFrom(...required), (payload, key) => {
-        const { [key]: _dropped, ...rest } = payload;
-        expect(rejects(entry, rest)).toBe(true);
-      }),
-      { numRuns: NUM_RUNS },
-    );
-  });
+  // Registered only where it applies: a type with nothing to check has no test rather than a skipped one.
+  if (!(required.length === 0))
+    it('rejects a payload missing a required key', () => {
+      fc.assert(
+        fc.property(payloads, fc.constantFrom(...required), (payload, key) => {
+          const { [key]: _dropped, ...rest } = payload;
+          expect(rejects(entry, rest)).toBe(true);
+        }),
+        { numRuns: NUM_RUNS },
+      );
+    });
 
   it('rejects a payload with an unknown key', () => {
     expect(properties).not.toHaveProperty('x_unknown_field');
@@ -55,23 +57,27 @@ describe.each(ENTRIES.map((entry) => [entry.type, entry] as const))('%s payloads
     );
   });
 
-  it.skipIf(wrongTyped.length === 0)('rejects a field of the wrong type', () => {
-    fc.assert(
-      fc.property(payloads, fc.constantFrom(...wrongTyped), (payload, key) => {
-        expect(rejects(entry, { ...payload, [key]: wrongTypeValue(properties[key]!) })).toBe(true);
-      }),
-      { numRuns: NUM_RUNS },
-    );
-  });
+  // Registered only where it applies: a type with nothing to check has no test rather than a skipped one.
+  if (!(wrongTyped.length === 0))
+    it('rejects a field of the wrong type', () => {
+      fc.assert(
+        fc.property(payloads, fc.constantFrom(...wrongTyped), (payload, key) => {
+          expect(rejects(entry, { ...payload, [key]: wrongTypeValue(properties[key]!) })).toBe(true);
+        }),
+        { numRuns: NUM_RUNS },
+      );
+    });
 
   const resolve = entry.family === 'catalog' ? entry.resolveSensitivity : undefined;
-  it.skipIf(resolve === undefined)('never resolves a sensitivity more private than the floor', () => {
-    fc.assert(
-      fc.property(payloads, (payload) => {
-        const actual = resolve!(entry.schema.parse(payload));
-        expect(isMorePrivate(actual, entry.sensitivity)).toBe(false);
-      }),
-      { numRuns: NUM_RUNS },
-    );
-  });
+  // Registered only where it applies: a type with nothing to check has no test rather than a skipped one.
+  if (!(resolve === undefined))
+    it('never resolves a sensitivity more private than the floor', () => {
+      fc.assert(
+        fc.property(payloads, (payload) => {
+          const actual = resolve!(entry.schema.parse(payload));
+          expect(isMorePrivate(actual, entry.sensitivity)).toBe(false);
+        }),
+        { numRuns: NUM_RUNS },
+      );
+    });
 });

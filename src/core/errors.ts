@@ -80,6 +80,11 @@ export const ERROR_TABLE = {
     exitCode: 2,
     hint: 'Use "provider:name" with a configured provider, e.g. scripted:demo.',
   },
+  METIS_ERR_CONFIG_INVALID: {
+    status: 400,
+    exitCode: 2,
+    hint: 'Fix the file named in the message; `metis config show` prints what is in effect.',
+  },
   METIS_ERR_SESSION_ENDED: { status: 409, exitCode: 1, hint: 'Create a new session.' },
 } as const satisfies Record<string, ErrorSpec>;
 

@@ -81,6 +81,8 @@ export class EventBus {
   private routesByType = new Map<string, readonly Route[]>();
   private queue: MetisEvent[] = [];
   private drainScheduled = false;
+  /** null when nobody listens, so emit pays one comparison. */
+  private emitListeners: ((event: MetisEvent) => void)[] | null = null;
 
   constructor(options: EventBusOptions = {}) {
     this.logger = options.logger ?? silentLogger();
@@ -140,7 +142,20 @@ export class EventBus {
       this.drainScheduled = true;
       setImmediate(this.drain);
     }
+    if (this.emitListeners !== null) for (const listener of this.emitListeners) listener(event);
     return event;
+  }
+
+  /**
+   * Calls `listener` synchronously for every event accepted by `emit`, before dispatch. The streaming
+   * server uses it to know which bus events are still on their way to the store (DESIGN.md invariant 1).
+   */
+  onEmit(listener: (event: MetisEvent) => void): () => void {
+    this.emitListeners = [...(this.emitListeners ?? []), listener];
+    return () => {
+      const rest = (this.emitListeners ?? []).filter((l) => l !== listener);
+      this.emitListeners = rest.length === 0 ? null : rest;
+    };
   }
 
   /**

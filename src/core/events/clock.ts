@@ -12,11 +12,20 @@ export function nowMicros(): number {
   return lastUs;
 }
 
+let isoSecond = Number.NaN;
+let isoPrefix = '';
+
+/**
+ * Formats unix microseconds as ISO 8601 with six fraction digits. `Date#toISOString` costs ~1.5 µs, a
+ * third of emit's budget, so the date part is formatted once per second and reused.
+ */
 export function microsToIso(us: number): string {
-  const ms = Math.floor(us / 1000);
-  const iso = new Date(ms).toISOString(); // 2026-11-22T07:37:03.123Z
-  const micros = String(us % 1000).padStart(3, '0');
-  return `${iso.slice(0, 23)}${micros}Z`;
+  const second = Math.floor(us / 1_000_000);
+  if (second !== isoSecond) {
+    isoPrefix = new Date(second * 1000).toISOString().slice(0, 20); // 2026-11-22T07:37:03.
+    isoSecond = second;
+  }
+  return `${isoPrefix}${String(us - second * 1_000_000).padStart(6, '0')}Z`;
 }
 
 /** Parses an ISO timestamp (with up to microsecond precision) to unix microseconds. */

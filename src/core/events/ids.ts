@@ -1,10 +1,26 @@
+import { randomFillSync } from 'node:crypto';
 import { decodeTime, monotonicFactory } from 'ulid';
+
+const randomPool = new Uint8Array(4096);
+let randomPos = randomPool.length;
+
+/**
+ * ulid's default source calls `crypto.getRandomValues` once per random character (~60 µs for the
+ * first id of each millisecond); reading a pooled buffer costs ~1 µs. Same CSPRNG, fewer calls.
+ */
+function pooledRandom(): number {
+  if (randomPos === randomPool.length) {
+    randomFillSync(randomPool);
+    randomPos = 0;
+  }
+  return randomPool[randomPos++]! / 256;
+}
 
 /**
  * One monotonic ULID source per process stamps every event of both families (DESIGN.md invariant 1).
- * The monotonic factory costs ~0.3 µs per id where a plain `ulid()` costs ~34 µs.
+ * Within a millisecond the monotonic factory only increments (~0.3 µs per id).
  */
-const nextUlid = monotonicFactory();
+const nextUlid = monotonicFactory(pooledRandom);
 
 /** Ids never go below this time, so ids stay monotonic across a restart even if the clock went back. */
 let floorTimeMs = 0;

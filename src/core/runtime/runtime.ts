@@ -38,6 +38,7 @@ export interface SessionInfo {
   readonly workspace_path: string;
   readonly parent_session_id: string | null;
   readonly active_model: string;
+  readonly routing_policy_version: string;
   readonly turn_count: number;
   readonly cost_so_far_usd: number;
   readonly current_turn_id: string | null;
@@ -376,6 +377,7 @@ export class Runtime {
       ended: stored.status === 'ended',
     };
     this.live.set(session.id, session);
+    this.costs.seed(session.id, this.sessions.storedCost(session.id));
     if (!session.ended) {
       const lastEvent = this.sessions.lastEventId(session.id);
       new TurnEvents(this.bus, this.streaming, session.id, null, false).emit('session.resumed', null, {
@@ -393,6 +395,7 @@ export class Runtime {
       workspace_path: session.workspacePath,
       parent_session_id: session.parentSessionId,
       active_model: session.activeModel,
+      routing_policy_version: this.routingPolicyVersion,
       turn_count: session.turnCount,
       cost_so_far_usd: this.costs.costOf(session.id),
       current_turn_id: session.turn?.state.turnId ?? null,

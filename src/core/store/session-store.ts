@@ -130,6 +130,19 @@ export class SessionStore {
     );
   }
 
+  /** Cost recorded in the trace so far: the session's model calls plus its workers' rolled-up spend. */
+  storedCost(sessionId: string): number {
+    const row = this.db
+      .prepare(
+        `SELECT coalesce(sum(CASE type WHEN 'llm.call_completed' THEN json_extract(payload_json, '$.cost_usd')
+                                   ELSE CAST(json_extract(payload_json, '$.worker_total_cost_usd') AS REAL) END), 0)
+         FROM events WHERE session_id = ? AND type IN ('llm.call_completed', 'delegate.completed')`,
+      )
+      .pluck()
+      .get(sessionId) as number;
+    return row;
+  }
+
   setActiveModel(id: string, model: string): void {
     this.db
       .prepare('UPDATE sessions SET active_model = ?, updated_at_us = ? WHERE id = ?')

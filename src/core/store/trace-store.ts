@@ -108,6 +108,15 @@ export class TraceStore {
     return (this.lastIdStatement.get() as string | null) ?? null;
   }
 
+  /** Id and type of the oldest event kept for a session, for `cursor_expired` after a prune. */
+  getOldestKept(sessionId: string): { id: string; type: string } | null {
+    return (
+      (this.db
+        .prepare('SELECT id, type FROM events WHERE session_id = ? ORDER BY id LIMIT 1')
+        .get(sessionId) as { id: string; type: string } | undefined) ?? null
+    );
+  }
+
   /** Oldest event kept for a session, for `cursor_expired` after a prune. */
   oldestEventId(sessionId: string): string | null {
     return (this.oldestInSessionStatement.get(sessionId) as string | undefined) ?? null;

@@ -42,6 +42,7 @@ export class TraceWriter {
   private readonly maxAttempts: number;
   private readonly retryDelayMs: number;
   private readonly listeners: CommitListener[] = [];
+  private readonly dropListeners: CommitListener[] = [];
   private readonly knownSessions = new Set<string>();
   private readonly backlog: MetisEvent[][] = [];
   private attempts = 0;
@@ -93,6 +94,11 @@ export class TraceWriter {
       const index = this.listeners.indexOf(listener);
       if (index >= 0) this.listeners.splice(index, 1);
     };
+  }
+
+  /** Called with each batch that was dropped after failing to commit. */
+  onDrop(listener: CommitListener): void {
+    this.dropListeners.push(listener);
   }
 
   /** Writes one batch in one transaction, or queues it behind a batch that is waiting to be retried. */
@@ -153,6 +159,7 @@ export class TraceWriter {
       },
       'trace store failed to commit a batch; events dropped (gap detection will report the hole)',
     );
+    for (const listener of this.dropListeners) listener(batch);
     return 'drop';
   }
 

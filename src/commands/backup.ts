@@ -1,0 +1,20 @@
+import { backupDatabase } from '../core/store/backup.js';
+import { resolveDbPath } from '../core/store/paths.js';
+
+export interface BackupOptions {
+  db?: string;
+  json?: boolean;
+}
+
+/** Prints an object as `key: value` lines (null as `none`), or as JSON. */
+export function printRecord(record: object, json: boolean | undefined): void {
+  if (json) {
+    console.log(JSON.stringify(record, null, 2));
+    return;
+  }
+  for (const [key, value] of Object.entries(record)) console.log(`${key}: ${value ?? 'none'}`);
+}
+
+export async function backupCommand(dest: string, options: BackupOptions): Promise<void> {
+  printRecord(backupDatabase({ dbPath: resolveDbPath(options.db), dest }), options.json);
+}

@@ -1,0 +1,74 @@
+import type { Command } from 'commander';
+
+const DB_HELP = 'database file (default: $METIS_HOME/metis.db, else ~/.metis/metis.db)';
+
+/** The `trace` command group, shared with other `trace ...` subcommands if one registered it first. */
+function traceGroup(program: Command): Command {
+  return (
+    program.commands.find((c) => c.name() === 'trace') ??
+    program.command('trace').description('inspect and maintain the trace store')
+  );
+}
+
+/**
+ * Registers the trace store maintenance commands: `trace prune`, `trace stats`, `backup`, `restore`
+ * and `export`. Each action imports its module only when it runs.
+ */
+export function registerStoreCommands(program: Command): void {
+  const trace = traceGroup(program);
+  trace
+    .command('prune')
+    .description(
+      'delete events older than the retention period in small batches; audit events are never deleted',
+    )
+    .option('--days <n>', 'delete events older than this many days (a positive integer)', '90')
+    .option('--dry-run', 'print what would be deleted, by type, and change nothing')
+    .option('--db <file>', DB_HELP)
+    .option('--json', 'print the result (the trace.swept payload plus batches and by_type) as JSON')
+    .action(async (options) => (await import('./trace-prune.js')).tracePruneCommand(options));
+
+  trace
+    .command('stats')
+    .description('events by type and by session, sizes, oldest and newest event, schema version')
+    .option('--db <file>', DB_HELP)
+    .option('--json', 'print JSON (every session, not only the top 20)')
+    .action(async (options) => (await import('./trace-stats.js')).traceStatsCommand(options));
+
+  program
+    .command('backup')
+    .description('write a consistent snapshot of the database to a new file (safe while a server runs)')
+    .argument('<dest>', 'backup file to create; must not exist (its folder must)')
+    .option('--db <file>', DB_HELP)
+    .option('--json', 'print the backup metadata as JSON instead of key: value lines')
+    .action(async (dest, options) => (await import('./backup.js')).backupCommand(dest, options));
+
+  program
+    .command('restore')
+    .description('replace the database with a backup written by `metis backup` (stop the server first)')
+    .argument('<src>', 'backup file to restore')
+    .option('--db <file>', `database to replace or create; ${DB_HELP.replace('database file ', '')}`)
+    .option('--force', 'replace an existing database')
+    .option('--json', 'print the result as JSON instead of key: value lines')
+    .action(async (src, options) => (await import('./restore.js')).restoreCommand(src, options));
+
+  program
+    .command('export')
+    .description('stream stored events in id order as JSONL (one envelope per line) or CSV')
+    .option('--session <id>', 'only events of this session')
+    .option('--type <types...>', 'only these event types (repeat the flag or separate with commas)')
+    .option('--since <iso|id>', 'events at or after an ISO timestamp, or after an event id (exclusive)')
+    .option('--until <iso>', 'events at or before an ISO timestamp (inclusive)')
+    .option(
+      '--max-sensitivity <level>',
+      'leave out events more private than this level: private < user_controlled < pseudonymous < aggregatable',
+    )
+    .option('--audit', 'only audit event types (AUDIT_EVENT_TYPES)')
+    .option(
+      '--format <format>',
+      'jsonl (one envelope per line, as stored) or csv (RFC 4180, with a header)',
+      'jsonl',
+    )
+    .option('--out <file>', 'write to this new file (0600) instead of stdout; never overwrites')
+    .option('--db <file>', DB_HELP)
+    .action(async (options) => (await import('./export.js')).exportCommand(options));
+}

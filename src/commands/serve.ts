@@ -1,0 +1,69 @@
+import { loadConfig } from '../core/config/load-config.js';
+import { MetisError } from '../core/errors.js';
+import { createLogger } from '../core/logger.js';
+import { startService } from '../core/server/serve.js';
+import { resolveDbPath } from '../core/store/paths.js';
+
+export interface ServeOptions {
+  host?: string;
+  port?: string;
+  db?: string;
+  model?: string;
+  config?: string;
+  json?: boolean;
+}
+
+export async function serveCommand(options: ServeOptions): Promise<void> {
+  const { config, filepath } = await loadConfig({ explicitPath: options.config ?? null });
+  if (options.host) config.server.host = options.host;
+  if (options.port !== undefined) {
+    const port = Number(options.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) {
+      throw new MetisError(
+        'METIS_ERR_INVALID_ARGUMENT',
+        `--port: "${options.port}" is not a port number (0-65535)`,
+      );
+    }
+    config.server.port = port;
+  }
+  if (options.model) {
+    if (!/^[a-z0-9-]+:\S+$/.test(options.model)) {
+      throw new MetisError(
+        'METIS_ERR_INVALID_MODEL',
+        `--model: "${options.model}" is not of the form provider:name`,
+      );
+    }
+    config.runtime.default_model = options.model;
+  }
+  const dbPath = resolveDbPath(options.db ?? config.storage.database);
+  const logger = createLogger({ level: process.env.METIS_LOG_LEVEL ?? 'info' });
+  const service = await startService(config, dbPath, logger);
+  if (options.json) {
+    console.log(
+      JSON.stringify({ url: service.url, db: dbPath, config: filepath, gaps: service.gaps.length }),
+    );
+  } else {
+    console.log(`metis serving on ${service.url}`);
+    console.log(`  database  ${dbPath}`);
+    console.log(`  config    ${filepath ?? '(built-in defaults)'}`);
+    console.log(`  model     ${config.runtime.default_model}`);
+    if (service.gaps.length > 0)
+      console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);
+    console.log('Press Ctrl-C to stop.');
+  }
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      process.off('SIGINT', onInt);
+      process.off('SIGTERM', onTerm);
+      if (!options.json) console.error(`\n${signal}: stopping (cancelling turns, flushing the trace)…`);
+      service.stop().then(resolve, (error: unknown) => {
+        console.error(`error while stopping: ${(error as Error).message}`);
+        resolve();
+      });
+    };
+    const onInt = () => stop('SIGINT');
+    const onTerm = () => stop('SIGTERM');
+    process.on('SIGINT', onInt);
+    process.on('SIGTERM', onTerm);
+  });
+}

@@ -1,0 +1,43 @@
+import { resolveDbPath } from '../core/store/paths.js';
+import { type PurgeResult, parseRetentionDays, purgeOldEvents } from '../core/store/retention.js';
+import { stderrProgress } from './progress.js';
+
+export interface TracePruneOptions {
+  days?: string;
+  dryRun?: boolean;
+  db?: string;
+  json?: boolean;
+}
+
+const events = (n: number) => `${n} event${n === 1 ? '' : 's'}`;
+
+function printHuman(result: PurgeResult, days: number): void {
+  const older = `older than ${result.cutoff_timestamp} (${days} days)`;
+  if (result.dry_run) {
+    console.log(`dry run: would delete ${events(result.rows_deleted)} ${older}; nothing was changed`);
+    const rows = Object.entries(result.by_type).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+    const width = Math.max(0, ...rows.map(([type]) => type.length));
+    for (const [type, count] of rows) console.log(`  ${type.padEnd(width)}  ${count}`);
+  } else {
+    const batches = `${result.batches} batch${result.batches === 1 ? '' : 'es'}`;
+    console.log(`deleted ${events(result.rows_deleted)} ${older} in ${batches}`);
+  }
+  const keep = result.dry_run ? 'would keep' : 'kept';
+  console.log(
+    `${keep} ${result.rows_audit_exempt} audit events older than the cutoff (audit types are never pruned)`,
+  );
+  console.log(`oldest event kept: ${result.oldest_kept_timestamp ?? 'none'}`);
+}
+
+export async function tracePruneCommand(options: TracePruneOptions): Promise<void> {
+  const days = parseRetentionDays(options.days);
+  const progress = stderrProgress('deleting events');
+  const result = await purgeOldEvents({
+    dbPath: resolveDbPath(options.db),
+    days,
+    dryRun: options.dryRun ?? false,
+    onProgress: ({ deleted, total }) => progress.update(deleted, total),
+  }).finally(() => progress.finish());
+  if (options.json) console.log(JSON.stringify(result, null, 2));
+  else printHuman(result, days);
+}

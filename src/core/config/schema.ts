@@ -1,0 +1,45 @@
+import { z } from 'zod';
+import { RuntimeConfigSchema } from './runtime-schema.js';
+
+export const ServerConfigSchema = z.strictObject({
+  host: z.string().min(1).default('127.0.0.1'),
+  port: z.number().int().min(0).max(65535).default(8421),
+  /** Required to bind a non-loopback address. */
+  bearer_token: z.string().min(16, 'must be at least 16 characters').nullable().default(null),
+  allowed_origins: z.array(z.string().url()).default([]),
+  max_queue_events: z.number().int().positive().default(1000),
+  max_queue_bytes: z
+    .number()
+    .int()
+    .positive()
+    .default(8 * 1024 * 1024),
+  replay_cap: z.number().int().positive().default(10_000),
+  heartbeat_interval_ms: z.number().int().positive().default(30_000),
+  attach_token_ttl_ms: z.number().int().positive().default(60_000),
+});
+
+export const StorageConfigSchema = z.strictObject({
+  /** Database file; default `$METIS_HOME/metis.db`. */
+  database: z.string().min(1).nullable().default(null),
+  retention_days: z.number().int().positive().default(90),
+  synchronous: z.enum(['NORMAL', 'FULL']).default('NORMAL'),
+});
+
+export const BusConfigSchema = z.strictObject({
+  validation: z.enum(['strict', 'lenient']).nullable().default(null),
+  queue_limit: z.number().int().positive().default(10_000),
+});
+
+/** Every setting of metis, with its default (docs/configuration.md). */
+export const MetisConfigSchema = z.strictObject({
+  server: ServerConfigSchema.default(ServerConfigSchema.parse({})),
+  storage: StorageConfigSchema.default(StorageConfigSchema.parse({})),
+  bus: BusConfigSchema.default(BusConfigSchema.parse({})),
+  runtime: RuntimeConfigSchema.default(RuntimeConfigSchema.parse({})),
+  plugins: z
+    .array(z.union([z.string().min(1), z.tuple([z.string().min(1), z.record(z.string(), z.unknown())])]))
+    .default([]),
+});
+
+export type MetisConfig = z.output<typeof MetisConfigSchema>;
+export type MetisConfigInput = z.input<typeof MetisConfigSchema>;

@@ -1,0 +1,383 @@
+import { randomBytes } from 'node:crypto';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import type { WebSocket } from 'ws';
+import type { EventBus } from '../bus/event-bus.js';
+import { isMetisError } from '../errors.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
+import { newId } from '../events/ids.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { type EventRow, rowToJson } from '../store/event-rows.js';
+import type { TraceStore } from '../store/trace-store.js';
+import { cursorExpired } from './cursor.js';
+import { type FaultSwitches, NO_FAULTS } from './faults.js';
+import { CLOSE, ClientFrameSchema, depthOf, MAX_FRAME_DEPTH, type SubscribeFrame } from './frames.js';
+import { buildSnapshot } from './snapshot.js';
+import type { StreamHub, StreamTarget } from './stream-hub.js';
+import { compileFilter, type ResolvedFilter, resolveFilter } from './subscription-filter.js';
+
+export interface StreamOptions {
+  readonly maxQueueEvents: number;
+  readonly maxQueueBytes: number;
+  readonly replayCap: number;
+  readonly heartbeatIntervalMs: number;
+  readonly retentionDays: number;
+  /** Socket buffer above which queued frames wait for 'drain'. */
+  readonly socketHighWaterMark: number;
+}
+
+export interface ConnectionDeps {
+  readonly hub: StreamHub;
+  readonly store: TraceStore;
+  readonly runtime: Runtime;
+  readonly bus: EventBus;
+  readonly options: StreamOptions;
+  readonly logger: Logger;
+  readonly faults?: FaultSwitches;
+}
+
+type State = 'awaiting_subscribe' | 'live' | 'closed';
+
+const TOO_SLOW_REASON = JSON.stringify({
+  code: 'client_too_slow',
+  message: 'Outbound queue overflowed; reconnect with replay.',
+});
+const CANCEL_REASONS = new Set(['user_cancel', 'client_disconnect', 'timeout']);
+
+/**
+ * One WebSocket attached to one session (streaming spec §3, §4, §8). Live events are buffered from
+ * accept; subscribe sends the ack, then the snapshot or the replay, then drains the buffer past what
+ * was sent, so the seam has no gap and no duplicate (§3.7). Frames go through a bounded queue; a
+ * client that lets it overflow is closed with 1008 and nobody else waits for it.
+ */
+export class ClientConnection implements StreamTarget {
+  readonly id = newId('conn');
+  private state: State = 'awaiting_subscribe';
+  private buffer: MetisEvent[] = [];
+  private filter: ((event: MetisEvent) => boolean) | null = null;
+  private resolved: ResolvedFilter | null = null;
+  private sessionIds = new Set<string>();
+  private readonly queue: string[] = [];
+  private queueHead = 0;
+  private queuedBytes = 0;
+  private flushScheduled = false;
+  private unansweredPings = 0;
+  private sentSinceTick = false;
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly faults: FaultSwitches;
+
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly socket: Duplex,
+    readonly sessionId: string,
+    private readonly deps: ConnectionDeps,
+  ) {
+    this.faults = deps.faults ?? NO_FAULTS;
+    deps.hub.attach(this);
+    ws.on('message', (data, isBinary) => this.onMessage(data, isBinary));
+    ws.on('close', () => this.dispose('client_disconnect'));
+    ws.on('error', (error) => deps.logger.debug({ conn: this.id, err: error.message }, 'websocket error'));
+    socket.on('drain', () => this.flush());
+    this.heartbeat = setInterval(() => this.tick(), deps.options.heartbeatIntervalMs);
+    this.heartbeat.unref();
+  }
+
+  wantsWorkers(): boolean {
+    return this.resolved === null || this.resolved.include_worker_sessions;
+  }
+
+  deliver(event: MetisEvent, frame: () => string): void {
+    if (this.state === 'awaiting_subscribe') {
+      this.buffer.push(event);
+      return;
+    }
+    if (this.state !== 'live' || !this.filter!(event)) return;
+    if (event.session_id !== this.sessionId && !this.sessionIds.has(event.session_id))
+      this.sessionIds.add(event.session_id);
+    this.send(frame());
+  }
+
+  /** Closes from the server side (shutdown). */
+  shutdown(): void {
+    if (this.state === 'closed') return;
+    this.ws.close(CLOSE.serverShutdown, 'server shutting down');
+    this.dispose('shutdown');
+  }
+
+  private onMessage(data: unknown, isBinary: boolean): void {
+    if (this.state === 'closed') return;
+    if (isBinary) {
+      this.ws.close(CLOSE.unsupportedData, 'binary frames are not part of the protocol');
+      this.dispose('client_disconnect');
+      return;
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(String(data));
+    } catch {
+      this.sendError('invalid_json', 'frame is not valid JSON');
+      return;
+    }
+    if (depthOf(parsed) > MAX_FRAME_DEPTH) {
+      this.sendError('invalid_frame', `frame nests deeper than ${MAX_FRAME_DEPTH}`);
+      return;
+    }
+    const frame = ClientFrameSchema.safeParse(parsed);
+    if (!frame.success) {
+      const issue = frame.error.issues[0];
+      const where = issue?.path.length ? issue.path.join('.') : 'frame';
+      this.sendError('invalid_frame', `${where}: ${issue?.message ?? 'invalid'}`);
+      return;
+    }
+    const value = frame.data;
+    switch (value.type) {
+      case 'subscribe': {
+        this.subscribe(value);
+        return;
+      }
+      case 'cancel': {
+        this.cancel(value.turn_id, value.reason);
+        return;
+      }
+      case 'ping':
+        if (!this.faults.ignorePings) this.send(JSON.stringify({ type: 'pong', nonce: value.nonce }));
+        return;
+      case 'pong':
+        this.unansweredPings = 0;
+        return;
+    }
+  }
+
+  private subscribe(frame: SubscribeFrame): void {
+    if (this.state === 'live') {
+      this.sendError('already_subscribed', 'this connection is already subscribed');
+      return;
+    }
+    const { runtime, store, hub, options } = this.deps;
+    if (!runtime.hasSession(this.sessionId)) {
+      this.subscribeError('session_not_found', `no session ${this.sessionId}`);
+      return;
+    }
+    const resolution = resolveFilter(frame.filter);
+    if (!resolution.ok) {
+      this.subscribeError(
+        'invalid_filter',
+        `unknown event types in filter: ${resolution.unknown.join(', ')}`,
+      );
+      return;
+    }
+    const resolved = resolution.filter;
+    const sessionIds = new Set([
+      this.sessionId,
+      ...(resolved.include_worker_sessions ? hub.workersOf(this.sessionId) : []),
+    ]);
+    const matches = compileFilter(resolved);
+    const ack = (replayed: number) =>
+      JSON.stringify({
+        type: 'subscribe_ack',
+        resolved_filter: resolved,
+        since: frame.since,
+        snapshot: frame.snapshot,
+        replay_event_count: replayed,
+      });
+
+    let replayFrames: { id: string; frame: string }[] = [];
+    let skipUpTo: string | null = null;
+    let snapshotFrame: string | null = null;
+    if (frame.snapshot) {
+      skipUpTo = hub.sequencer.lastReleasedId;
+      snapshotFrame = buildSnapshot(runtime, store.db, hub.recent, this.sessionId, skipUpTo);
+    } else if (frame.since !== null) {
+      if (cursorExpired(store, this.sessionId, frame.since, options.retentionDays)) {
+        this.subscribeError(
+          'cursor_expired',
+          'The cursor is older than the retained trace. Reconnect with snapshot: true.',
+        );
+        return;
+      }
+      const { rows, tooLarge } = store.replay({
+        sessionIds: [...sessionIds],
+        afterId: frame.since,
+        eventTypes: resolved.event_types,
+        actors: resolved.actors,
+        limit: options.replayCap,
+      });
+      const live = hub.recent.after(sessionIds, frame.since).filter(matches);
+      if (tooLarge || rows.length + live.length > options.replayCap) {
+        this.subscribeError(
+          'replay_too_large',
+          `Gap exceeds replay limit of ${options.replayCap} events. Reconnect with snapshot: true.`,
+        );
+        return;
+      }
+      replayFrames = mergeReplay(rows, live, this.faults);
+      skipUpTo = frame.since;
+    }
+
+    this.resolved = resolved;
+    this.filter = matches;
+    this.sessionIds = sessionIds;
+    this.state = 'live';
+    this.send(ack(replayFrames.length));
+    if (snapshotFrame !== null) this.send(snapshotFrame);
+    const replayed = new Set<string>();
+    for (const { id, frame: text } of replayFrames) {
+      replayed.add(id);
+      this.send(text);
+    }
+    // The seam (§3.7): what arrived since accept, minus what the snapshot or the replay covered.
+    const buffered = this.buffer;
+    this.buffer = [];
+    for (const event of buffered) {
+      if (skipUpTo !== null && event.id <= skipUpTo) continue;
+      if (replayed.has(event.id) || !matches(event)) continue;
+      if (event.session_id !== this.sessionId && !resolved.include_worker_sessions) continue;
+      if (this.faults.dropAtSeam && event === buffered.find((e) => !replayed.has(e.id))) continue;
+      this.send(`{"type":"event","event":${JSON.stringify(event)}}`);
+    }
+    this.deps.bus.emit({
+      type: 'bus.subscriber_registered',
+      session_id: SYSTEM_SESSION_ID,
+      payload: {
+        subscription_name: `ws:${this.id}:${this.sessionId}`,
+        filter: { session_ids: [...sessionIds], event_types: resolved.event_types, actors: resolved.actors },
+        fast_path: true,
+      },
+    });
+  }
+
+  private cancel(turnId: string, reason: string | undefined): void {
+    const cancelReason = reason && CANCEL_REASONS.has(reason) ? (reason as 'user_cancel') : 'user_cancel';
+    try {
+      this.deps.runtime.cancelTurn(this.sessionId, turnId, cancelReason);
+    } catch (error) {
+      if (isMetisError(error)) {
+        this.sendError('turn_not_found', error.message);
+        return;
+      }
+      throw error;
+    }
+  }
+
+  private subscribeError(code: string, message: string): void {
+    this.send(JSON.stringify({ type: 'subscribe_error', code, message }));
+  }
+
+  private sendError(code: string, message: string): void {
+    this.send(JSON.stringify({ type: 'error', code, message }));
+  }
+
+  /** Queues a frame and schedules a flush; overflowing the bound closes the client. */
+  private send(frame: string): void {
+    if (this.state === 'closed') return;
+    this.queue.push(frame);
+    this.queuedBytes += frame.length;
+    const queued = this.queue.length - this.queueHead;
+    if (queued > this.deps.options.maxQueueEvents || this.queuedBytes > this.deps.options.maxQueueBytes) {
+      this.tooSlow();
+      return;
+    }
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => {
+        this.flushScheduled = false;
+        this.flush();
+      });
+    }
+  }
+
+  /** Writes queued frames while the socket takes them; the rest waits for 'drain'. */
+  private flush(): void {
+    if (this.state === 'closed' || this.ws.readyState !== this.ws.OPEN) return;
+    const limit = this.deps.options.socketHighWaterMark;
+    if (this.queueHead >= this.queue.length) return;
+    // Corking coalesces the frames of one flush into one socket write; they stay separate frames.
+    this.socket.cork();
+    while (this.queueHead < this.queue.length && this.ws.bufferedAmount < limit) {
+      const frame = this.queue[this.queueHead]!;
+      this.queue[this.queueHead] = '';
+      this.queueHead += 1;
+      this.queuedBytes -= frame.length;
+      this.ws.send(frame);
+      this.sentSinceTick = true;
+    }
+    this.socket.uncork();
+    if (this.queueHead === this.queue.length) {
+      this.queue.length = 0;
+      this.queueHead = 0;
+    }
+  }
+
+  private tooSlow(): void {
+    this.deps.logger.warn(
+      { conn: this.id, session_id: this.sessionId, queued: this.queue.length - this.queueHead },
+      'client too slow: outbound queue overflowed; closing with 1008',
+    );
+    this.queue.length = 0;
+    this.queueHead = 0;
+    this.queuedBytes = 0;
+    this.ws.close(CLOSE.clientTooSlow, TOO_SLOW_REASON);
+    this.dispose('client_disconnect');
+  }
+
+  private tick(): void {
+    if (this.state === 'closed') return;
+    if (this.unansweredPings >= 3) {
+      this.ws.close(
+        CLOSE.heartbeatTimeout,
+        JSON.stringify({ code: 'heartbeat_timeout', message: 'three pings unanswered' }),
+      );
+      this.dispose('client_disconnect');
+      return;
+    }
+    if (!this.sentSinceTick) {
+      this.unansweredPings += 1;
+      this.send(JSON.stringify({ type: 'ping', nonce: randomBytes(6).toString('hex') }));
+    }
+    this.sentSinceTick = false;
+  }
+
+  private dispose(reason: 'client_disconnect' | 'shutdown'): void {
+    if (this.state === 'closed') return;
+    const wasLive = this.state === 'live';
+    this.state = 'closed';
+    clearInterval(this.heartbeat);
+    this.deps.hub.detachTarget(this);
+    this.buffer = [];
+    if (wasLive) {
+      try {
+        this.deps.bus.emit({
+          type: 'bus.subscriber_unregistered',
+          session_id: SYSTEM_SESSION_ID,
+          payload: { subscription_name: `ws:${this.id}:${this.sessionId}`, reason },
+        });
+      } catch (error) {
+        this.deps.logger.debug({ err: (error as Error).message }, 'could not record unsubscribe');
+      }
+    }
+  }
+}
+
+/** Stored rows and in-memory streaming events after the cursor, merged in id order, as frames. */
+function mergeReplay(
+  rows: readonly (readonly unknown[])[],
+  live: readonly MetisEvent[],
+  faults: FaultSwitches,
+): { id: string; frame: string }[] {
+  const out: { id: string; frame: string }[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < rows.length || j < live.length) {
+    const row = rows[i];
+    const event = live[j];
+    if (row !== undefined && (event === undefined || (row[0] as string) < event.id)) {
+      out.push({ id: row[0] as string, frame: `{"type":"event","event":${rowToJson(row as EventRow)}}` });
+      i += 1;
+    } else {
+      out.push({ id: event!.id, frame: `{"type":"event","event":${JSON.stringify(event)}}` });
+      j += 1;
+    }
+  }
+  if (faults.duplicateReplayEvent && out.length > 0) out.push(out[out.length - 1]!);
+  return out;
+}

@@ -1,0 +1,102 @@
+import type { EventBus } from '../bus/event-bus.js';
+import type { MetisEvent } from '../events/envelope.js';
+import type { StreamingChannel } from '../runtime/streaming-channel.js';
+import type { TraceWriter } from '../store/trace-writer.js';
+
+export type ReleaseListener = (event: MetisEvent) => void;
+
+interface Slot {
+  readonly event: MetisEvent;
+  /** Streaming events are ready at once; bus events once their transaction committed. */
+  ready: boolean;
+  dropped: boolean;
+}
+
+/**
+ * Merges the two channels into one stream in id order (DESIGN.md invariants 1 and 2):
+ *
+ *   bus.emit ──(onEmit)──▶ slot (pending) ──(writer.onCommit)──▶ ready ─┐
+ *   streaming.publish ───▶ slot (ready) ────────────────────────────────┴─▶ release in id order
+ *
+ * Every event gets a slot when it is created, and ids are handed out in creation order, so the slots
+ * are already sorted. The head is released as soon as it is ready: a streaming delta waits only for the
+ * bus events created before it to commit (one dispatch tick), and a bus event never reaches a client
+ * before the store has it. A bus event whose batch failed to commit is dropped from the stream.
+ */
+export class EventSequencer {
+  private readonly slots: Slot[] = [];
+  private head = 0;
+  private readonly pendingById = new Map<string, Slot>();
+  private readonly listeners = new Set<ReleaseListener>();
+  private releasing = false;
+  private readonly detachers: (() => void)[] = [];
+  /** Id of the newest event released, the `snapshot_at_event_id` of a snapshot taken now. */
+  lastReleasedId: string | null = null;
+
+  constructor(bus: EventBus, writer: TraceWriter, streaming: StreamingChannel) {
+    this.detachers.push(
+      bus.onEmit((event) => {
+        const slot: Slot = { event, ready: false, dropped: false };
+        this.slots.push(slot);
+        this.pendingById.set(event.id, slot);
+      }),
+    );
+    writer.onCommit((batch) => this.settle(batch, false));
+    writer.onDrop((batch) => this.settle(batch, true));
+    this.detachers.push(
+      streaming.subscribe((event) => {
+        this.slots.push({ event, ready: true, dropped: false });
+        this.release();
+      }),
+    );
+  }
+
+  onRelease(listener: ReleaseListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Events created but not yet released (waiting for a commit): for diagnostics and tests. */
+  get waiting(): number {
+    return this.slots.length - this.head;
+  }
+
+  close(): void {
+    for (const detach of this.detachers) detach();
+    this.listeners.clear();
+  }
+
+  private settle(batch: readonly MetisEvent[], dropped: boolean): void {
+    for (const event of batch) {
+      const slot = this.pendingById.get(event.id);
+      if (slot === undefined) continue; // emitted before the sequencer existed
+      this.pendingById.delete(event.id);
+      slot.ready = true;
+      slot.dropped = dropped;
+    }
+    this.release();
+  }
+
+  private release(): void {
+    // A listener may cause new events (a slow client's close emits bus.subscriber_unregistered);
+    // those join the queue and the outer loop releases them in order.
+    if (this.releasing) return;
+    this.releasing = true;
+    try {
+      while (this.head < this.slots.length) {
+        const slot = this.slots[this.head]!;
+        if (!slot.ready) break;
+        this.head += 1;
+        if (slot.dropped) continue;
+        this.lastReleasedId = slot.event.id;
+        for (const listener of this.listeners) listener(slot.event);
+      }
+      if (this.head > 1024 && this.head * 2 > this.slots.length) {
+        this.slots.splice(0, this.head);
+        this.head = 0;
+      }
+    } finally {
+      this.releasing = false;
+    }
+  }
+}

@@ -1,0 +1,62 @@
+import { z } from 'zod';
+
+/** Client → server frames (streaming spec §4.3). */
+const ExplicitFilterSchema = z.strictObject({
+  event_types: z.array(z.string().min(1).max(200)).max(1000).nullable().default(null),
+  actors: z
+    .array(z.enum(['user', 'agent', 'system', 'tool', 'worker']))
+    .nullable()
+    .default(null),
+  include_worker_sessions: z.boolean().default(false),
+});
+
+export const SubscribeFrameSchema = z.strictObject({
+  type: z.literal('subscribe'),
+  filter: z.union([z.literal('preset:chat'), z.literal('preset:full'), ExplicitFilterSchema]),
+  since: z.string().min(1).max(100).nullable().default(null),
+  snapshot: z.boolean().default(false),
+});
+
+export const CancelFrameSchema = z.strictObject({
+  type: z.literal('cancel'),
+  turn_id: z.string().min(1).max(100),
+  reason: z.string().max(200).optional(),
+});
+
+export const PingFrameSchema = z.strictObject({ type: z.literal('ping'), nonce: z.string().max(200) });
+export const PongFrameSchema = z.strictObject({ type: z.literal('pong'), nonce: z.string().max(200) });
+
+export const ClientFrameSchema = z.discriminatedUnion('type', [
+  SubscribeFrameSchema,
+  CancelFrameSchema,
+  PingFrameSchema,
+  PongFrameSchema,
+]);
+
+export type SubscribeFrame = z.output<typeof SubscribeFrameSchema>;
+export type ClientFrame = z.output<typeof ClientFrameSchema>;
+
+/** Close codes the server uses; 1008 `client_too_slow` is the spec's, the 44xx are metis's. */
+export const CLOSE = {
+  clientTooSlow: 1008,
+  tooBig: 1009,
+  heartbeatTimeout: 4408,
+  unsupportedData: 1003,
+  serverShutdown: 1001,
+} as const;
+
+/** Deeper nesting than this in a client frame is refused before it is validated. */
+export const MAX_FRAME_DEPTH = 32;
+
+export function depthOf(value: unknown, limit = MAX_FRAME_DEPTH): number {
+  let max = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop()!;
+    if (node === null || typeof node !== 'object') continue;
+    if (depth > max) max = depth;
+    if (max > limit) return max;
+    for (const child of Object.values(node)) stack.push([child, depth + 1]);
+  }
+  return max;
+}

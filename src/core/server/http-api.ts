@@ -1,0 +1,158 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { z } from 'zod';
+import { isMetisError } from '../errors.js';
+import type { Runtime } from '../runtime/runtime.js';
+import type { AttachTokens } from './attach-tokens.js';
+import { HttpError, readJson, sendError, sendJson, validate } from './http-util.js';
+
+const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
+
+const CreateSessionBody = z.strictObject({
+  workspace_path: z.string().min(1).optional(),
+  model: modelId.optional(),
+});
+const SubmitTurnBody = z.strictObject({ message: z.string().min(1).max(200_000), model: modelId.optional() });
+const CancelBody = z.strictObject({
+  reason: z.enum(['user_cancel', 'client_disconnect', 'timeout']).optional(),
+});
+const ConfirmBody = z.strictObject({
+  decision: z.enum(['allow', 'deny']),
+  scope: z.enum(['once', 'session']).optional(),
+});
+const ModelBody = z.strictObject({ model: modelId });
+const MessagesQuery = z.strictObject({
+  before: z.string().min(1).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+});
+
+export interface ApiContext {
+  readonly runtime: Runtime;
+  readonly tokens: AttachTokens;
+  /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
+  readonly wsBase: () => string;
+  readonly extraRoutes?: (request: IncomingMessage, response: ServerResponse, path: string) => boolean;
+}
+
+type Handler = (request: IncomingMessage, params: string[], url: URL) => Promise<[number, unknown]>;
+
+/**
+ * The HTTP API (docs/http-api.md): sessions, turns, cancel, history, confirmations, the sticky model
+ * and health. Every body is validated; every failure is `{error: {code, message}}` with its status.
+ */
+export function createApi(context: ApiContext) {
+  const { runtime, tokens } = context;
+  const routes: [string, RegExp, Handler][] = [
+    ['GET', /^\/healthz$/, async () => [200, { status: 'ok' }]],
+    [
+      'POST',
+      /^\/sessions$/,
+      async (request) => {
+        const body = validate(CreateSessionBody, await readJson(request));
+        const session = runtime.createSession({
+          workspacePath: body.workspace_path,
+          model: body.model ?? null,
+        });
+        return [201, { session_id: session.id, ...session }];
+      },
+    ],
+    ['GET', /^\/sessions$/, async () => [200, { sessions: runtime.sessions.listSessions() }]],
+    [
+      'GET',
+      /^\/sessions\/([^/]+)$/,
+      async (_request, [id]) => {
+        const session = runtime.getSession(id!);
+        const token = tokens.issue(session.id);
+        return [
+          200,
+          {
+            session_id: session.id,
+            active_model: session.active_model,
+            attach_token: token,
+            ws_url: `${context.wsBase()}/sessions/${encodeURIComponent(session.id)}/stream?attach=${token}`,
+            session,
+          },
+        ];
+      },
+    ],
+    [
+      'POST',
+      /^\/sessions\/([^/]+)\/turns$/,
+      async (request, [id]) => {
+        const body = validate(SubmitTurnBody, await readJson(request));
+        const { turnId } = runtime.submitTurn(id!, body.message, { model: body.model ?? null });
+        return [202, { turn_id: turnId }];
+      },
+    ],
+    [
+      'POST',
+      /^\/sessions\/([^/]+)\/turns\/([^/]+)\/cancel$/,
+      async (request, [id, turnId]) => {
+        const body = validate(CancelBody, await readJson(request));
+        const status = runtime.cancelTurn(id!, turnId!, body.reason ?? 'user_cancel');
+        return [202, { turn_id: turnId, status }];
+      },
+    ],
+    [
+      'GET',
+      /^\/sessions\/([^/]+)\/messages$/,
+      async (_request, [id], url) => {
+        runtime.getSession(id!);
+        const query = validate(MessagesQuery, Object.fromEntries(url.searchParams), 'query');
+        const messages = runtime.sessions.messages(id!, {
+          beforeId: query.before ?? null,
+          limit: query.limit,
+        });
+        return [200, { messages, has_more: messages.length === query.limit }];
+      },
+    ],
+    [
+      'POST',
+      /^\/sessions\/([^/]+)\/confirmations\/([^/]+)$/,
+      async (request, [id, requestId]) => {
+        const body = validate(ConfirmBody, await readJson(request));
+        runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once');
+        return [200, { confirmation_request_id: requestId, decision: body.decision }];
+      },
+    ],
+    [
+      'PUT',
+      /^\/sessions\/([^/]+)\/model$/,
+      async (request, [id]) => {
+        const body = validate(ModelBody, await readJson(request));
+        return [200, runtime.setStickyModel(id!, body.model)];
+      },
+    ],
+  ];
+
+  return async function handleApi(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const url = new URL(request.url ?? '/', 'http://localhost');
+    const path = url.pathname;
+    try {
+      if (context.extraRoutes?.(request, response, path)) return;
+      let pathMatched = false;
+      for (const [method, pattern, handler] of routes) {
+        const match = pattern.exec(path);
+        if (!match) continue;
+        pathMatched = true;
+        if (method !== request.method) continue;
+        const params = match.slice(1).map((p) => decodeURIComponent(p));
+        const [status, body] = await handler(request, params, url);
+        sendJson(response, status, body);
+        return;
+      }
+      if (pathMatched)
+        sendError(
+          response,
+          405,
+          'METIS_ERR_METHOD_NOT_ALLOWED',
+          `${request.method} is not allowed on ${path}`,
+        );
+      else sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no route ${path}`);
+    } catch (error) {
+      if (error instanceof HttpError) return sendError(response, error.status, error.code, error.message);
+      if (isMetisError(error)) return sendError(response, error.status, error.code, error.message);
+      sendError(response, 500, 'METIS_ERR_INTERNAL', 'internal error');
+      throw error;
+    }
+  };
+}

@@ -1,0 +1,152 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { WebSocketServer } from 'ws';
+import { MetisError } from '../errors.js';
+import { silentLogger } from '../logger.js';
+import type { Runtime } from '../runtime/runtime.js';
+import type { TraceContext } from '../store/trace-context.js';
+import { AttachTokens } from './attach-tokens.js';
+import { ClientConnection, type StreamOptions } from './client-connection.js';
+import { EventSequencer } from './event-sequencer.js';
+import type { FaultSwitches } from './faults.js';
+import { createApi } from './http-api.js';
+import { checkRequest, isLoopbackHost, type SecurityOptions } from './security.js';
+import { StreamHub } from './stream-hub.js';
+
+export interface ServerOptions {
+  readonly host?: string;
+  /** 0 picks a free port (tests). */
+  readonly port?: number;
+  readonly bearerToken?: string | null;
+  readonly allowedOrigins?: readonly string[];
+  readonly stream?: Partial<StreamOptions>;
+  readonly attachTokenTtlMs?: number;
+  readonly faults?: FaultSwitches;
+  readonly logger?: Logger;
+}
+
+export interface MetisServer {
+  readonly url: string;
+  readonly port: number;
+  readonly hub: StreamHub;
+  /** Stops accepting, closes every client, and stops the server. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+export const DEFAULT_STREAM_OPTIONS: StreamOptions = {
+  maxQueueEvents: 1000,
+  maxQueueBytes: 8 * 1024 * 1024,
+  replayCap: 10_000,
+  heartbeatIntervalMs: 30_000,
+  retentionDays: 90,
+  socketHighWaterMark: 256 * 1024,
+};
+
+const MAX_PAYLOAD = 1024 * 1024;
+const STREAM_PATH = /^\/sessions\/([^/]+)\/stream$/;
+
+/**
+ * The streaming server: the HTTP API and one WebSocket per client per session (streaming spec §3),
+ * on top of a runtime and its trace store.
+ */
+export async function startServer(
+  runtime: Runtime,
+  trace: TraceContext,
+  options: ServerOptions = {},
+): Promise<MetisServer> {
+  const logger = options.logger ?? silentLogger();
+  const host = options.host ?? '127.0.0.1';
+  const loopbackOnly = isLoopbackHost(host.includes(':') && !host.startsWith('[') ? `[${host}]` : host);
+  const bearerToken = options.bearerToken ?? null;
+  if (!loopbackOnly && bearerToken === null) {
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `binding ${host} needs a bearer token`, {
+      hint: 'Set server.bearer_token in config (or METIS_BEARER_TOKEN) before binding a non-loopback address.',
+    });
+  }
+  const security: SecurityOptions = {
+    allowedOrigins: options.allowedOrigins ?? [],
+    bearerToken,
+    loopbackOnly,
+  };
+  const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
+  const sequencer = new EventSequencer(trace.bus, trace.writer, runtime.streaming);
+  const hub = new StreamHub(sequencer, runtime.sessions);
+  const tokens = new AttachTokens(options.attachTokenTtlMs);
+  const connections = new Set<ClientConnection>();
+  let address = '';
+  const api = createApi({ runtime, tokens, wsBase: () => `ws://${address}` });
+
+  const server: Server = createServer(
+    { maxHeaderSize: 16 * 1024, requestTimeout: 30_000 },
+    (request, response) => {
+      const verdict = checkRequest(request, security);
+      if (!verdict.ok) {
+        response.writeHead(verdict.status, { 'content-type': 'application/json' });
+        response.end(JSON.stringify({ error: { code: verdict.code, message: verdict.message } }));
+        return;
+      }
+      api(request, response).catch((error: unknown) => {
+        logger.error({ err: (error as Error).message, path: request.url?.split('?')[0] }, 'request failed');
+      });
+    },
+  );
+  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_PAYLOAD, perMessageDeflate: false });
+
+  server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const refuse = (status: number, message: string) => {
+      socket.end(`HTTP/1.1 ${status} ${message}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+    };
+    const verdict = checkRequest(request, security);
+    if (!verdict.ok) return refuse(verdict.status, verdict.status === 401 ? 'Unauthorized' : 'Forbidden');
+    const url = new URL(request.url ?? '/', 'http://localhost');
+    const match = STREAM_PATH.exec(url.pathname);
+    if (!match) return refuse(404, 'Not Found');
+    const sessionId = decodeURIComponent(match[1]!);
+    if (!tokens.consume(url.searchParams.get('attach'), sessionId)) return refuse(401, 'Unauthorized');
+    wss.handleUpgrade(request, socket, head, (ws) => {
+      const connection = new ClientConnection(ws, socket, sessionId, {
+        hub,
+        store: trace.store,
+        runtime,
+        bus: trace.bus,
+        options: streamOptions,
+        logger,
+        faults: options.faults,
+      });
+      connections.add(connection);
+      ws.on('close', () => connections.delete(connection));
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 8421, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const bound = server.address() as AddressInfo;
+  address = `${bound.family === 'IPv6' ? `[${bound.address}]` : bound.address}:${bound.port}`;
+
+  let closing: Promise<void> | null = null;
+  return {
+    url: `http://${address}`,
+    port: bound.port,
+    hub,
+    close: () => {
+      closing ??= (async () => {
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        for (const connection of connections) connection.shutdown();
+        for (const client of wss.clients) client.terminate();
+        server.closeAllConnections();
+        wss.close();
+        await stopped;
+        hub.close();
+        sequencer.close();
+      })();
+      return closing;
+    },
+  };
+}

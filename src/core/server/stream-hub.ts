@@ -1,0 +1,92 @@
+import type { MetisEvent } from '../events/envelope.js';
+import type { SessionStore } from '../store/session-store.js';
+import type { EventSequencer } from './event-sequencer.js';
+import { RecentStreams } from './recent-streams.js';
+
+/** What the hub delivers to: a client connection. */
+export interface StreamTarget {
+  /** The session the client attached to. */
+  readonly sessionId: string;
+  /** Whether events of the session's workers should reach it (undecided until subscribe: yes). */
+  wantsWorkers(): boolean;
+  deliver(event: MetisEvent, frame: () => string): void;
+}
+
+/**
+ * Routes released events to the connections attached to their session, and to the connections of
+ * the planner for a worker's events. Each event is serialized at most once, however many clients get
+ * it.
+ */
+export class StreamHub {
+  readonly recent = new RecentStreams();
+  private readonly targets = new Map<string, Set<StreamTarget>>();
+  private readonly parentOf = new Map<string, string | null>();
+  private readonly detach: () => void;
+
+  constructor(
+    readonly sequencer: EventSequencer,
+    private readonly sessions: SessionStore,
+  ) {
+    this.detach = sequencer.onRelease((event) => this.route(event));
+  }
+
+  attach(target: StreamTarget): void {
+    let set = this.targets.get(target.sessionId);
+    if (set === undefined) {
+      set = new Set();
+      this.targets.set(target.sessionId, set);
+    }
+    set.add(target);
+  }
+
+  detachTarget(target: StreamTarget): void {
+    const set = this.targets.get(target.sessionId);
+    if (!set) return;
+    set.delete(target);
+    if (set.size === 0) this.targets.delete(target.sessionId);
+  }
+
+  /** Worker sessions spawned by a session. */
+  workersOf(sessionId: string): string[] {
+    return this.sessions.childSessionIds(sessionId);
+  }
+
+  connectionCount(): number {
+    let count = 0;
+    for (const set of this.targets.values()) count += set.size;
+    return count;
+  }
+
+  close(): void {
+    this.detach();
+  }
+
+  private route(event: MetisEvent): void {
+    if (event.seq === null) this.recent.add(event);
+    if (event.type === 'delegate.started') {
+      this.parentOf.set(String(event.payload.worker_session_id), event.session_id);
+    }
+    let frame: string | null = null;
+    const serialize = () => {
+      frame ??= `{"type":"event","event":${JSON.stringify(event)}}`;
+      return frame;
+    };
+    const direct = this.targets.get(event.session_id);
+    if (direct) for (const target of direct) target.deliver(event, serialize);
+    const parent = this.parentSession(event.session_id);
+    if (parent !== null) {
+      const planners = this.targets.get(parent);
+      if (planners)
+        for (const target of planners) if (target.wantsWorkers()) target.deliver(event, serialize);
+    }
+  }
+
+  private parentSession(sessionId: string): string | null {
+    let parent = this.parentOf.get(sessionId);
+    if (parent === undefined) {
+      parent = this.sessions.getSession(sessionId)?.parent_session_id ?? null;
+      this.parentOf.set(sessionId, parent);
+    }
+    return parent;
+  }
+}

@@ -1,0 +1,140 @@
+import { onTestFinished } from 'vitest';
+import WebSocket from 'ws';
+import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
+import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
+import { type MetisServer, type ServerOptions, startServer } from '../../src/core/server/server.js';
+import type { TraceContext } from '../../src/core/store/trace-context.js';
+import { tempDir, tempTraceContext } from './tmp.js';
+
+export interface TestServer {
+  readonly runtime: Runtime;
+  readonly context: TraceContext;
+  readonly server: MetisServer;
+  readonly url: string;
+  readonly workspace: string;
+  /** JSON request against the server; returns status and parsed body. */
+  request(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ): Promise<{ status: number; body: any }>;
+  createSession(): Promise<string>;
+  submit(sessionId: string, message: string): Promise<string>;
+  attach(sessionId: string): Promise<TestClient>;
+}
+
+/** A real server on port 0 over a real SQLite file, with the scripted model at full speed. */
+export async function startTestServer(
+  config: RuntimeConfigInput = {},
+  options: ServerOptions & { beforeToolExecute?: () => Promise<void> } = {},
+): Promise<TestServer> {
+  const context = tempTraceContext();
+  const workspace = tempDir('metis-ws-');
+  const runtime = createRuntime({
+    bus: context.bus,
+    db: context.db,
+    config: {
+      tool_confirmation: { write: 'allow', execute: 'allow', network: 'allow' },
+      ...config,
+      scripted: { token_delay_ms: 0, slow_token_delay_ms: 5, slow_tokens: 400, ...config.scripted },
+    },
+    beforeToolExecute: options.beforeToolExecute,
+  });
+  const server = await startServer(runtime, context, { port: 0, ...options });
+  onTestFinished(async () => {
+    await server.close();
+    await runtime.close();
+  });
+  const request: TestServer['request'] = async (method, path, body, headers = {}) => {
+    const response = await fetch(`${server.url}${path}`, {
+      method,
+      headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  };
+  return {
+    runtime,
+    context,
+    server,
+    url: server.url,
+    workspace,
+    request,
+    createSession: async () =>
+      (await request('POST', '/sessions', { workspace_path: workspace })).body.session_id,
+    submit: async (sessionId, message) => {
+      const response = await request('POST', `/sessions/${sessionId}/turns`, { message });
+      if (response.status !== 202) throw new Error(`submit failed: ${JSON.stringify(response.body)}`);
+      return response.body.turn_id;
+    },
+    attach: async (sessionId) => {
+      const handshake = await request('GET', `/sessions/${sessionId}`);
+      if (handshake.status !== 200) throw new Error(`attach failed: ${JSON.stringify(handshake.body)}`);
+      return openClient(handshake.body.ws_url);
+    },
+  };
+}
+
+export interface TestClient {
+  readonly ws: WebSocket;
+  readonly frames: any[];
+  /** Event frames' events only. */
+  events(): any[];
+  send(frame: unknown): void;
+  /** Resolves with the first frame (from now or already received) that matches. */
+  waitFor(predicate: (frame: any) => boolean, timeoutMs?: number): Promise<any>;
+  closed: Promise<{ code: number; reason: string }>;
+  close(): void;
+}
+
+export function openClient(url: string, options: WebSocket.ClientOptions = {}): Promise<TestClient> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, options);
+    const frames: any[] = [];
+    const waiters: { predicate: (f: any) => boolean; resolve: (f: any) => void }[] = [];
+    let closedResolve!: (v: { code: number; reason: string }) => void;
+    const closed = new Promise<{ code: number; reason: string }>((r) => {
+      closedResolve = r;
+    });
+    ws.on('message', (data) => {
+      const frame = JSON.parse(String(data));
+      frames.push(frame);
+      for (const waiter of [...waiters]) {
+        if (waiter.predicate(frame)) {
+          waiters.splice(waiters.indexOf(waiter), 1);
+          waiter.resolve(frame);
+        }
+      }
+    });
+    ws.on('close', (code, reason) => closedResolve({ code, reason: String(reason) }));
+    ws.on('error', reject);
+    ws.on('open', () => {
+      const client: TestClient = {
+        ws,
+        frames,
+        events: () => frames.filter((f) => f.type === 'event').map((f) => f.event),
+        send: (frame) => ws.send(JSON.stringify(frame)),
+        waitFor: (predicate, timeoutMs = 10_000) => {
+          const found = frames.find(predicate);
+          if (found) return Promise.resolve(found);
+          return new Promise((res, rej) => {
+            const timer = setTimeout(() => rej(new Error('timed out waiting for a frame')), timeoutMs);
+            waiters.push({
+              predicate,
+              resolve: (f) => {
+                clearTimeout(timer);
+                res(f);
+              },
+            });
+          });
+        },
+        closed,
+        close: () => ws.close(),
+      };
+      onTestFinished(() => ws.terminate());
+      resolve(client);
+    });
+  });
+}
