@@ -4,3 +4,4 @@ export { slow } from './core/bus/slow.js';
 export type { Subscription, SubscriptionHandle, UnsubscribeReason } from './core/bus/subscription.js';
 export * from './core/errors.js';
 export * from './core/events/index.js';
+export * from './client/index.js';

@@ -25,5 +25,62 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print the startup line as JSON (url, db, config)')
     .action(async (options) => (await import('./serve.js')).serveCommand(options));
 
+  program
+    .command('demo')
+    .description('run an embedded server on a temporary database and watch one scripted turn live')
+    .option('--message <text>', 'the message to send (default "think: time": thinks, calls a tool, answers)')
+    .option('--keep', 'keep the temporary database instead of deleting it')
+    .action(async (options) => (await import('./demo.js')).demoCommand(options));
+
+  program
+    .command('tail <session>')
+    .description('follow a session live; survives server restarts; Ctrl-C never cancels anything')
+    .option('--preset <name>', 'chat (default) or full', 'chat')
+    .option('--types <list>', 'comma-separated event types instead of a preset')
+    .option('--since <id>', 'resume after this event id (replay, no snapshot)')
+    .option('--no-snapshot', 'start live, without the snapshot of the session')
+    .option('--workers', "include the session's worker sessions")
+    .option('--json', 'print one frame per line (for jq)')
+    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .action(async (session, options) => (await import('./tail.js')).tailCommand(session, options));
+
+  program
+    .command('send [session] [message]')
+    .description('send a message to a session (or --new to create one) and optionally follow the turn')
+    .option('--new', 'create a new session; the first argument is then the message')
+    .option('--model <model>', 'model for this message only (provider:name)')
+    .option('--follow', 'stream the turn until it ends')
+    .option('--json', 'print JSON (ids, or frames with --follow)')
+    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .action(async (session, message, options) =>
+      (await import('./send.js')).sendCommand(session, message, options),
+    );
+
+  program
+    .command('sessions')
+    .description('list sessions of a running server')
+    .option('--json', 'print JSON')
+    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .action(async (options) => (await import('./session-commands.js')).sessionsCommand(options));
+
+  program
+    .command('cancel <session> [turn]')
+    .description("cancel a turn (default: the session's turn in flight)")
+    .option('--json', 'print JSON')
+    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .action(async (session, turn, options) =>
+      (await import('./session-commands.js')).cancelCommand(session, turn, options),
+    );
+
+  program
+    .command('confirm <session> <request> <decision>')
+    .description('answer a tool confirmation: allow or deny')
+    .option('--session', 'allow this tool for the rest of the session (default: once)')
+    .option('--json', 'print JSON')
+    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .action(async (session, request, decision, options) =>
+      (await import('./session-commands.js')).confirmCommand(session, request, decision, options),
+    );
+
   registerStoreCommands(program);
 }

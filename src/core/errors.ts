@@ -85,6 +85,12 @@ export const ERROR_TABLE = {
     exitCode: 2,
     hint: 'Fix the file named in the message; `metis config show` prints what is in effect.',
   },
+  METIS_ERR_SERVER_UNREACHABLE: {
+    status: 503,
+    exitCode: 1,
+    hint: 'Start one with `metis serve`, or pass --url (or METIS_URL) to point at a running server.',
+  },
+  METIS_ERR_REQUEST_FAILED: { status: 502, exitCode: 1, hint: 'See the message for what the server refused.' },
   METIS_ERR_SESSION_ENDED: { status: 409, exitCode: 1, hint: 'Create a new session.' },
 } as const satisfies Record<string, ErrorSpec>;
 

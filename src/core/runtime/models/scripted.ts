@@ -23,7 +23,7 @@ export interface ScriptedOptions {
 
 type Plan =
   | { kind: 'text'; text: string; thinking?: string }
-  | { kind: 'tool'; name: string; input: Record<string, unknown>; preface: string }
+  | { kind: 'tool'; name: string; input: Record<string, unknown>; preface: string; thinking?: string }
   | { kind: 'slow'; text: string }
   | { kind: 'fail'; errorClass: ErrorClass; message: string };
 
@@ -32,7 +32,8 @@ type Plan =
  * message (documented in the README):
  *
  *   plain text        → streams a text answer token by token
- *   `think: X`        → a thinking block (with a signature on its last delta), then the answer
+ *   `think: X`        → a thinking block (with a signature on its last delta), then the answer;
+ *                       `think: time` (or any trigger below) thinks first, then does that
  *   `time`            → calls `current_time`
  *   `run: <cmd>`      → calls `shell` with the command
  *   `read: <path>`    → calls `read_file`
@@ -78,7 +79,7 @@ export class ScriptedModel implements ModelAdapter {
       await pause(this.tokenDelayMs);
       throw new AdapterError(plan.errorClass, plan.message);
     }
-    if (plan.kind === 'text' && plan.thinking !== undefined) {
+    if ((plan.kind === 'text' || plan.kind === 'tool') && plan.thinking !== undefined) {
       const pieces = tokenize(plan.thinking);
       for (let i = 0; i < pieces.length; i += 1) {
         await pause(this.tokenDelayMs);
@@ -162,12 +163,13 @@ function planFor(messages: readonly ConversationMessage[]): Plan {
   if (text === 'time')
     return { kind: 'tool', name: 'current_time', input: {}, preface: 'Let me check the time.' };
   switch (trigger) {
-    case 'think':
-      return {
-        kind: 'text',
-        thinking: `The user asks: ${rest}. I will answer plainly.`,
-        text: `You asked: ${rest}`,
-      };
+    case 'think': {
+      // `think: time` thinks, then does what `time` does.
+      const inner = planFor([{ role: 'user', content: [{ type: 'text', text: rest }] }]);
+      const thinking = `The user asks: ${rest}. ${inner.kind === 'tool' ? `I will use ${inner.name}.` : 'I will answer plainly.'}`;
+      if (inner.kind === 'tool') return { ...inner, thinking };
+      return { kind: 'text', thinking, text: `You asked: ${rest}` };
+    }
     case 'run':
       return { kind: 'tool', name: 'shell', input: { command: rest }, preface: 'Running it.' };
     case 'read':

@@ -1,0 +1,246 @@
+import WebSocket from 'ws';
+import type { Frame, WireEvent } from './reducer.js';
+
+export type FilterSpec =
+  | 'preset:chat'
+  | 'preset:full'
+  | { event_types?: string[] | null; actors?: string[] | null; include_worker_sessions?: boolean };
+
+export interface ClientOptions {
+  /** Base URL of the server, e.g. `http://127.0.0.1:8421`. */
+  readonly url: string;
+  readonly sessionId: string;
+  readonly filter?: FilterSpec;
+  /** Ask for a snapshot on the first connect (later connects resume from the cursor). */
+  readonly snapshot?: boolean;
+  /** Resume after this event id on the first connect. */
+  readonly since?: string | null;
+  /** Bearer token for servers that require one. */
+  readonly token?: string;
+  /** Reconnect backoff bounds in ms (jittered). */
+  readonly backoff?: { readonly minMs: number; readonly maxMs: number };
+}
+
+/** What the client yields: frames as they arrive plus notices about the connection. */
+export type ClientItem =
+  | { readonly kind: 'frame'; readonly frame: Frame }
+  | {
+      readonly kind: 'status';
+      readonly status: 'connecting' | 'connected' | 'reconnecting';
+      readonly detail: string;
+    }
+  | { readonly kind: 'resync'; readonly reason: string }
+  | {
+      readonly kind: 'gap';
+      readonly session_id: string;
+      readonly after_seq: number;
+      readonly next_seq: number;
+    };
+
+/**
+ * The metis streaming client. Attaches over HTTP (a fresh token for every connect), subscribes, and
+ * yields frames as an async iterator. It reconnects with jittered backoff and the last received id
+ * as cursor, resubscribes with a snapshot when the cursor expired or the gap is too large (and says
+ * so), answers pings, drops duplicate ids, and reports `seq` holes per session.
+ *
+ * @example
+ * const client = new MetisClient({ url: 'http://127.0.0.1:8421', sessionId, filter: 'preset:chat', snapshot: true });
+ * for await (const item of client) if (item.kind === 'frame') state = reduce(state, item.frame);
+ */
+export class MetisClient implements AsyncIterable<ClientItem> {
+  private ws: WebSocket | null = null;
+  private lastEventId: string | null;
+  private readonly lastSeq = new Map<string, number>();
+  private readonly items: ClientItem[] = [];
+  private wake: (() => void) | null = null;
+  private closed = false;
+  private attempts = 0;
+  private wantSnapshot: boolean;
+  private connecting: Promise<void> | null = null;
+
+  constructor(private readonly options: ClientOptions) {
+    this.lastEventId = options.since ?? null;
+    this.wantSnapshot = options.snapshot ?? false;
+  }
+
+  /** The id of the newest event received: the cursor for the next reconnect. */
+  get cursor(): string | null {
+    return this.lastEventId;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<ClientItem> {
+    this.connecting ??= this.connect();
+    for (;;) {
+      while (this.items.length > 0) yield this.items.shift()!;
+      if (this.closed) return;
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
+    }
+  }
+
+  /** Submits a user message (HTTP `POST /sessions/{id}/turns`); resolves with the turn id. */
+  async submitTurn(message: string, options: { model?: string } = {}): Promise<string> {
+    const body = await this.http('POST', `/sessions/${this.options.sessionId}/turns`, {
+      message,
+      ...options,
+    });
+    return body.turn_id as string;
+  }
+
+  /** Cancels a turn with a `cancel` frame when connected, else over HTTP. */
+  async cancel(turnId: string, reason = 'user_cancel'): Promise<void> {
+    if (this.ws?.readyState === WebSocket.OPEN) {
+      this.ws.send(JSON.stringify({ type: 'cancel', turn_id: turnId, reason }));
+      return;
+    }
+    await this.http('POST', `/sessions/${this.options.sessionId}/turns/${turnId}/cancel`, { reason });
+  }
+
+  async confirm(
+    requestId: string,
+    decision: 'allow' | 'deny',
+    scope: 'once' | 'session' = 'once',
+  ): Promise<void> {
+    await this.http('POST', `/sessions/${this.options.sessionId}/confirmations/${requestId}`, {
+      decision,
+      scope,
+    });
+  }
+
+  /** Stops reconnecting and closes the socket; the iterator ends. */
+  close(): void {
+    this.closed = true;
+    this.ws?.close(1000);
+    this.push(null);
+  }
+
+  private push(item: ClientItem | null): void {
+    if (item) this.items.push(item);
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+  }
+
+  private async http(method: string, path: string, body?: unknown): Promise<Record<string, any>> {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
+    const response = await fetch(`${this.options.url}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const parsed = (await response.json().catch(() => ({}))) as Record<string, any>;
+    if (!response.ok) {
+      const error = new Error(parsed.error?.message ?? `HTTP ${response.status}`) as Error & {
+        status: number;
+        code?: string;
+      };
+      error.status = response.status;
+      error.code = parsed.error?.code;
+      throw error;
+    }
+    return parsed;
+  }
+
+  private async connect(): Promise<void> {
+    while (!this.closed) {
+      this.push({
+        kind: 'status',
+        status: this.attempts === 0 ? 'connecting' : 'reconnecting',
+        detail: this.options.url,
+      });
+      try {
+        const handshake = await this.http('GET', `/sessions/${this.options.sessionId}`);
+        const closedWith = await this.stream(handshake.ws_url as string);
+        if (this.closed) return;
+        if (closedWith === 'fatal') return this.close();
+      } catch (error) {
+        const status = (error as { status?: number }).status;
+        if (status === 404 || status === 401 || status === 403) {
+          this.push({
+            kind: 'status',
+            status: 'reconnecting',
+            detail: `giving up: ${(error as Error).message}`,
+          });
+          return this.close();
+        }
+      }
+      this.attempts += 1;
+      const { minMs, maxMs } = this.options.backoff ?? { minMs: 200, maxMs: 5000 };
+      const ceiling = Math.min(maxMs, minMs * 2 ** Math.min(this.attempts, 10));
+      await new Promise((resolve) => setTimeout(resolve, minMs + Math.random() * (ceiling - minMs)));
+    }
+  }
+
+  /** One connection; resolves when it closes: 'retry' to reconnect, 'fatal' to stop. */
+  private stream(wsUrl: string): Promise<'retry' | 'fatal'> {
+    return new Promise((resolve) => {
+      const headers = this.options.token ? { authorization: `Bearer ${this.options.token}` } : undefined;
+      const ws = new WebSocket(wsUrl, { headers });
+      this.ws = ws;
+      let outcome: 'retry' | 'fatal' = 'retry';
+      const subscribe = (snapshot: boolean) =>
+        ws.send(
+          JSON.stringify({
+            type: 'subscribe',
+            filter: this.options.filter ?? 'preset:chat',
+            since: snapshot ? null : this.lastEventId,
+            snapshot,
+          }),
+        );
+      ws.on('open', () => subscribe(this.wantSnapshot));
+      ws.on('message', (data) => {
+        let frame: Frame;
+        try {
+          frame = JSON.parse(String(data)) as Frame;
+        } catch {
+          return;
+        }
+        switch (frame.type) {
+          case 'ping':
+            ws.send(JSON.stringify({ type: 'pong', nonce: frame.nonce }));
+            return;
+          case 'subscribe_ack':
+            this.attempts = 0;
+            this.wantSnapshot = false;
+            this.push({ kind: 'status', status: 'connected', detail: this.options.url });
+            break;
+          case 'subscribe_error':
+            if (frame.code === 'cursor_expired' || frame.code === 'replay_too_large') {
+              this.push({ kind: 'resync', reason: `${frame.code}: resubscribing with a snapshot` });
+              this.lastSeq.clear();
+              subscribe(true);
+              return;
+            }
+            outcome = 'fatal';
+            break;
+          case 'snapshot':
+            if (frame.snapshot_at_event_id) this.lastEventId = frame.snapshot_at_event_id;
+            break;
+          case 'event': {
+            const event = frame.event as WireEvent;
+            if (this.lastEventId !== null && event.id <= this.lastEventId) return; // duplicate
+            this.lastEventId = event.id;
+            this.checkSeq(event);
+            break;
+          }
+        }
+        this.push({ kind: 'frame', frame });
+      });
+      ws.on('close', () => resolve(outcome));
+      ws.on('error', () => undefined);
+    });
+  }
+
+  /** Reports a hole in a session's `seq` (only meaningful when the filter lets every bus event through). */
+  private checkSeq(event: WireEvent): void {
+    if (event.seq === null || event.seq === undefined || event.session_id === 'system') return;
+    const last = this.lastSeq.get(event.session_id);
+    if (last !== undefined && event.seq > last + 1 && this.options.filter === 'preset:full') {
+      this.push({ kind: 'gap', session_id: event.session_id, after_seq: last, next_seq: event.seq });
+    }
+    if (last === undefined || event.seq > last) this.lastSeq.set(event.session_id, event.seq);
+  }
+}

@@ -1,0 +1,59 @@
+import { MetisClient } from './client.js';
+import { type ConversationState, initialState, reduce } from './reducer.js';
+
+export interface FollowOptions {
+  readonly url: string;
+  readonly sessionId: string;
+  readonly message: string;
+  readonly model?: string;
+  /** Called with each item and the state after it, to render. */
+  readonly onItem?: (
+    item: Parameters<typeof reduce>[1] | { kind: string },
+    state: ConversationState,
+    raw: unknown,
+  ) => void;
+}
+
+export interface FollowResult {
+  readonly turnId: string;
+  readonly status: 'completed' | 'cancelled';
+  readonly state: ConversationState;
+}
+
+/**
+ * Attaches first (live, no snapshot), then submits the message, then follows the stream until that
+ * turn completes or is cancelled: nothing of the turn can be missed between submit and attach.
+ */
+export async function followTurn(
+  options: FollowOptions & { render: (item: any, state: ConversationState) => void },
+): Promise<FollowResult> {
+  const client = new MetisClient({
+    url: options.url,
+    sessionId: options.sessionId,
+    filter: 'preset:chat',
+    snapshot: false,
+  });
+  let state = initialState;
+  let turnId: string | null = null;
+  let status: FollowResult['status'] | null = null;
+  for await (const item of client) {
+    if (item.kind === 'frame') state = reduce(state, item.frame);
+    options.render(item, state);
+    if (item.kind === 'status' && item.status === 'connected' && turnId === null) {
+      turnId = await client.submitTurn(options.message, options.model ? { model: options.model } : {});
+    }
+    if (item.kind === 'frame' && item.frame.type === 'event' && turnId !== null) {
+      const event = item.frame.event;
+      if (event.turn_id === turnId && event.session_id === options.sessionId) {
+        if (event.type === 'turn.completed') status = 'completed';
+        if (event.type === 'turn.cancelled') status = 'cancelled';
+      }
+    }
+    if (status !== null) {
+      client.close();
+      break;
+    }
+  }
+  if (turnId === null || status === null) throw new Error('the connection ended before the turn finished');
+  return { turnId, status, state };
+}

@@ -1,0 +1,2 @@
+export { type ClientItem, type ClientOptions, type FilterSpec, MetisClient } from './client.js';
+export * from './reducer.js';

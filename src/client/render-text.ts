@@ -1,0 +1,102 @@
+import type { ClientItem } from './client.js';
+import type { ConversationState, WireEvent } from './reducer.js';
+
+export interface RenderOptions {
+  readonly color: boolean;
+}
+
+const codes = {
+  dim: [2, 22],
+  bold: [1, 22],
+  red: [31, 39],
+  green: [32, 39],
+  yellow: [33, 39],
+  cyan: [36, 39],
+} as const;
+
+function paint(options: RenderOptions, style: keyof typeof codes, text: string): string {
+  if (!options.color) return text;
+  const [open, close] = codes[style];
+  return `\u001b[${open}m${text}\u001b[${close}m`;
+}
+
+/**
+ * Turns one client item into terminal text, given the state after it was reduced. Assistant text and
+ * thinking stream in place (no newline until the message completes); tool calls, routes,
+ * confirmations, cancellations, errors and the turn's cost get a line each.
+ */
+export function renderItem(
+  item: ClientItem,
+  state: ConversationState,
+  sessionId: string,
+  options: RenderOptions,
+): string {
+  if (item.kind === 'status') {
+    if (item.status === 'reconnecting')
+      return `${paint(options, 'yellow', `reconnecting… ${item.detail}`)}\n`;
+    if (item.status === 'connected') return `${paint(options, 'dim', `connected to ${item.detail}`)}\n`;
+    return '';
+  }
+  if (item.kind === 'resync') return `${paint(options, 'yellow', `resync: ${item.reason}`)}\n`;
+  if (item.kind === 'gap') {
+    return `${paint(options, 'red', `gap in ${item.session_id}: seq ${item.after_seq} → ${item.next_seq}`)}\n`;
+  }
+  const frame = item.frame;
+  if (frame.type === 'snapshot') {
+    const turns = frame.session?.turn_count ?? 0;
+    return `${paint(options, 'dim', `session ${frame.session?.id}: ${frame.messages.length} messages, ${turns} turns, $${frame.session?.cost_so_far_usd ?? 0}`)}\n`;
+  }
+  if (frame.type === 'subscribe_error')
+    return `${paint(options, 'red', `subscribe failed: ${frame.code}: ${frame.message}`)}\n`;
+  if (frame.type !== 'event') return '';
+  const event = frame.event as WireEvent;
+  const worker =
+    event.session_id !== sessionId ? paint(options, 'dim', `[${event.session_id.slice(-6)}] `) : '';
+  const p = event.payload;
+  switch (event.type) {
+    case 'turn.started':
+      return `${worker}${paint(options, 'bold', '› turn')} ${paint(options, 'dim', event.turn_id ?? '')}\n`;
+    case 'route.decided': {
+      const turn = event.turn_id ? state.turns[event.turn_id] : undefined;
+      return `${worker}${paint(options, 'dim', `  route → ${p.chosen_model} (${turn?.route_reason ?? ''})`)}\n`;
+    }
+    case 'message.start':
+      return `${worker}${paint(options, 'cyan', 'assistant')}: `;
+    case 'text.delta':
+      return p.text;
+    case 'thinking.delta':
+      return paint(options, 'dim', p.text);
+    case 'message.complete':
+      return p.stop_reason === 'cancelled' ? ` ${paint(options, 'yellow', '(cancelled)')}\n` : '\n';
+    case 'tool.called':
+      return `${worker}  ${paint(options, 'yellow', '⋯')} ${p.tool_name} running\n`;
+    case 'tool.completed': {
+      const tool = state.tools[p.tool_use_id];
+      return `${worker}  ${paint(options, 'green', '✓')} ${tool?.tool_name ?? 'tool'} ok (${p.latency_ms} ms)\n`;
+    }
+    case 'tool.failed': {
+      const tool = state.tools[p.tool_use_id];
+      const mark =
+        p.error_class === 'cancelled'
+          ? paint(options, 'yellow', '✗ cancelled')
+          : paint(options, 'red', `✗ failed (${p.error_class})`);
+      return `${worker}  ${mark} ${tool?.tool_name ?? 'tool'} (${p.latency_ms} ms)${p.error_class === 'cancelled' ? '' : `: ${p.error_message}`}\n`;
+    }
+    case 'tool.confirmation_requested':
+      return `${worker}  ${paint(options, 'yellow', '?')} confirm ${p.tool_name}: ${p.command_summary ?? p.input_summary}\n    metis confirm ${event.session_id} ${p.confirmation_request_id} allow|deny\n`;
+    case 'tool.confirmation_resolved':
+      return `${worker}  ${paint(options, 'dim', `confirmation ${p.decision}`)}\n`;
+    case 'delegate.started':
+      return `${worker}  ${paint(options, 'dim', `delegated to ${p.worker_session_id} (${p.tier} → ${p.resolved_model})`)}\n`;
+    case 'llm.call_failed':
+      return p.error_class === 'cancelled'
+        ? ''
+        : `${worker}  ${paint(options, 'red', `model call failed (${p.error_class}): ${p.error_message_redacted}`)}\n`;
+    case 'turn.cancelled':
+      return `${worker}${paint(options, 'yellow', `■ turn cancelled (${p.reason})`)}\n`;
+    case 'turn.completed':
+      return `${worker}${paint(options, 'dim', `■ turn done: ${p.llm_call_count} model calls, ${p.tool_call_count} tools, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
+    default:
+      return '';
+  }
+}

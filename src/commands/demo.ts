@@ -1,0 +1,51 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { followTurn } from '../client/follow-turn.js';
+import { renderItem } from '../client/render-text.js';
+import { MetisConfigSchema } from '../core/config/schema.js';
+import { silentLogger } from '../core/logger.js';
+import { startService } from '../core/server/serve.js';
+import { apiRequest } from './api-request.js';
+
+export interface DemoOptions {
+  message?: string;
+  keep?: boolean;
+}
+
+/**
+ * Starts an embedded server on a temporary database, runs one scripted turn that thinks, calls a tool
+ * and answers, renders it live exactly as `metis tail` would, then says what to try next.
+ */
+export async function demoCommand(options: DemoOptions): Promise<void> {
+  const home = mkdtempSync(join(tmpdir(), 'metis-demo-'));
+  const config = MetisConfigSchema.parse({ server: { port: 0 } });
+  const service = await startService(config, join(home, 'metis.db'), silentLogger());
+  const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
+  try {
+    console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
+    const { session_id: sessionId } = await apiRequest(service.url, 'POST', '/sessions', {});
+    const message = options.message ?? 'think: time';
+    console.log(`you: ${message}`);
+    await followTurn({
+      url: service.url,
+      sessionId,
+      message,
+      render: (item, state) => {
+        const text = renderItem(item, state, sessionId, { color });
+        if (text) process.stdout.write(text);
+      },
+    });
+    console.log(`
+Try next:
+  metis serve                                  # a server on 127.0.0.1:8421 with the scripted model
+  metis send --new "think: time" --follow      # a turn that thinks, calls a tool and answers
+  metis tail <session> --preset full           # follow a session live in a second terminal
+  metis send <session> "slow: a long story"    # then: metis cancel <session>
+  metis trace stats                            # what the trace store holds
+Scripted triggers: plain text, think:, time, run: <cmd>, read: <path>, delegate: <task>, slow:, fail: <class>.`);
+  } finally {
+    await service.stop();
+    if (!options.keep) rmSync(home, { recursive: true, force: true });
+  }
+}

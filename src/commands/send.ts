@@ -1,0 +1,63 @@
+import { followTurn } from '../client/follow-turn.js';
+import { initialState } from '../client/reducer.js';
+import { renderItem } from '../client/render-text.js';
+import { MetisError } from '../core/errors.js';
+import { apiRequest } from './api-request.js';
+import { DEFAULT_URL } from './tail.js';
+
+export interface SendOptions {
+  model?: string;
+  follow?: boolean;
+  new?: boolean;
+  url?: string;
+  json?: boolean;
+}
+
+/** `metis send <session> "message"`, or `metis send --new "message"` to start a session. */
+export async function sendCommand(
+  first: string | undefined,
+  second: string | undefined,
+  options: SendOptions,
+): Promise<void> {
+  const url = options.url ?? process.env.METIS_URL ?? DEFAULT_URL;
+  const message = options.new ? first : second;
+  if (!message)
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'message: give the message to send (in quotes)');
+  let sessionId = options.new ? undefined : first;
+  if (!sessionId) {
+    if (!options.new)
+      throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'session: give a session id, or --new');
+    const created = await apiRequest(url, 'POST', '/sessions', {});
+    sessionId = created.session_id as string;
+    if (!options.json) console.error(`created session ${sessionId}`);
+  }
+  if (!options.follow) {
+    const body = await apiRequest(url, 'POST', `/sessions/${sessionId}/turns`, {
+      message,
+      ...(options.model ? { model: options.model } : {}),
+    });
+    console.log(
+      options.json
+        ? JSON.stringify({ session_id: sessionId, turn_id: body.turn_id })
+        : `${sessionId} ${body.turn_id}`,
+    );
+    return;
+  }
+  const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
+  const id = sessionId;
+  const result = await followTurn({
+    url,
+    sessionId: id,
+    message,
+    model: options.model,
+    render: (item, state) => {
+      if (options.json) {
+        if (item.kind === 'frame') process.stdout.write(`${JSON.stringify(item.frame)}\n`);
+        return;
+      }
+      const text = renderItem(item, state ?? initialState, id, { color });
+      if (text) process.stdout.write(text);
+    },
+  });
+  if (result.status === 'cancelled') process.exitCode = 3;
+}

@@ -1,0 +1,63 @@
+import { MetisError } from '../core/errors.js';
+import { apiRequest } from './api-request.js';
+import { DEFAULT_URL } from './tail.js';
+
+interface UrlOptions {
+  url?: string;
+  json?: boolean;
+}
+
+const base = (options: UrlOptions) => options.url ?? process.env.METIS_URL ?? DEFAULT_URL;
+
+export async function sessionsCommand(options: UrlOptions): Promise<void> {
+  const { sessions } = await apiRequest(base(options), 'GET', '/sessions');
+  if (options.json) {
+    console.log(JSON.stringify(sessions));
+    return;
+  }
+  if (sessions.length === 0) {
+    console.log('no sessions yet: metis send --new "hello"');
+    return;
+  }
+  for (const s of sessions as any[]) {
+    const when = new Date(Math.floor(s.created_at_us / 1000)).toISOString();
+    console.log(
+      `${s.id}  ${s.status.padEnd(6)}  ${(s.active_model ?? '').padEnd(20)}  ${when}  ${s.workspace_path ?? ''}`,
+    );
+  }
+}
+
+/** Cancels the given turn, or the session's turn in flight. */
+export async function cancelCommand(
+  sessionId: string,
+  turnId: string | undefined,
+  options: UrlOptions,
+): Promise<void> {
+  const url = base(options);
+  let turn = turnId;
+  if (!turn) {
+    const handshake = await apiRequest(url, 'GET', `/sessions/${sessionId}`);
+    turn = handshake.session?.current_turn_id ?? undefined;
+    if (!turn) throw new MetisError('METIS_ERR_TURN_NOT_FOUND', `session ${sessionId} has no turn in flight`);
+  }
+  const body = await apiRequest(url, 'POST', `/sessions/${sessionId}/turns/${turn}/cancel`, {
+    reason: 'user_cancel',
+  });
+  console.log(options.json ? JSON.stringify(body) : `${turn}: ${body.status}`);
+}
+
+export async function confirmCommand(
+  sessionId: string,
+  requestId: string,
+  decision: string,
+  options: UrlOptions & { session?: boolean },
+): Promise<void> {
+  if (decision !== 'allow' && decision !== 'deny') {
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `decision: "${decision}" is not allow or deny`);
+  }
+  const body = await apiRequest(base(options), 'POST', `/sessions/${sessionId}/confirmations/${requestId}`, {
+    decision,
+    scope: options.session ? 'session' : 'once',
+  });
+  console.log(options.json ? JSON.stringify(body) : `${requestId}: ${decision}`);
+}
