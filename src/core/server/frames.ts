@@ -12,7 +12,9 @@ const ExplicitFilterSchema = z.strictObject({
 
 export const SubscribeFrameSchema = z.strictObject({
   type: z.literal('subscribe'),
-  filter: z.union([z.literal('preset:chat'), z.literal('preset:full'), ExplicitFilterSchema]),
+  filter: z.union([z.literal('preset:chat'), z.literal('preset:full'), ExplicitFilterSchema], {
+    error: 'must be "preset:chat", "preset:full" or {event_types, actors, include_worker_sessions}',
+  }),
   since: z.string().min(1).max(100).nullable().default(null),
   snapshot: z.boolean().default(false),
 });
@@ -35,6 +37,25 @@ export const ClientFrameSchema = z.discriminatedUnion('type', [
 
 export type SubscribeFrame = z.output<typeof SubscribeFrameSchema>;
 export type ClientFrame = z.output<typeof ClientFrameSchema>;
+
+/**
+ * The first problem of a frame that failed validation, as `field: problem`. Inside a union (the
+ * subscribe `filter`) it names the problem of the branch that got into the value, e.g.
+ * `filter.actors.0: Invalid option ...`, instead of the union's generic message.
+ */
+export function describeFrameIssue(issues: readonly z.core.$ZodIssue[]): string {
+  let issue = issues[0];
+  let path: PropertyKey[] = [];
+  while (issue?.code === 'invalid_union') {
+    const deeper = issue.errors.flat().find((inner) => inner.path.length > 0);
+    if (deeper === undefined) break;
+    path = [...path, ...issue.path];
+    issue = deeper;
+  }
+  if (issue === undefined) return 'frame: invalid';
+  const full = [...path, ...issue.path];
+  return `${full.length ? full.map(String).join('.') : 'frame'}: ${issue.message}`;
+}
 
 /** Close codes the server uses; 1008 `client_too_slow` is the spec's, the 44xx are metis's. */
 export const CLOSE = {

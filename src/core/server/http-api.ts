@@ -30,7 +30,7 @@ export interface ApiContext {
   readonly tokens: AttachTokens;
   /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
   readonly wsBase: () => string;
-  readonly extraRoutes?: (request: IncomingMessage, response: ServerResponse, path: string) => boolean;
+  readonly extraRoutes?: (request: IncomingMessage, response: ServerResponse, path: string) => boolean | Promise<boolean>;
 }
 
 type Handler = (request: IncomingMessage, params: string[], url: URL) => Promise<[number, unknown]>;
@@ -125,17 +125,29 @@ export function createApi(context: ApiContext) {
   ];
 
   return async function handleApi(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    const url = new URL(request.url ?? '/', 'http://localhost');
+    let url: URL;
+    try {
+      url = new URL(request.url ?? '/', 'http://localhost');
+    } catch {
+      sendError(response, 400, 'METIS_ERR_INVALID_ARGUMENT', 'the request target is not a valid URL');
+      return;
+    }
     const path = url.pathname;
     try {
-      if (context.extraRoutes?.(request, response, path)) return;
+      if (await context.extraRoutes?.(request, response, path)) return;
       let pathMatched = false;
       for (const [method, pattern, handler] of routes) {
         const match = pattern.exec(path);
         if (!match) continue;
         pathMatched = true;
         if (method !== request.method) continue;
-        const params = match.slice(1).map((p) => decodeURIComponent(p));
+        let params: string[];
+        try {
+          params = match.slice(1).map((p) => decodeURIComponent(p));
+        } catch {
+          sendError(response, 400, 'METIS_ERR_INVALID_ARGUMENT', 'path: malformed percent-encoding');
+          return;
+        }
         const [status, body] = await handler(request, params, url);
         sendJson(response, status, body);
         return;

@@ -26,8 +26,17 @@ export function isLoopbackHost(host: string): boolean {
   return LOOPBACK_HOSTS.has(name) || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name);
 }
 
+/** `https://dash.example/` and `https://dash.example` are one origin: compare the normalized form. */
+function normalizeOrigin(origin: string): string {
+  try {
+    return new URL(origin).origin;
+  } catch {
+    return origin;
+  }
+}
+
 function isAllowedOrigin(origin: string, options: SecurityOptions): boolean {
-  if (options.allowedOrigins.includes(origin)) return true;
+  if (options.allowedOrigins.some((allowed) => normalizeOrigin(allowed) === normalizeOrigin(origin))) return true;
   try {
     const url = new URL(origin);
     return (url.protocol === 'http:' || url.protocol === 'https:') && isLoopbackHost(url.host);
