@@ -23,6 +23,11 @@ export function registerCommands(program: Command): void {
     .option('--model <model>', 'default model as provider:name (default scripted:demo)')
     .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
     .option('--json', 'print the startup line as JSON (url, db, config)')
+    .option('--conformance', 'enable the test-only hooks of docs/conformance.md (never in production)')
+    .option(
+      '--fault <name...>',
+      'with --conformance: break one guarantee on purpose (duplicate-replay, drop-at-seam, ignore-pings, reorder-cancel)',
+    )
     .action(async (options) => (await import('./serve.js')).serveCommand(options));
 
   program

@@ -1,6 +1,7 @@
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
+import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
 import { startService } from '../core/server/serve.js';
 import { resolveDbPath } from '../core/store/paths.js';
 
@@ -11,6 +12,8 @@ export interface ServeOptions {
   model?: string;
   config?: string;
   json?: boolean;
+  conformance?: boolean;
+  fault?: string[];
 }
 
 export async function serveCommand(options: ServeOptions): Promise<void> {
@@ -37,7 +40,21 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
   }
   const dbPath = resolveDbPath(options.db ?? config.storage.database);
   const logger = createLogger({ level: process.env.METIS_LOG_LEVEL ?? 'info' });
-  const service = await startService(config, dbPath, logger);
+  const faults = options.fault ?? [];
+  for (const fault of faults) {
+    if (!(fault in FAULT_NAMES)) {
+      throw new MetisError(
+        'METIS_ERR_INVALID_ARGUMENT',
+        `--fault: "${fault}" is not one of ${Object.keys(FAULT_NAMES).join(', ')}`,
+      );
+    }
+  }
+  if (faults.length > 0 && !options.conformance) {
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--fault: only with --conformance');
+  }
+  const service = await startService(config, dbPath, logger, {
+    conformance: options.conformance ? { faults: faults as FaultName[] } : undefined,
+  });
   if (options.json) {
     console.log(
       JSON.stringify({ url: service.url, db: dbPath, config: filepath, gaps: service.gaps.length }),

@@ -11,7 +11,14 @@ import { type EventRow, rowToJson } from '../store/event-rows.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorExpired } from './cursor.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
-import { CLOSE, ClientFrameSchema, depthOf, MAX_FRAME_DEPTH, type SubscribeFrame } from './frames.js';
+import {
+  CLOSE,
+  ClientFrameSchema,
+  depthOf,
+  describeFrameIssue,
+  MAX_FRAME_DEPTH,
+  type SubscribeFrame,
+} from './frames.js';
 import { buildSnapshot } from './snapshot.js';
 import type { StreamHub, StreamTarget } from './stream-hub.js';
 import { compileFilter, type ResolvedFilter, resolveFilter } from './subscription-filter.js';
@@ -65,6 +72,7 @@ export class ClientConnection implements StreamTarget {
   private sentSinceTick = false;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly faults: FaultSwitches;
+  private readonly held: string[] = [];
 
   constructor(
     private readonly ws: WebSocket,
@@ -92,9 +100,27 @@ export class ClientConnection implements StreamTarget {
       return;
     }
     if (this.state !== 'live' || !this.filter!(event)) return;
+    if (this.faults.reorderCancel && this.holdForReorder(event, frame)) return;
     if (event.session_id !== this.sessionId && !this.sessionIds.has(event.session_id))
       this.sessionIds.add(event.session_id);
     this.send(frame());
+  }
+
+  /** The reorder-cancel fault: hold cancellation failures and send them after `turn.cancelled`. */
+  private holdForReorder(event: MetisEvent, frame: () => string): boolean {
+    if (
+      (event.type === 'tool.failed' || event.type === 'llm.call_failed') &&
+      event.payload.error_class === 'cancelled'
+    ) {
+      this.held.push(frame());
+      return true;
+    }
+    if (event.type === 'turn.cancelled') {
+      this.send(frame());
+      for (const text of this.held.splice(0)) this.send(text);
+      return true;
+    }
+    return false;
   }
 
   /** Closes from the server side (shutdown). */
@@ -124,9 +150,7 @@ export class ClientConnection implements StreamTarget {
     }
     const frame = ClientFrameSchema.safeParse(parsed);
     if (!frame.success) {
-      const issue = frame.error.issues[0];
-      const where = issue?.path.length ? issue.path.join('.') : 'frame';
-      this.sendError('invalid_frame', `${where}: ${issue?.message ?? 'invalid'}`);
+      this.sendError('invalid_frame', describeFrameIssue(frame.error.issues));
       return;
     }
     const value = frame.data;
@@ -289,7 +313,9 @@ export class ClientConnection implements StreamTarget {
   /** Writes queued frames while the socket takes them; the rest waits for 'drain'. */
   private flush(): void {
     if (this.state === 'closed' || this.ws.readyState !== this.ws.OPEN) return;
-    const limit = this.deps.options.socketHighWaterMark;
+    // 'drain' only follows a write that took the socket past its own highWaterMark: a smaller limit
+    // would stop here with no 'drain' to come, and the queued frames would wait for the next send.
+    const limit = Math.max(this.deps.options.socketHighWaterMark, this.socket.writableHighWaterMark);
     if (this.queueHead >= this.queue.length) return;
     // Corking coalesces the frames of one flush into one socket write; they stay separate frames.
     this.socket.cork();

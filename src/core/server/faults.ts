@@ -9,6 +9,17 @@ export interface FaultSwitches {
   readonly dropAtSeam?: boolean;
   /** Never answer a client's ping. */
   readonly ignorePings?: boolean;
+  /** Send `turn.cancelled` before the `tool.failed` / `llm.call_failed` it should follow. */
+  readonly reorderCancel?: boolean;
 }
+
+export const FAULT_NAMES = {
+  'duplicate-replay': 'duplicateReplayEvent',
+  'drop-at-seam': 'dropAtSeam',
+  'ignore-pings': 'ignorePings',
+  'reorder-cancel': 'reorderCancel',
+} as const satisfies Record<string, keyof FaultSwitches>;
+
+export type FaultName = keyof typeof FAULT_NAMES;
 
 export const NO_FAULTS: FaultSwitches = Object.freeze({});

@@ -30,7 +30,11 @@ export interface ApiContext {
   readonly tokens: AttachTokens;
   /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
   readonly wsBase: () => string;
-  readonly extraRoutes?: (request: IncomingMessage, response: ServerResponse, path: string) => boolean | Promise<boolean>;
+  readonly extraRoutes?: (
+    request: IncomingMessage,
+    response: ServerResponse,
+    path: string,
+  ) => boolean | Promise<boolean>;
 }
 
 type Handler = (request: IncomingMessage, params: string[], url: URL) => Promise<[number, unknown]>;

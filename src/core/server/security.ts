@@ -36,7 +36,8 @@ function normalizeOrigin(origin: string): string {
 }
 
 function isAllowedOrigin(origin: string, options: SecurityOptions): boolean {
-  if (options.allowedOrigins.some((allowed) => normalizeOrigin(allowed) === normalizeOrigin(origin))) return true;
+  if (options.allowedOrigins.some((allowed) => normalizeOrigin(allowed) === normalizeOrigin(origin)))
+    return true;
   try {
     const url = new URL(origin);
     return (url.protocol === 'http:' || url.protocol === 'https:') && isLoopbackHost(url.host);

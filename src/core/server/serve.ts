@@ -4,8 +4,21 @@ import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
 import { openTraceContext, reportGaps, type TraceContext } from '../store/trace-context.js';
-import type { FaultSwitches } from './faults.js';
+import { conformanceRoutes } from './conformance-hooks.js';
+import { FAULT_NAMES, type FaultName, type FaultSwitches } from './faults.js';
 import { type MetisServer, startServer } from './server.js';
+
+/** Pause before each tool runs in `--conformance` mode (docs/conformance.md). */
+export const SEAM_PAUSE_MS = 300;
+
+/** Tools run without confirmation and the scripted model streams fast, so checks take seconds. */
+function conformanceRuntime(runtime: MetisConfig['runtime']): MetisConfig['runtime'] {
+  return {
+    ...runtime,
+    tool_confirmation: { write: 'allow', execute: 'allow', network: 'allow' },
+    scripted: { token_delay_ms: 1, slow_token_delay_ms: 10, slow_tokens: 400 },
+  };
+}
 
 export interface RunningService {
   readonly url: string;
@@ -30,8 +43,14 @@ export async function startService(
   config: MetisConfig,
   dbPath: string,
   logger: Logger,
-  options: { faults?: FaultSwitches } = {},
+  options: { conformance?: { faults: readonly FaultName[] } } = {},
 ): Promise<RunningService> {
+  const conformance = options.conformance;
+  const faults: Record<string, boolean> = {};
+  for (const name of conformance?.faults ?? []) faults[FAULT_NAMES[name]] = true;
+  // The conformance suite needs short heartbeats and a small queue to test them in seconds.
+  const heartbeatIntervalMs = conformance ? 100 : config.server.heartbeat_interval_ms;
+  const maxQueueEvents = conformance ? 200 : config.server.max_queue_events;
   const release = acquireLock(dbPath);
   let trace: TraceContext | null = null;
   try {
@@ -44,7 +63,16 @@ export async function startService(
     });
     const gaps = await reportGaps(trace);
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
-    const runtime = createRuntime({ bus: trace.bus, db: trace.db, config: config.runtime, logger });
+    const runtime = createRuntime({
+      bus: trace.bus,
+      db: trace.db,
+      config: conformance ? conformanceRuntime(config.runtime) : config.runtime,
+      logger,
+      // A fixed pause between tool.called and execution gives the suite a seam to cancel into.
+      beforeToolExecute: conformance
+        ? () => new Promise((resolve) => setTimeout(resolve, SEAM_PAUSE_MS))
+        : undefined,
+    });
     const server = await startServer(runtime, trace, {
       host: config.server.host,
       port: config.server.port,
@@ -52,14 +80,24 @@ export async function startService(
       allowedOrigins: config.server.allowed_origins,
       attachTokenTtlMs: config.server.attach_token_ttl_ms,
       stream: {
-        maxQueueEvents: config.server.max_queue_events,
+        maxQueueEvents,
         maxQueueBytes: config.server.max_queue_bytes,
         replayCap: config.server.replay_cap,
-        heartbeatIntervalMs: config.server.heartbeat_interval_ms,
+        heartbeatIntervalMs,
         retentionDays: config.storage.retention_days,
       },
-      faults: options.faults,
+      faults: faults as FaultSwitches,
       logger,
+      extraRoutes: conformance
+        ? [
+            conformanceRoutes(trace, {
+              heartbeatIntervalMs,
+              maxQueueEvents,
+              replayCap: config.server.replay_cap,
+              faults: conformance.faults,
+            }),
+          ]
+        : [],
     });
     const opened = trace;
     let stopping: Promise<void> | null = null;

@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
@@ -25,7 +25,19 @@ export interface ServerOptions {
   readonly attachTokenTtlMs?: number;
   readonly faults?: FaultSwitches;
   readonly logger?: Logger;
+  /**
+   * Routes handled before the API's own (`GET /plugins`, the `--conformance` hooks). Each gets the
+   * server's hub; return true when the request was answered.
+   */
+  readonly extraRoutes?: readonly ExtraRoute[];
 }
+
+export type ExtraRoute = (
+  request: IncomingMessage,
+  response: ServerResponse,
+  path: string,
+  hub: StreamHub,
+) => boolean | Promise<boolean>;
 
 export interface MetisServer {
   readonly url: string;
@@ -76,7 +88,16 @@ export async function startServer(
   const tokens = new AttachTokens(options.attachTokenTtlMs);
   const connections = new Set<ClientConnection>();
   let address = '';
-  const api = createApi({ runtime, tokens, wsBase: () => `ws://${address}` });
+  const extraRoutes = options.extraRoutes ?? [];
+  const api = createApi({
+    runtime,
+    tokens,
+    wsBase: () => `ws://${address}`,
+    extraRoutes: async (request, response, path) => {
+      for (const route of extraRoutes) if (await route(request, response, path, hub)) return true;
+      return false;
+    },
+  });
 
   const server: Server = createServer(
     { maxHeaderSize: 16 * 1024, requestTimeout: 30_000 },
@@ -100,10 +121,20 @@ export async function startServer(
     };
     const verdict = checkRequest(request, security);
     if (!verdict.ok) return refuse(verdict.status, verdict.status === 401 ? 'Unauthorized' : 'Forbidden');
-    const url = new URL(request.url ?? '/', 'http://localhost');
+    let url: URL;
+    try {
+      url = new URL(request.url ?? '/', 'http://localhost');
+    } catch {
+      return refuse(400, 'Bad Request');
+    }
     const match = STREAM_PATH.exec(url.pathname);
     if (!match) return refuse(404, 'Not Found');
-    const sessionId = decodeURIComponent(match[1]!);
+    let sessionId: string;
+    try {
+      sessionId = decodeURIComponent(match[1]!);
+    } catch {
+      return refuse(400, 'Bad Request');
+    }
     if (!tokens.consume(url.searchParams.get('attach'), sessionId)) return refuse(401, 'Unauthorized');
     wss.handleUpgrade(request, socket, head, (ws) => {
       const connection = new ClientConnection(ws, socket, sessionId, {

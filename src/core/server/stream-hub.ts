@@ -61,6 +61,11 @@ export class StreamHub {
     this.detach();
   }
 
+  /** Delivers an event that did not come through the sequencer: only the `--conformance` hooks use it. */
+  injectForConformance(event: MetisEvent): void {
+    this.route(event);
+  }
+
   private route(event: MetisEvent): void {
     if (event.seq === null) this.recent.add(event);
     if (event.type === 'delegate.started') {

@@ -1,0 +1,105 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { z } from 'zod';
+import { microsToIso, nowMicros } from '../events/clock.js';
+import { newEventId } from '../events/ids.js';
+import type { TraceContext } from '../store/trace-context.js';
+import { readJson, sendError, sendJson, validate } from './http-util.js';
+import type { ExtraRoute } from './server.js';
+
+export interface ConformanceSettings {
+  readonly heartbeatIntervalMs: number;
+  readonly maxQueueEvents: number;
+  readonly replayCap: number;
+  readonly faults: readonly string[];
+}
+
+const FloodBody = z.strictObject({
+  session_id: z.string().min(1),
+  count: z.number().int().min(1).max(100_000),
+});
+const UnknownBody = z.strictObject({ session_id: z.string().min(1) });
+
+/** A catalog type with a small payload, to fill a session's trace quickly. */
+const FLOOD_PAYLOAD = {
+  type: 'accept',
+  confidence: 0.5,
+  subject_turn_id: null,
+  context: { conformance: true },
+};
+const FLOOD_CHUNK = 2000;
+
+/**
+ * HTTP hooks that exist only with `metis serve --conformance` (documented in docs/conformance.md):
+ *
+ *   GET  /_conformance          the settings the suite can rely on (heartbeat ms, queue bound, replay cap)
+ *   POST /_conformance/flood    {session_id, count}: store `count` events in a session (replay_too_large)
+ *   POST /_conformance/unknown  {session_id}: stream an event of a type no catalog has (forward compat)
+ */
+export function conformanceRoutes(trace: TraceContext, settings: ConformanceSettings): ExtraRoute {
+  return async function conformanceRoute(
+    request: IncomingMessage,
+    response: ServerResponse,
+    path: string,
+    hub,
+  ) {
+    if (!path.startsWith('/_conformance')) return false;
+    try {
+      if (path === '/_conformance' && request.method === 'GET') {
+        sendJson(response, 200, {
+          heartbeat_interval_ms: settings.heartbeatIntervalMs,
+          max_queue_events: settings.maxQueueEvents,
+          replay_cap: settings.replayCap,
+          faults: settings.faults,
+          hooks: ['flood', 'unknown'],
+        });
+        return true;
+      }
+      if (path === '/_conformance/flood' && request.method === 'POST') {
+        const body = validate(FloodBody, await readJson(request));
+        let last = '';
+        for (let done = 0; done < body.count; done += FLOOD_CHUNK) {
+          const n = Math.min(FLOOD_CHUNK, body.count - done);
+          for (let i = 0; i < n; i += 1) {
+            last = trace.bus.emit({
+              type: 'feedback.implicit',
+              session_id: body.session_id,
+              payload: FLOOD_PAYLOAD,
+            })!.id;
+          }
+          await trace.flush();
+        }
+        sendJson(response, 200, { emitted: body.count, last_event_id: last });
+        return true;
+      }
+      if (path === '/_conformance/unknown' && request.method === 'POST') {
+        const body = validate(UnknownBody, await readJson(request));
+        const id = newEventId();
+        hub.injectForConformance({
+          id,
+          timestamp: microsToIso(nowMicros()),
+          session_id: body.session_id,
+          turn_id: null,
+          parent_event_id: null,
+          type: 'conformance.future_type',
+          actor: 'system',
+          payload: { note: 'a type from a future catalog' },
+          sensitivity: 'pseudonymous',
+          seq: null,
+        });
+        sendJson(response, 200, { event_id: id });
+        return true;
+      }
+      sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no conformance hook ${path}`);
+      return true;
+    } catch (error) {
+      const status = (error as { status?: number }).status ?? 400;
+      sendError(
+        response,
+        status,
+        (error as { code?: string }).code ?? 'METIS_ERR_INVALID_ARGUMENT',
+        (error as Error).message,
+      );
+      return true;
+    }
+  };
+}
