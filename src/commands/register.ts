@@ -87,5 +87,19 @@ export function registerCommands(program: Command): void {
       (await import('./session-commands.js')).confirmCommand(session, request, decision, options),
     );
 
+  const conformance = program
+    .command('conformance')
+    .description('protocol conformance suites (docs/conformance.md)');
+  conformance
+    .command('run')
+    .description('check a server against the streaming protocol (default: an embedded server)')
+    .option('--url <url>', 'server to test (it needs `metis serve --conformance` for the hook checks)')
+    .option('--only <name...>', 'run only these checks (the invariant checks always run)')
+    .option('--json', 'print every result as JSON')
+    .option('--junit <file>', 'also write a JUnit XML report')
+    .option('--fault <name...>', 'embedded server only: break a guarantee on purpose to see checks fail')
+    .option('--token <token>', 'bearer token for a server that requires one')
+    .action(async (options) => (await import('./conformance.js')).conformanceRunCommand(options));
+
   registerStoreCommands(program);
 }

@@ -73,6 +73,7 @@ export class ClientConnection implements StreamTarget {
   private readonly heartbeat: NodeJS.Timeout;
   private readonly faults: FaultSwitches;
   private readonly held: string[] = [];
+  private dropNextLive = false;
 
   constructor(
     private readonly ws: WebSocket,
@@ -101,6 +102,10 @@ export class ClientConnection implements StreamTarget {
     }
     if (this.state !== 'live' || !this.filter!(event)) return;
     if (this.faults.reorderCancel && this.holdForReorder(event, frame)) return;
+    if (this.dropNextLive) {
+      this.dropNextLive = false; // the drop-at-seam fault: lose the first live event after the seam
+      return;
+    }
     if (event.session_id !== this.sessionId && !this.sessionIds.has(event.session_id))
       this.sessionIds.add(event.session_id);
     this.send(frame());
@@ -242,13 +247,20 @@ export class ClientConnection implements StreamTarget {
     this.filter = matches;
     this.sessionIds = sessionIds;
     this.state = 'live';
-    this.send(ack(replayFrames.length));
-    if (snapshotFrame !== null) this.send(snapshotFrame);
+    this.dropNextLive = this.faults.dropAtSeam === true;
+    // The ack, the snapshot and the replay (at most `replayCap` events) go straight to the socket:
+    // they are one bounded burst, not a backlog, and must not count against the live queue's bound.
+    // Live frames queue behind them until the socket drains.
+    this.flush();
+    this.socket.cork();
+    this.ws.send(ack(replayFrames.length));
+    if (snapshotFrame !== null) this.ws.send(snapshotFrame);
     const replayed = new Set<string>();
     for (const { id, frame: text } of replayFrames) {
       replayed.add(id);
-      this.send(text);
+      this.ws.send(text);
     }
+    this.socket.uncork();
     // The seam (§3.7): what arrived since accept, minus what the snapshot or the replay covered.
     const buffered = this.buffer;
     this.buffer = [];
@@ -256,7 +268,6 @@ export class ClientConnection implements StreamTarget {
       if (skipUpTo !== null && event.id <= skipUpTo) continue;
       if (replayed.has(event.id) || !matches(event)) continue;
       if (event.session_id !== this.sessionId && !resolved.include_worker_sessions) continue;
-      if (this.faults.dropAtSeam && event === buffered.find((e) => !replayed.has(e.id))) continue;
       this.send(`{"type":"event","event":${JSON.stringify(event)}}`);
     }
     this.deps.bus.emit({
@@ -291,12 +302,22 @@ export class ClientConnection implements StreamTarget {
     this.send(JSON.stringify({ type: 'error', code, message }));
   }
 
-  /** Queues a frame and schedules a flush; overflowing the bound closes the client. */
-  private send(frame: string): void {
+  /**
+   * Queues a frame and schedules a flush; overflowing the bound closes the client. `activity` is false
+   * for the server's own pings, which must not count as traffic that makes the next ping unnecessary.
+   */
+  private send(frame: string, activity = true): void {
     if (this.state === 'closed') return;
+    if (activity) this.sentSinceTick = true;
     this.queue.push(frame);
     this.queuedBytes += frame.length;
-    const queued = this.queue.length - this.queueHead;
+    let queued = this.queue.length - this.queueHead;
+    // A burst (one large committed batch) writes through at once while the socket takes it, so only a
+    // client that really stopped reading reaches the bound.
+    if (queued > this.deps.options.maxQueueEvents / 2) {
+      this.flush();
+      queued = this.queue.length - this.queueHead;
+    }
     if (queued > this.deps.options.maxQueueEvents || this.queuedBytes > this.deps.options.maxQueueBytes) {
       this.tooSlow();
       return;
@@ -325,7 +346,6 @@ export class ClientConnection implements StreamTarget {
       this.queueHead += 1;
       this.queuedBytes -= frame.length;
       this.ws.send(frame);
-      this.sentSinceTick = true;
     }
     this.socket.uncork();
     if (this.queueHead === this.queue.length) {
@@ -358,7 +378,7 @@ export class ClientConnection implements StreamTarget {
     }
     if (!this.sentSinceTick) {
       this.unansweredPings += 1;
-      this.send(JSON.stringify({ type: 'ping', nonce: randomBytes(6).toString('hex') }));
+      this.send(JSON.stringify({ type: 'ping', nonce: randomBytes(6).toString('hex') }), false);
     }
     this.sentSinceTick = false;
   }

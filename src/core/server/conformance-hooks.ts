@@ -26,7 +26,9 @@ const FLOOD_PAYLOAD = {
   subject_turn_id: null,
   context: { conformance: true },
 };
-const FLOOD_CHUNK = 2000;
+/** Small chunks with a commit between them, so clients that keep up read between chunks. */
+const FLOOD_CHUNK = 500;
+const FLOOD_PAUSE_MS = 10;
 
 /**
  * HTTP hooks that exist only with `metis serve --conformance` (documented in docs/conformance.md):
@@ -67,6 +69,8 @@ export function conformanceRoutes(trace: TraceContext, settings: ConformanceSett
             })!.id;
           }
           await trace.flush();
+          // Let clients read between chunks, as they would between real turns.
+          await new Promise((resolve) => setTimeout(resolve, FLOOD_PAUSE_MS));
         }
         sendJson(response, 200, { emitted: body.count, last_event_id: last });
         return true;

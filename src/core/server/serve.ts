@@ -48,9 +48,9 @@ export async function startService(
   const conformance = options.conformance;
   const faults: Record<string, boolean> = {};
   for (const name of conformance?.faults ?? []) faults[FAULT_NAMES[name]] = true;
-  // The conformance suite needs short heartbeats and a small queue to test them in seconds.
-  const heartbeatIntervalMs = conformance ? 100 : config.server.heartbeat_interval_ms;
-  const maxQueueEvents = conformance ? 200 : config.server.max_queue_events;
+  // The conformance suite needs short heartbeats to test them in seconds.
+  const heartbeatIntervalMs = conformance ? 250 : config.server.heartbeat_interval_ms;
+  const maxQueueEvents = config.server.max_queue_events;
   const release = acquireLock(dbPath);
   let trace: TraceContext | null = null;
   try {

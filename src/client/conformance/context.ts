@@ -1,0 +1,143 @@
+import { openWire, type WireClient } from './wire-client.js';
+
+export interface ConformanceInfo {
+  readonly heartbeat_interval_ms: number;
+  readonly max_queue_events: number;
+  readonly replay_cap: number;
+}
+
+export type CheckOutcome =
+  | { readonly status: 'pass'; readonly detail?: string }
+  | {
+      readonly status: 'fail';
+      readonly message: string;
+      readonly expected?: unknown;
+      readonly seen?: unknown;
+    }
+  | { readonly status: 'skip'; readonly reason: string };
+
+/** A failed expectation inside a check; the runner turns it into a `fail` outcome. */
+export class CheckFailure extends Error {
+  constructor(
+    message: string,
+    readonly expected?: unknown,
+    readonly seen?: unknown,
+  ) {
+    super(message);
+  }
+}
+
+export function expectEqual(what: string, expected: unknown, seen: unknown): void {
+  if (JSON.stringify(expected) !== JSON.stringify(seen)) throw new CheckFailure(what, expected, seen);
+}
+
+export function expectTrue(what: string, condition: boolean, seen?: unknown): void {
+  if (!condition) throw new CheckFailure(what, undefined, seen);
+}
+
+/** What a check may use: the server under test, its hooks when present, and cleanup. */
+export class CheckContext {
+  private readonly clients: WireClient[] = [];
+  /** Every full-filter stream recorded, for the invariant checks. */
+  readonly recorded: any[][] = [];
+
+  constructor(
+    readonly url: string,
+    readonly info: ConformanceInfo | null,
+    private readonly token?: string,
+  ) {}
+
+  async api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.token) headers.authorization = `Bearer ${this.token}`;
+    const response = await fetch(`${this.url}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  }
+
+  async newSession(): Promise<string> {
+    const created = await this.api('POST', '/sessions', {});
+    expectEqual('POST /sessions answers 201', 201, created.status);
+    return created.body.session_id as string;
+  }
+
+  /** Handshake + WebSocket; with `subscribe`, sends it and waits for the ack or the error. */
+  async attach(
+    sessionId: string,
+    subscribe: { filter: unknown; since?: string | null; snapshot?: boolean } | null = {
+      filter: 'preset:full',
+    },
+    options: { answerPings?: boolean; record?: boolean } = {},
+  ): Promise<WireClient> {
+    const handshake = await this.api('GET', `/sessions/${sessionId}`);
+    expectEqual(`GET /sessions/${sessionId} answers 200`, 200, handshake.status);
+    const client = await openWire(handshake.body.ws_url, {
+      answerPings: options.answerPings,
+      token: this.token,
+    });
+    this.clients.push(client);
+    if (subscribe) {
+      client.send({ type: 'subscribe', since: null, snapshot: false, ...subscribe });
+      await client.waitFor(
+        (f) => f.type === 'subscribe_ack' || f.type === 'subscribe_error',
+        10_000,
+        'subscribe_ack',
+      );
+      if (options.record !== false && subscribe.filter === 'preset:full') this.recorded.push(client.frames);
+    }
+    return client;
+  }
+
+  async submit(sessionId: string, message: string): Promise<string> {
+    const response = await this.api('POST', `/sessions/${sessionId}/turns`, { message });
+    expectEqual(`POST /sessions/${sessionId}/turns answers 202`, 202, response.status);
+    return response.body.turn_id as string;
+  }
+
+  turnEnd(client: WireClient, turnId: string, timeoutMs = 15_000): Promise<any> {
+    return client.waitFor(
+      (f) =>
+        f.type === 'event' &&
+        f.event.turn_id === turnId &&
+        (f.event.type === 'turn.completed' || f.event.type === 'turn.cancelled'),
+      timeoutMs,
+      `the end of turn ${turnId}`,
+    );
+  }
+
+  eventOf(
+    client: WireClient,
+    type: string,
+    predicate: (event: any) => boolean = () => true,
+    timeoutMs = 15_000,
+  ): Promise<any> {
+    return client
+      .waitFor((f) => f.type === 'event' && f.event.type === type && predicate(f.event), timeoutMs, type)
+      .then((f) => f.event);
+  }
+
+  closeAll(): void {
+    for (const client of this.clients) client.close();
+    this.clients.length = 0;
+  }
+}
+
+/** Event types of a turn in order, with runs of deltas collapsed to one entry. */
+export function turnShape(events: readonly any[], turnId: string, sessionId?: string): string[] {
+  const out: string[] = [];
+  for (const event of events) {
+    if (event.turn_id !== turnId || (sessionId && event.session_id !== sessionId)) continue;
+    const isDelta = event.type.endsWith('.delta') || event.type === 'tool.use_input_delta';
+    const label = isDelta ? `${event.type}*` : event.type;
+    if (isDelta && out[out.length - 1] === label) continue;
+    out.push(label);
+  }
+  return out;
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,89 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ExitError } from '../cli.js';
+import { toJunit } from '../client/conformance/junit.js';
+import { type CheckResult, runConformance } from '../client/conformance/runner.js';
+import { MetisConfigSchema } from '../core/config/schema.js';
+import { MetisError } from '../core/errors.js';
+import { silentLogger } from '../core/logger.js';
+import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
+import { startService } from '../core/server/serve.js';
+
+export interface ConformanceRunOptions {
+  url?: string;
+  only?: string[];
+  json?: boolean;
+  junit?: string;
+  fault?: string[];
+  token?: string;
+}
+
+function describe(result: CheckResult): string {
+  const { outcome } = result;
+  if (outcome.status === 'pass')
+    return `PASS  ${result.name}  (${result.durationMs} ms)${outcome.detail ? `  ${outcome.detail}` : ''}`;
+  if (outcome.status === 'skip') return `SKIP  ${result.name}: ${outcome.reason}`;
+  const lines = [`FAIL  ${result.name}  [${result.covers}]: ${outcome.message}`];
+  if (outcome.expected !== undefined) lines.push(`      expected: ${JSON.stringify(outcome.expected)}`);
+  if (outcome.seen !== undefined) lines.push(`      seen:     ${JSON.stringify(outcome.seen)}`);
+  return lines.join('\n');
+}
+
+/** `metis conformance run`: against --url, or an embedded server on a temporary database. */
+export async function conformanceRunCommand(options: ConformanceRunOptions): Promise<void> {
+  const faults = options.fault ?? [];
+  for (const fault of faults) {
+    if (!(fault in FAULT_NAMES)) {
+      throw new MetisError(
+        'METIS_ERR_INVALID_ARGUMENT',
+        `--fault: "${fault}" is not one of ${Object.keys(FAULT_NAMES).join(', ')}`,
+      );
+    }
+  }
+  if (faults.length > 0 && options.url)
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--fault: only for the embedded server (no --url)');
+  let stop = async () => {};
+  let url = options.url;
+  if (!url) {
+    const home = mkdtempSync(join(tmpdir(), 'metis-conformance-'));
+    const config = MetisConfigSchema.parse({ server: { port: 0 } });
+    const service = await startService(config, join(home, 'metis.db'), silentLogger(), {
+      conformance: { faults: faults as FaultName[] },
+    });
+    url = service.url;
+    stop = async () => {
+      await service.stop();
+      rmSync(home, { recursive: true, force: true });
+    };
+    if (!options.json)
+      console.error(`embedded server ${url}${faults.length ? ` with faults: ${faults.join(', ')}` : ''}`);
+  }
+  const progress = process.stderr.isTTY === true;
+  let results: CheckResult[];
+  try {
+    results = await runConformance({
+      url,
+      only: options.only,
+      token: options.token,
+      onProgress: ({ phase, index, total, name, result }) => {
+        if (phase === 'start' && progress) process.stderr.write(`\r[${index + 1}/${total}] ${name}…\u001b[K`);
+        if (phase === 'end' && result && !options.json) {
+          if (progress) process.stderr.write('\r\u001b[K');
+          console.log(describe(result));
+        }
+      },
+    });
+  } catch (error) {
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', (error as Error).message);
+  } finally {
+    await stop();
+  }
+  if (options.junit) writeFileSync(options.junit, toJunit(results));
+  const failed = results.filter((r) => r.outcome.status === 'fail').length;
+  const passed = results.filter((r) => r.outcome.status === 'pass').length;
+  const skipped = results.length - failed - passed;
+  if (options.json) console.log(JSON.stringify({ url, passed, failed, skipped, results }, null, 2));
+  else console.log(`\n${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
+  if (failed > 0) throw new ExitError(1);
+}

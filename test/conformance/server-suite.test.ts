@@ -1,0 +1,58 @@
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { type CheckResult, runConformance } from '../../src/client/conformance/runner.js';
+import { MetisConfigSchema } from '../../src/core/config/schema.js';
+import { silentLogger } from '../../src/core/logger.js';
+import type { FaultName } from '../../src/core/server/faults.js';
+import { startService } from '../../src/core/server/serve.js';
+import { tempDir } from '../helpers/tmp.js';
+
+async function embedded(faults: FaultName[] = []) {
+  const config = MetisConfigSchema.parse({ server: { port: 0 } });
+  const service = await startService(config, join(tempDir(), 'conformance.db'), silentLogger(), {
+    conformance: { faults },
+  });
+  onTestFinished(() => service.stop());
+  return service.url;
+}
+
+const statusOf = (results: CheckResult[]) =>
+  Object.fromEntries(results.map((r) => [r.name, r.outcome.status]));
+
+describe('metis conformance run', () => {
+  it('every check passes against metis serve --conformance', async () => {
+    const results = await runConformance({ url: await embedded() });
+    const failed = results.filter((r) => r.outcome.status !== 'pass');
+    expect(failed).toEqual([]);
+    expect(results.length).toBeGreaterThanOrEqual(20);
+  }, 120_000);
+
+  it('checks that need hooks are skipped with the reason against a server without them', async () => {
+    const { startTestServer } = await import('../helpers/server.js');
+    const server = await startTestServer();
+    const results = await runConformance({ url: server.url, only: ['heartbeat', 'cursor_expired'] });
+    const heartbeat = results.find((r) => r.name === 'heartbeat')!;
+    expect(heartbeat.outcome).toEqual({ status: 'skip', reason: expect.stringContaining('--conformance') });
+    expect(statusOf(results).cursor_expired).toBe('pass');
+  }, 60_000);
+
+  // Each fault breaks one guarantee: the matching checks must fail and an unrelated one must pass.
+  const faults: [FaultName, string[], string[], string][] = [
+    [
+      'duplicate-replay',
+      ['reconnect_replay', 'cancel_mid_llm'],
+      ['reconnect_replay', 'invariant_id_order'],
+      'cancel_mid_llm',
+    ],
+    ['drop-at-seam', ['snapshot_replay_seam', 'cursor_expired'], ['snapshot_replay_seam'], 'cursor_expired'],
+    ['ignore-pings', ['heartbeat', 'invalid_filter'], ['heartbeat'], 'invalid_filter'],
+    ['reorder-cancel', ['cancel_mid_tool', 'happy_path_order'], ['cancel_mid_tool'], 'happy_path_order'],
+  ];
+  for (const [fault, only, mustFail, mustPass] of faults) {
+    it(`the suite catches the ${fault} fault`, async () => {
+      const status = statusOf(await runConformance({ url: await embedded([fault]), only }));
+      for (const name of mustFail) expect({ name, status: status[name] }).toEqual({ name, status: 'fail' });
+      expect(status[mustPass]).toBe('pass');
+    }, 60_000);
+  }
+});
