@@ -1,0 +1,217 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { ServerOptions } from '../../src/core/server/server.js';
+import {
+  closedWithin,
+  dropAfterEvents,
+  eventIdDaysAgo,
+  type FilterInput,
+  lastEventId,
+  ofType,
+  subscribe,
+  subscribeOn,
+  subscribeReply,
+  sync,
+  waitForEvents,
+  waitForType,
+} from '../helpers/protocol.js';
+import { startTestServer, type TestClient, type TestServer } from '../helpers/server.js';
+
+/** Streaming spec §11.1 tests 3, 4, 5 (reconnect, replay bounds, expired cursors) and the §11.2 property. */
+
+const turnDone = (client: TestClient, turnId: string) =>
+  waitForEvents(client, (e) => e.type === 'turn.completed' && e.turn_id === turnId);
+
+async function runTurn(t: TestServer, sessionId: string, watcher: TestClient, message: string) {
+  const turnId = await t.submit(sessionId, message);
+  await turnDone(watcher, turnId);
+  return turnId;
+}
+
+describe('streaming protocol: reconnect and replay (§3.6, §11.1)', () => {
+  it('3a. reconnect mid-message: replay fills the gap, in-memory deltas included, no duplicate', async () => {
+    const t = await startTestServer({ scripted: { slow_token_delay_ms: 2, slow_tokens: 400 } });
+    const sessionId = await t.createSession();
+    const { client: control } = await subscribe(t, sessionId);
+    const { client: first } = await subscribe(t, sessionId);
+    dropAfterEvents(first, 15);
+    const turnId = await t.submit(sessionId, 'slow: tides');
+    await closedWithin(first);
+    const since = lastEventId(first)!;
+    expect(ofType(first.events(), 'text.delta').length).toBeGreaterThan(0);
+    // Let more deltas stream while the client is away; they exist only in memory (not persisted).
+    await waitForEvents(control, (e) => e.type === 'text.delta' && e.id > since, 10);
+
+    const second = await subscribe(t, sessionId, { since, snapshot: false });
+    expect(second.ack).toMatchObject({ since, snapshot: false });
+    expect(second.ack.replay_event_count).toBeGreaterThanOrEqual(10);
+    await turnDone(second.client, turnId);
+    await turnDone(control, turnId);
+
+    // The replay carries the deltas streamed while the client was away, which were never persisted.
+    const replayed = second.client.events().slice(0, second.ack.replay_event_count);
+    expect(replayed.filter((e) => e.type === 'text.delta' && e.seq === null).length).toBeGreaterThanOrEqual(
+      10,
+    );
+    const union = [...first.events(), ...second.client.events()];
+    expect(union).toEqual(control.events());
+    expect(new Set(union.map((e) => e.id)).size).toBe(union.length);
+    expect(ofType(union, 'turn.completed')).toHaveLength(1);
+  });
+
+  it('3b. reconnect after the turn ended, with preset:chat: replay is the filtered gap exactly', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    const { client: control } = await subscribe(t, sessionId, { filter: 'preset:chat' });
+    const { client: first } = await subscribe(t, sessionId, { filter: 'preset:chat' });
+    dropAfterEvents(first, 6);
+    await runTurn(t, sessionId, control, 'time');
+    await closedWithin(first);
+    await runTurn(t, sessionId, control, 'think: about gaps');
+
+    const since = lastEventId(first)!;
+    const gap = control.events().filter((e) => e.id > since);
+    const second = await subscribe(t, sessionId, { filter: 'preset:chat', since, snapshot: false });
+    expect(second.ack.replay_event_count).toBe(gap.length);
+    expect(await sync(second.client)).toBe(true);
+    expect(second.client.events()).toEqual(gap);
+    expect([...first.events(), ...second.client.events()]).toEqual(control.events());
+    // The replay holds both families: persisted catalog events and in-memory streaming events.
+    expect(gap.some((e) => e.seq === null) && gap.some((e) => e.seq !== null)).toBe(true);
+  });
+
+  it('4. replay_too_large when more events than the cap match after the cursor', async () => {
+    const t = await startTestServer(
+      { scripted: { slow_token_delay_ms: 0, slow_tokens: 30 } },
+      {
+        stream: { replayCap: 20 },
+      },
+    );
+    const sessionId = await t.createSession();
+    const { client: watcher } = await subscribe(t, sessionId);
+    const since = t.context.store.sessionEvents(sessionId)[0]!.id; // session.created
+    for (let i = 0; i < 5; i += 1) await runTurn(t, sessionId, watcher, `hello ${i}`);
+    await runTurn(t, sessionId, watcher, 'slow: many deltas');
+    const filterOf = (types: string[]) => ({
+      event_types: types,
+      actors: null,
+      include_worker_sessions: false,
+    });
+    const attempt = async (filter: FilterInput) =>
+      subscribeReply(await t.attach(sessionId), { filter, since, snapshot: false });
+
+    // 30+ persisted events: the cap counts stored rows.
+    const persisted = await attempt(
+      filterOf(['turn.started', 'route.decided', 'llm.call_started', 'turn.completed']),
+    );
+    expect(persisted).toMatchObject({ type: 'subscribe_error', code: 'replay_too_large' });
+    expect(persisted.message).toMatch(/snapshot/);
+    // 30 in-memory deltas: the cap counts streaming events too.
+    expect(await attempt(filterOf(['text.delta']))).toMatchObject({ code: 'replay_too_large' });
+    expect(await attempt('preset:full')).toMatchObject({ code: 'replay_too_large' });
+    // Under the cap the same cursor replays.
+    const small = await attempt(filterOf(['turn.completed']));
+    expect(small).toMatchObject({ type: 'subscribe_ack', replay_event_count: 6 });
+  });
+
+  it('5. cursor_expired for a cursor older than retention; a snapshot subscribe then works', async () => {
+    const old = eventIdDaysAgo(100);
+    const check = async (options: ServerOptions) => {
+      const t = await startTestServer({}, options);
+      const sessionId = await t.createSession();
+      const client = await t.attach(sessionId);
+      return {
+        client,
+        reply: await subscribeReply(client, { filter: 'preset:full', since: old, snapshot: false }),
+      };
+    };
+    const expired = await check({}); // retention 90 days by default
+    expect(expired.reply).toMatchObject({ type: 'subscribe_error', code: 'cursor_expired' });
+    expect(expired.reply.message).toMatch(/snapshot/);
+    const fresh = await subscribeOn(expired.client, { snapshot: true });
+    expect(fresh.snapshot.type).toBe('snapshot');
+    // With a longer retention the same cursor is valid and replays the whole session.
+    const kept = await check({ stream: { retentionDays: 200 } });
+    expect(kept.reply).toMatchObject({ type: 'subscribe_ack', replay_event_count: 1 }); // session.created
+  });
+
+  it('11.2 property: across random drops and reconnects, the concatenated events equal a control client', async () => {
+    const t = await startTestServer({
+      scripted: { token_delay_ms: 0, slow_token_delay_ms: 1, slow_tokens: 40 },
+    });
+    const scripts = [
+      ['time', 'hello'],
+      ['slow: waves'],
+      ['think: knots', 'run: echo hi'],
+      ['hello', 'slow: sand'],
+    ];
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...scripts),
+        fc.constantFrom<FilterInput>('preset:full', 'preset:chat'),
+        fc.array(
+          fc.record({ after: fc.integer({ min: 1, max: 40 }), pauseMs: fc.integer({ min: 0, max: 15 }) }),
+          {
+            maxLength: 4,
+          },
+        ),
+        async (script, filter, drops) => {
+          const sessionId = await t.createSession();
+          const { client: control } = await subscribe(t, sessionId, { filter });
+          const connections: TestClient[] = [];
+          const open = async (since: string | null, drop: { after: number } | undefined) => {
+            const client = await t.attach(sessionId);
+            if (drop) dropAfterEvents(client, drop.after);
+            connections.push(client);
+            return subscribeOn(client, { filter, since, snapshot: since === null });
+          };
+          const initial = await open(null, drops[0]);
+          const from: string = initial.snapshot.snapshot_at_event_id;
+
+          let finished = false;
+          const driver = (async () => {
+            for (const message of script) await runTurn(t, sessionId, control, message);
+            finished = true;
+          })();
+          let cursor = from;
+          for (let i = 0; i < drops.length; i += 1) {
+            const current = connections.at(-1)!;
+            const ended = await Promise.race([
+              current.closed.then(() => 'closed'),
+              driver.then(() => 'done'),
+            ]);
+            if (ended === 'done' && (await sync(current))) break; // no more events: this drop never comes
+            cursor = lastEventId(current) ?? cursor;
+            await new Promise((resolve) => setTimeout(resolve, drops[i]!.pauseMs));
+            await open(cursor, drops[i + 1]);
+          }
+          await driver;
+          expect(finished).toBe(true);
+          // If the last planned drop hit after the driver finished, reconnect once more to catch up.
+          if (!(await sync(connections.at(-1)!))) {
+            await open(lastEventId(connections.at(-1)!) ?? cursor, undefined);
+            expect(await sync(connections.at(-1)!)).toBe(true);
+          }
+          const concatenated = connections.flatMap((c) => c.events());
+          expect(concatenated).toEqual(control.events().filter((e) => e.id > from));
+          for (const client of [control, ...connections]) client.ws.terminate();
+        },
+      ),
+      { numRuns: 20 },
+    );
+  });
+
+  it('the reconnect comparison catches a server that replays an event twice', async () => {
+    const t = await startTestServer({}, { faults: { duplicateReplayEvent: true } });
+    const sessionId = await t.createSession();
+    const { client: control } = await subscribe(t, sessionId);
+    const { client: first } = await subscribe(t, sessionId);
+    dropAfterEvents(first, 3);
+    await runTurn(t, sessionId, control, 'hello');
+    await closedWithin(first);
+    const second = await subscribe(t, sessionId, { since: lastEventId(first), snapshot: false });
+    expect(await sync(second.client)).toBe(true);
+    expect([...first.events(), ...second.client.events()]).not.toEqual(control.events());
+    await waitForType(second.client, 'turn.completed');
+  });
+});
