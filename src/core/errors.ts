@@ -85,12 +85,36 @@ export const ERROR_TABLE = {
     exitCode: 2,
     hint: 'Fix the file named in the message; `metis config show` prints what is in effect.',
   },
+  METIS_ERR_PLUGIN_NOT_FOUND: {
+    status: 500,
+    exitCode: 2,
+    hint: 'Check the plugin name in config: a built-in (jsonl-sink, webhook, otel), an installed package or a path relative to the config file.',
+  },
+  METIS_ERR_PLUGIN_EXPORT: {
+    status: 500,
+    exitCode: 2,
+    hint: 'A plugin module must default-export { name, optionsSchema?, create(options, ctx) } (see docs/plugins.md).',
+  },
+  METIS_ERR_PLUGIN_OPTIONS: {
+    status: 500,
+    exitCode: 2,
+    hint: "Fix the plugin's options in the config file; docs/plugins.md lists those of the built-ins.",
+  },
+  METIS_ERR_PLUGIN_START: {
+    status: 500,
+    exitCode: 1,
+    hint: 'The plugin failed while loading or starting; see the message, or remove it from `plugins` in config.',
+  },
   METIS_ERR_SERVER_UNREACHABLE: {
     status: 503,
     exitCode: 1,
     hint: 'Start one with `metis serve`, or pass --url (or METIS_URL) to point at a running server.',
   },
-  METIS_ERR_REQUEST_FAILED: { status: 502, exitCode: 1, hint: 'See the message for what the server refused.' },
+  METIS_ERR_REQUEST_FAILED: {
+    status: 502,
+    exitCode: 1,
+    hint: 'See the message for what the server refused.',
+  },
   METIS_ERR_SESSION_ENDED: { status: 409, exitCode: 1, hint: 'Create a new session.' },
 } as const satisfies Record<string, ErrorSpec>;
 
