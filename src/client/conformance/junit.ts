@@ -1,6 +1,6 @@
 import type { CheckResult } from './runner.js';
 
-const escape = (text: string) =>
+const escapeXml = (text: string) =>
   text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 
 /** JUnit XML of a conformance run, for CI systems that render test reports. */
@@ -9,12 +9,12 @@ export function toJunit(results: readonly CheckResult[]): string {
   const skipped = results.filter((r) => r.outcome.status === 'skip').length;
   const total = results.reduce((sum, r) => sum + r.durationMs, 0) / 1000;
   const cases = results.map((r) => {
-    const head = `  <testcase classname="metis.conformance" name="${escape(r.name)}" time="${(r.durationMs / 1000).toFixed(3)}">`;
+    const head = `  <testcase classname="metis.conformance" name="${escapeXml(r.name)}" time="${(r.durationMs / 1000).toFixed(3)}">`;
     if (r.outcome.status === 'pass') return `${head}</testcase>`;
     if (r.outcome.status === 'skip')
-      return `${head}<skipped message="${escape(r.outcome.reason)}"/></testcase>`;
+      return `${head}<skipped message="${escapeXml(r.outcome.reason)}"/></testcase>`;
     const body = `expected: ${JSON.stringify(r.outcome.expected)}\nseen: ${JSON.stringify(r.outcome.seen)}`;
-    return `${head}<failure message="${escape(r.outcome.message)}">${escape(body)}</failure></testcase>`;
+    return `${head}<failure message="${escapeXml(r.outcome.message)}">${escapeXml(body)}</failure></testcase>`;
   });
   return [
     '<?xml version="1.0" encoding="UTF-8"?>',
