@@ -252,3 +252,59 @@ describe('agent loop sequences', () => {
     expect(messages[1]!.usage).toMatchObject({ pricing_version: expect.any(String) });
   });
 });
+
+describe('runtime edges', () => {
+  it('input that fails the tool schema is tool.input_invalid and an error tool_result, then the loop goes on', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(session.id, 'read: ');
+    await h.settle(done);
+    const events = h.framesOf(session.id).filter((e) => e.seq !== null);
+    const invalid = byType(events, 'tool.input_invalid');
+    expect(invalid).toHaveLength(1);
+    expect(invalid[0]!.payload.tool_name).toBe('read_file');
+    expect((invalid[0]!.payload.validation_errors as string[])[0]).toMatch(/^path/);
+    expect(invalid[0]!.parent_event_id).toBe(byType(events, 'llm.call_completed')[0]!.id);
+    expect(byType(events, 'tool.called')).toHaveLength(0);
+    expect(byType(events, 'llm.call_started')[1]!.parent_event_id).toBe(invalid[0]!.id);
+    const toolMessage = h.runtime.sessions.messages(session.id).find((m) => m.role === 'tool')!;
+    expect(toolMessage.content[0]).toMatchObject({ type: 'tool_result', is_error: true });
+  });
+
+  it('a confirmation can be denied, times out, or allows the tool for the session', async () => {
+    const h = startRuntime({
+      tool_confirmation: { write: 'ask', execute: 'ask', network: 'ask' },
+      confirmation_timeout_ms: 200,
+    });
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const answers: ('deny' | 'allow' | null)[] = ['deny', null, 'allow'];
+    h.context.bus.subscribe({
+      name: 'answers',
+      fastPath: true,
+      filter: { event_types: ['tool.confirmation_requested'] },
+      handler: (event) => {
+        const answer = answers.shift();
+        if (answer) h.runtime.confirm(session.id, String(event.payload.confirmation_request_id), answer, 'session');
+      },
+    });
+    for (let i = 0; i < 4; i += 1) await h.settle(h.runtime.submitTurn(session.id, 'run: echo hi').done);
+    const events = h.framesOf(session.id).filter((e) => e.seq !== null);
+    expect(byType(events, 'tool.confirmation_resolved').map((e) => e.payload.decision)).toEqual(['deny', 'timeout', 'allow']);
+    expect(byType(events, 'tool.failed').map((e) => e.payload.error_class)).toEqual(['user_denied', 'confirmation_timeout']);
+    // The fourth call runs without asking: the third answer allowed shell for the session.
+    expect(byType(events, 'tool.confirmation_requested')).toHaveLength(3);
+    expect(byType(events, 'tool.completed')).toHaveLength(2);
+  });
+
+  it('an idle session ends as abandoned after the inactivity timeout', async () => {
+    const h = startRuntime({ inactivity_timeout_ms: 30 });
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    await h.settle(h.runtime.submitTurn(session.id, 'hello').done);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await h.context.flush();
+    const ended = byType(h.framesOf(session.id), 'session.ended');
+    expect(ended.map((e) => e.payload.disposition)).toEqual(['abandoned']);
+    expect(ended[0]!.payload.turn_count).toBe(1);
+    expect(h.runtime.getSession(session.id).status).toBe('ended');
+  });
+});

@@ -27,6 +27,38 @@ export const RoutingRuleSchema = z.strictObject({
   model: modelId,
 });
 
+/**
+ * One model provider (docs/providers.md). `kind` picks the SDK; `anthropic` and `openai` are built in
+ * (see BUILT_IN_PROVIDERS) and may be configured without it. The key is read from the environment
+ * variable named by `api_key_env`, or given as `api_key` (which wins); it is never logged.
+ */
+export const ProviderConfigSchema = z.strictObject({
+  kind: z.enum(['anthropic', 'openai-compatible']).optional(),
+  /** API base URL; for OpenAI-compatible servers it includes the `/v1` path, e.g. `http://localhost:11434/v1`. */
+  base_url: z.url({ protocol: /^https?$/ }).optional(),
+  /** Name of the environment variable that holds the key (e.g. `ANTHROPIC_API_KEY`). */
+  api_key_env: z
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be the name of an environment variable')
+    .optional(),
+  /** The key itself; prefer `api_key_env` so the key stays out of config files. */
+  api_key: z.string().min(1).optional(),
+  /** Retries of a failed call before its first token (rate limit, server error, network). Default 2. */
+  max_retries: z.number().int().nonnegative().max(10).optional(),
+  /** `max_tokens` sent with each request when the loop gives none. Default 8192. */
+  max_tokens: z.number().int().positive().optional(),
+  /** Anthropic only: extended thinking with this budget (at least 1024); `max_tokens` is raised above it. */
+  thinking_budget_tokens: z.number().int().min(1024).optional(),
+});
+
+/** Providers that exist without configuration; an entry of the same name is merged over them. */
+export const BUILT_IN_PROVIDERS: Readonly<Record<string, z.output<typeof ProviderConfigSchema>>> = {
+  anthropic: { kind: 'anthropic', api_key_env: 'ANTHROPIC_API_KEY' },
+  openai: { kind: 'openai-compatible', api_key_env: 'OPENAI_API_KEY' },
+};
+
+const providerName = z.string().regex(/^[a-z0-9-]+$/, 'must be a provider name as in "provider:model"');
+
 export const ConfirmationPolicySchema = z.enum(['ask', 'allow', 'deny']);
 
 /** Settings of the agent runtime; part of the one config schema. */
@@ -48,6 +80,27 @@ export const RuntimeConfigSchema = z.strictObject({
       cache_creation_per_mtok: 0,
     },
   }),
+  /**
+   * Model providers keyed by the provider part of `provider:name`; `anthropic` and `openai` are built
+   * in (keys from ANTHROPIC_API_KEY and OPENAI_API_KEY), so `{ ollama: { kind: 'openai-compatible',
+   * base_url: 'http://localhost:11434/v1' } }` adds `ollama:*` models.
+   */
+  providers: z
+    .record(providerName, ProviderConfigSchema)
+    .default({})
+    .superRefine((providers, ctx) => {
+      for (const [name, entry] of Object.entries(providers)) {
+        if (name === 'scripted') {
+          ctx.addIssue({ code: 'custom', path: [name], message: '"scripted" is the built-in model' });
+        } else if (entry.kind === undefined && BUILT_IN_PROVIDERS[name] === undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [name, 'kind'],
+            message: 'must be "anthropic" or "openai-compatible"',
+          });
+        }
+      }
+    }),
   tool_confirmation: z
     .strictObject({
       write: ConfirmationPolicySchema,

@@ -1,5 +1,6 @@
 import type { RuntimeConfig } from '../../config/runtime-schema.js';
 import type { ModelAdapter, ModelValidationFailure } from '../model-adapter.js';
+import { registerConfiguredProviders } from './providers.js';
 import { ScriptedModel } from './scripted.js';
 
 export type ModelResolution =
@@ -7,14 +8,16 @@ export type ModelResolution =
   | { readonly ok: false; readonly failure: ModelValidationFailure };
 
 /**
- * Maps canonical model ids (`provider:name`) to adapters. `scripted:*` is always available; other
- * providers are registered by their factories (the real provider adapters plug in here).
+ * Maps canonical model ids (`provider:name`) to adapters. `scripted:*` is always available; the
+ * configured providers (`anthropic`, `openai` and the `providers` entries, docs/providers.md) are
+ * registered by `registerConfiguredProviders`; others can register their own factories.
  */
 export class ModelRegistry {
   private readonly factories = new Map<string, (model: string) => ModelAdapter>();
   private readonly unavailable = new Set<string>();
 
   constructor(config: RuntimeConfig) {
+    registerConfiguredProviders(this, config);
     const scripted = new ScriptedModel({
       tokenDelayMs: config.scripted.token_delay_ms,
       slowTokenDelayMs: config.scripted.slow_token_delay_ms,
