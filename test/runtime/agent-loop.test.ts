@@ -284,13 +284,21 @@ describe('runtime edges', () => {
       filter: { event_types: ['tool.confirmation_requested'] },
       handler: (event) => {
         const answer = answers.shift();
-        if (answer) h.runtime.confirm(session.id, String(event.payload.confirmation_request_id), answer, 'session');
+        if (answer)
+          h.runtime.confirm(session.id, String(event.payload.confirmation_request_id), answer, 'session');
       },
     });
     for (let i = 0; i < 4; i += 1) await h.settle(h.runtime.submitTurn(session.id, 'run: echo hi').done);
     const events = h.framesOf(session.id).filter((e) => e.seq !== null);
-    expect(byType(events, 'tool.confirmation_resolved').map((e) => e.payload.decision)).toEqual(['deny', 'timeout', 'allow']);
-    expect(byType(events, 'tool.failed').map((e) => e.payload.error_class)).toEqual(['user_denied', 'confirmation_timeout']);
+    expect(byType(events, 'tool.confirmation_resolved').map((e) => e.payload.decision)).toEqual([
+      'deny',
+      'timeout',
+      'allow',
+    ]);
+    expect(byType(events, 'tool.failed').map((e) => e.payload.error_class)).toEqual([
+      'user_denied',
+      'confirmation_timeout',
+    ]);
     // The fourth call runs without asking: the third answer allowed shell for the session.
     expect(byType(events, 'tool.confirmation_requested')).toHaveLength(3);
     expect(byType(events, 'tool.completed')).toHaveLength(2);
