@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { encodeTime } from 'ulid';
 import { MetisError } from '../errors.js';
 import { AUDIT_EVENT_TYPES } from '../events/catalog/index.js';
@@ -9,6 +10,16 @@ import { openTraceContext, reportGaps } from './trace-context.js';
 
 export const DEFAULT_RETENTION_DAYS = 90;
 const DAY_US = 86_400_000_000;
+/** Rows per delete transaction: ~10 ms of write lock on a million-row store. */
+const DEFAULT_BATCH_SIZE = 500;
+/**
+ * Between two batches the sweep leaves the write lock free for as long as the last batch held it
+ * (within these bounds). A server in another process waiting for the lock polls it from SQLite's busy
+ * handler at growing intervals (1, 2, 5, 10, 15… ms); with only a turn of the event loop between
+ * batches it almost never finds the lock free, and its commits stall for hundreds of milliseconds.
+ */
+const MIN_PAUSE_MS = 2;
+const MAX_PAUSE_MS = 50;
 
 /** What `metis trace prune` did (or would do): the `trace.swept` payload (bus §6.14) plus details. */
 export interface PurgeResult {
@@ -113,7 +124,7 @@ function oldestKept(db: Db, p: Plan, audit: string): string | null {
 
 function validate(options: PurgeOptions): { days: number; cutoffUs: number; batchSize: number } {
   const days = parseRetentionDays(options.days);
-  const batchSize = options.batchSize ?? 1000;
+  const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) {
     throw new MetisError(
       'METIS_ERR_INVALID_ARGUMENT',
@@ -125,10 +136,10 @@ function validate(options: PurgeOptions): { days: number; cutoffUs: number; batc
 
 /**
  * Retention sweep (bus §7.3, DESIGN.md "Retention"): deletes events older than `days` in batches of
- * `batchSize` rows, one `BEGIN IMMEDIATE` transaction each with a turn of the event loop between them,
- * so a server in another process keeps writing. Types in AUDIT_EVENT_TYPES are never deleted. Unless
- * `dryRun`, gaps are reported first and one `trace.swept` is recorded through the bus at the end.
- * A dry run opens the database read-only and writes nothing.
+ * `batchSize` rows, one `BEGIN IMMEDIATE` transaction each, pausing between them as long as the last
+ * batch held the lock, so a server in another process keeps writing. Types in AUDIT_EVENT_TYPES are
+ * never deleted. Unless `dryRun`, gaps are reported first and one `trace.swept` is recorded through the
+ * bus at the end. A dry run opens the database read-only and writes nothing.
  */
 export async function purgeOldEvents(options: PurgeOptions): Promise<PurgeResult> {
   const { cutoffUs, batchSize } = validate(options);
@@ -164,7 +175,9 @@ export async function purgeOldEvents(options: PurgeOptions): Promise<PurgeResult
     let batches = 0;
     options.onProgress?.({ deleted, total: p.total });
     for (;;) {
+      const started = performance.now();
       const rows = runBatch.immediate();
+      const heldMs = performance.now() - started;
       if (rows.length === 0) break;
       for (const [id, type] of rows) {
         byType[type] = (byType[type] ?? 0) + 1;
@@ -174,7 +187,7 @@ export async function purgeOldEvents(options: PurgeOptions): Promise<PurgeResult
       batches += 1;
       options.onProgress?.({ deleted, total: Math.max(p.total, deleted) });
       if (rows.length < batchSize) break;
-      await new Promise(setImmediate);
+      await sleep(Math.min(MAX_PAUSE_MS, Math.max(MIN_PAUSE_MS, heldMs)));
     }
     const done: Plan = { ...p, byType, total: deleted };
     const swept = result(done, batches, oldestKept(context.db, p, audit), false);

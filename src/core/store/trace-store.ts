@@ -24,6 +24,7 @@ export interface ReplayResult {
  */
 export class TraceStore {
   private readonly replayStatement;
+  private readonly replayOneStatement;
   private readonly sessionEventsStatement;
   private readonly lastSeqStatement;
   private readonly lastIdStatement;
@@ -38,6 +39,19 @@ export class TraceStore {
       .prepare(
         `SELECT ${EVENT_COLUMNS} FROM events
          WHERE session_id IN (SELECT value FROM json_each(@sessions))
+           AND id > @after
+           AND (@types IS NULL OR type IN (SELECT value FROM json_each(@types)))
+           AND (@actors IS NULL OR actor IN (SELECT value FROM json_each(@actors)))
+         ORDER BY id
+         LIMIT @limit`,
+      )
+      .raw();
+    // One session (the common case): the primary key (session_id, id) yields rows already in id
+    // order, so SQLite reads them in place instead of copying every row into a sorter first.
+    this.replayOneStatement = db
+      .prepare(
+        `SELECT ${EVENT_COLUMNS} FROM events
+         WHERE session_id = @session
            AND id > @after
            AND (@types IS NULL OR type IN (SELECT value FROM json_each(@types)))
            AND (@actors IS NULL OR actor IN (SELECT value FROM json_each(@actors)))
@@ -71,13 +85,17 @@ export class TraceStore {
 
   /** Events after a cursor, in id order, capped at `limit` (streaming spec §3.6). */
   replay(query: ReplayQuery): ReplayResult {
-    const rows = this.replayStatement.all({
-      sessions: JSON.stringify(query.sessionIds),
+    const filters = {
       after: query.afterId ?? '',
       types: query.eventTypes ? JSON.stringify(query.eventTypes) : null,
       actors: query.actors ? JSON.stringify(query.actors) : null,
       limit: query.limit + 1,
-    }) as EventRow[];
+    };
+    const rows = (
+      query.sessionIds.length === 1
+        ? this.replayOneStatement.all({ ...filters, session: query.sessionIds[0] })
+        : this.replayStatement.all({ ...filters, sessions: JSON.stringify(query.sessionIds) })
+    ) as EventRow[];
     const tooLarge = rows.length > query.limit;
     if (tooLarge) rows.length = query.limit;
     return { rows, tooLarge };
