@@ -12,6 +12,8 @@ import { type Figure, formatFigure, formatSummary, type Suite } from './lib/stat
 /** Add a suite with one line; modules load lazily, so `--only` runs just the one asked for. */
 const SUITES: readonly { readonly name: string; readonly load: () => Promise<Suite> }[] = [
   { name: 'bus', load: async () => (await import('./bus.js')).benchBus },
+  { name: 'store', load: async () => (await import('./store.js')).benchStore },
+  { name: 'stream', load: async () => (await import('./stream.js')).benchStream },
 ];
 
 interface Args {

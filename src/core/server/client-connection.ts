@@ -22,6 +22,7 @@ import {
 import { buildSnapshot } from './snapshot.js';
 import type { StreamHub, StreamTarget } from './stream-hub.js';
 import { compileFilter, type ResolvedFilter, resolveFilter } from './subscription-filter.js';
+import { encodeTextFrame } from './wire-frame.js';
 
 export interface StreamOptions {
   readonly maxQueueEvents: number;
@@ -50,6 +51,19 @@ const TOO_SLOW_REASON = JSON.stringify({
   message: 'Outbound queue overflowed; reconnect with replay.',
 });
 const CANCEL_REASONS = new Set(['user_cancel', 'client_disconnect', 'timeout']);
+const NO_FRAME = Buffer.alloc(0);
+
+/**
+ * Connections with queued frames, flushed together in one immediate: an event that reaches 100
+ * clients schedules one callback, not 100.
+ */
+let flushQueue: ClientConnection[] = [];
+
+function runFlushQueue(): void {
+  const due = flushQueue;
+  flushQueue = [];
+  for (const connection of due) connection.scheduledFlush();
+}
 
 /**
  * One WebSocket attached to one session (streaming spec §3, §4, §8). Live events are buffered from
@@ -64,7 +78,8 @@ export class ClientConnection implements StreamTarget {
   private filter: ((event: MetisEvent) => boolean) | null = null;
   private resolved: ResolvedFilter | null = null;
   private sessionIds = new Set<string>();
-  private readonly queue: string[] = [];
+  /** Encoded WebSocket frames; event frames are shared with every other client that gets them. */
+  private readonly queue: Buffer[] = [];
   private queueHead = 0;
   private queuedBytes = 0;
   private flushScheduled = false;
@@ -72,7 +87,7 @@ export class ClientConnection implements StreamTarget {
   private sentSinceTick = false;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly faults: FaultSwitches;
-  private readonly held: string[] = [];
+  private readonly held: Buffer[] = [];
   private dropNextLive = false;
 
   constructor(
@@ -95,7 +110,7 @@ export class ClientConnection implements StreamTarget {
     return this.resolved === null || this.resolved.include_worker_sessions;
   }
 
-  deliver(event: MetisEvent, frame: () => string): void {
+  deliver(event: MetisEvent, frame: () => Buffer): void {
     if (this.state === 'awaiting_subscribe') {
       this.buffer.push(event);
       return;
@@ -108,11 +123,11 @@ export class ClientConnection implements StreamTarget {
     }
     if (event.session_id !== this.sessionId && !this.sessionIds.has(event.session_id))
       this.sessionIds.add(event.session_id);
-    this.send(frame());
+    this.enqueue(frame());
   }
 
   /** The reorder-cancel fault: hold cancellation failures and send them after `turn.cancelled`. */
-  private holdForReorder(event: MetisEvent, frame: () => string): boolean {
+  private holdForReorder(event: MetisEvent, frame: () => Buffer): boolean {
     if (
       (event.type === 'tool.failed' || event.type === 'llm.call_failed') &&
       event.payload.error_class === 'cancelled'
@@ -121,8 +136,8 @@ export class ClientConnection implements StreamTarget {
       return true;
     }
     if (event.type === 'turn.cancelled') {
-      this.send(frame());
-      for (const text of this.held.splice(0)) this.send(text);
+      this.enqueue(frame());
+      for (const held of this.held.splice(0)) this.enqueue(held);
       return true;
     }
     return false;
@@ -252,15 +267,15 @@ export class ClientConnection implements StreamTarget {
     // they are one bounded burst, not a backlog, and must not count against the live queue's bound.
     // Live frames queue behind them until the socket drains.
     this.flush();
-    this.socket.cork();
-    this.ws.send(ack(replayFrames.length));
-    if (snapshotFrame !== null) this.ws.send(snapshotFrame);
+    // Encoded as WebSocket frames (wire-frame.ts) and written in one piece.
+    const burst: Buffer[] = [encodeTextFrame(ack(replayFrames.length))];
+    if (snapshotFrame !== null) burst.push(encodeTextFrame(snapshotFrame));
     const replayed = new Set<string>();
     for (const { id, frame: text } of replayFrames) {
       replayed.add(id);
-      this.ws.send(text);
+      burst.push(encodeTextFrame(text));
     }
-    this.socket.uncork();
+    this.socket.write(burst.length === 1 ? burst[0]! : Buffer.concat(burst));
     // The seam (§3.7): what arrived since accept, minus what the snapshot or the replay covered.
     const buffered = this.buffer;
     this.buffer = [];
@@ -306,7 +321,12 @@ export class ClientConnection implements StreamTarget {
    * Queues a frame and schedules a flush; overflowing the bound closes the client. `activity` is false
    * for the server's own pings, which must not count as traffic that makes the next ping unnecessary.
    */
-  private send(frame: string, activity = true): void {
+  private send(text: string, activity = true): void {
+    if (this.state === 'closed') return;
+    this.enqueue(encodeTextFrame(text), activity);
+  }
+
+  private enqueue(frame: Buffer, activity = true): void {
     if (this.state === 'closed') return;
     if (activity) this.sentSinceTick = true;
     this.queue.push(frame);
@@ -324,10 +344,18 @@ export class ClientConnection implements StreamTarget {
     }
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      setImmediate(() => {
-        this.flushScheduled = false;
-        this.flush();
-      });
+      if (flushQueue.length === 0) setImmediate(runFlushQueue);
+      flushQueue.push(this);
+    }
+  }
+
+  /** The flush scheduled by `enqueue`; a failure to write to one client must not skip the others. */
+  scheduledFlush(): void {
+    this.flushScheduled = false;
+    try {
+      this.flush();
+    } catch (error) {
+      this.deps.logger.debug({ conn: this.id, err: (error as Error).message }, 'flush failed');
     }
   }
 
@@ -338,14 +366,15 @@ export class ClientConnection implements StreamTarget {
     // would stop here with no 'drain' to come, and the queued frames would wait for the next send.
     const limit = Math.max(this.deps.options.socketHighWaterMark, this.socket.writableHighWaterMark);
     if (this.queueHead >= this.queue.length) return;
-    // Corking coalesces the frames of one flush into one socket write; they stay separate frames.
+    // Corking coalesces the frames of one flush into one socket write; they stay separate frames. The
+    // frames are already encoded (wire-frame.ts), so they go to the socket as they are.
     this.socket.cork();
     while (this.queueHead < this.queue.length && this.ws.bufferedAmount < limit) {
       const frame = this.queue[this.queueHead]!;
-      this.queue[this.queueHead] = '';
+      this.queue[this.queueHead] = NO_FRAME;
       this.queueHead += 1;
       this.queuedBytes -= frame.length;
-      this.ws.send(frame);
+      this.socket.write(frame);
     }
     this.socket.uncork();
     if (this.queueHead === this.queue.length) {

@@ -113,6 +113,8 @@ export async function startServer(
       });
     },
   );
+  // No permessage-deflate: connections write pre-encoded frames straight to the socket (wire-frame.ts),
+  // which is only safe while the `ws` sender never holds a frame back to compress it.
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_PAYLOAD, perMessageDeflate: false });
 
   server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {

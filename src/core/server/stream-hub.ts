@@ -2,6 +2,7 @@ import type { MetisEvent } from '../events/envelope.js';
 import type { SessionStore } from '../store/session-store.js';
 import type { EventSequencer } from './event-sequencer.js';
 import { RecentStreams } from './recent-streams.js';
+import { encodeTextFrame } from './wire-frame.js';
 
 /** What the hub delivers to: a client connection. */
 export interface StreamTarget {
@@ -9,13 +10,14 @@ export interface StreamTarget {
   readonly sessionId: string;
   /** Whether events of the session's workers should reach it (undecided until subscribe: yes). */
   wantsWorkers(): boolean;
-  deliver(event: MetisEvent, frame: () => string): void;
+  /** `frame` builds the event's WebSocket frame once for all targets; it must not be modified. */
+  deliver(event: MetisEvent, frame: () => Buffer): void;
 }
 
 /**
  * Routes released events to the connections attached to their session, and to the connections of
- * the planner for a worker's events. Each event is serialized at most once, however many clients get
- * it.
+ * the planner for a worker's events. Each event is serialized and framed at most once, however many
+ * clients get it.
  */
 export class StreamHub {
   readonly recent = new RecentStreams();
@@ -71,9 +73,9 @@ export class StreamHub {
     if (event.type === 'delegate.started') {
       this.parentOf.set(String(event.payload.worker_session_id), event.session_id);
     }
-    let frame: string | null = null;
+    let frame: Buffer | null = null;
     const serialize = () => {
-      frame ??= `{"type":"event","event":${JSON.stringify(event)}}`;
+      frame ??= encodeTextFrame(`{"type":"event","event":${JSON.stringify(event)}}`);
       return frame;
     };
     const direct = this.targets.get(event.session_id);
