@@ -214,15 +214,23 @@ export class MetisClient implements AsyncIterable<ClientItem> {
               subscribe(true);
               return;
             }
+            // session_not_found, invalid_filter: retrying cannot help. The server keeps the socket
+            // open for another subscribe, so close it ourselves, or the iterator would never end.
             outcome = 'fatal';
-            break;
+            this.push({ kind: 'frame', frame });
+            ws.close(1000);
+            return;
           case 'snapshot':
             if (frame.snapshot_at_event_id) this.lastEventId = frame.snapshot_at_event_id;
+            // A server that has released nothing yet has no id to resume from: without a cursor, the
+            // next connect takes a snapshot again rather than silently starting live.
+            else if (this.lastEventId === null) this.wantSnapshot = true;
             break;
           case 'event': {
             const event = frame.event as WireEvent;
             if (this.lastEventId !== null && event.id <= this.lastEventId) return; // duplicate
             this.lastEventId = event.id;
+            this.wantSnapshot = false;
             this.checkSeq(event);
             break;
           }

@@ -1,2 +1,3 @@
 export { type ClientItem, type ClientOptions, type FilterSpec, MetisClient } from './client.js';
 export * from './reducer.js';
+export * from './state-projection.js';

@@ -5,6 +5,9 @@
  * is checked against `message.complete.final_content`, which wins on a mismatch (counted).
  */
 
+import { CATALOG } from '../core/events/catalog/index.js';
+import { STREAMING } from '../core/events/streaming.js';
+
 export type BlockState =
   | { type: 'text'; text: string }
   | { type: 'thinking'; thinking: string; signature: string | null }
@@ -360,31 +363,11 @@ function applyEvent(state: ConversationState, event: WireEvent): ConversationSta
       return updateTurn(state, event, { errors });
     }
     default:
-      return KNOWN_UNRENDERED.has(event.type.split('.')[0]!) ? state : null;
+      // Known means: in the catalog or the streaming family this client was built with. A type of a
+      // known domain that this build does not list (a newer server's `turn.paused`) is unknown too.
+      return CATALOG.has(event.type) || STREAMING.has(event.type) ? state : null;
   }
 }
-
-/** Catalog domains the reducer knows but does not render into the conversation. */
-const KNOWN_UNRENDERED = new Set([
-  'session',
-  'llm',
-  'route',
-  'routing',
-  'pattern',
-  'skill',
-  'memory',
-  'feedback',
-  'bus',
-  'provider',
-  'eval',
-  'gateway',
-  'trace',
-  'quota',
-  'analytics',
-  'turn',
-  'tool',
-  'delegate',
-]);
 
 function newTool(event: WireEvent, id: string, name: string): ToolState {
   return {
@@ -422,8 +405,7 @@ function completeMessage(state: ConversationState, event: WireEvent): Conversati
     };
     return { ...state, messages: [...state.messages, message] };
   }
-  const matches =
-    JSON.stringify(contentOf(existing.blocks.filter(Boolean))) === JSON.stringify(p.final_content);
+  const matches = sameContent(existing.blocks, p.final_content as unknown[]);
   return {
     ...updateMessage(state, p.message_id, (m) => ({
       ...m,
@@ -434,4 +416,33 @@ function completeMessage(state: ConversationState, event: WireEvent): Conversati
     })),
     mismatches: state.mismatches + (matches ? 0 : 1),
   };
+}
+
+/** JSON with object keys sorted, so that key order never decides equality. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+/**
+ * Whether the blocks rebuilt from deltas add up to `final_content`. Redacted thinking streams as one
+ * empty `thinking.delta` (it has no readable text) and arrives whole only in `final_content`: that
+ * placeholder is not a lost delta.
+ */
+function sameContent(rebuilt: readonly BlockState[], finalContent: readonly unknown[]): boolean {
+  const mine = contentOf(Array.from(rebuilt, (b) => b ?? null).filter((b): b is BlockState => b !== null));
+  if (mine.length !== finalContent.length) return false;
+  return mine.every((block, i) => {
+    const final = finalContent[i] as { type?: string };
+    const b = block as { type: string; thinking?: string; signature?: string | null };
+    if (final?.type === 'redacted_thinking' && b.type === 'thinking' && b.thinking === '' && !b.signature)
+      return true;
+    return canonicalJson(block) === canonicalJson(final);
+  });
 }

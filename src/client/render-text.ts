@@ -63,9 +63,13 @@ export function renderItem(
     case 'message.start':
       return `${worker}${paint(options, 'cyan', 'assistant')}: `;
     case 'text.delta':
-      return p.text;
-    case 'thinking.delta':
-      return paint(options, 'dim', p.text);
+      return `${blockStart(state, p).after ? '\n' : ''}${p.text}`;
+    case 'thinking.delta': {
+      // Without colour, dimming is invisible: the label keeps thinking apart from the answer.
+      const start = blockStart(state, p);
+      const label = start.first ? paint(options, 'dim', '(thinking) ') : '';
+      return `${start.after ? '\n' : ''}${label}${paint(options, 'dim', p.text)}`;
+    }
     case 'message.complete':
       return p.stop_reason === 'cancelled' ? ` ${paint(options, 'yellow', '(cancelled)')}\n` : '\n';
     case 'tool.called':
@@ -99,4 +103,18 @@ export function renderItem(
     default:
       return '';
   }
+}
+
+/**
+ * Whether a delta (already reduced into `state`) opened its block, and whether it opened it after an
+ * earlier block of the same message, which then needs a line break before it.
+ */
+function blockStart(state: ConversationState, p: WireEvent['payload']): { first: boolean; after: boolean } {
+  const message = state.messages.find((m) => m.id === p.message_id);
+  const block = message?.blocks[p.content_block_index];
+  if (!message || !block) return { first: false, after: false };
+  const written = block.type === 'text' ? block.text : block.type === 'thinking' ? block.thinking : null;
+  const first = written !== null && written.length === String(p.text ?? '').length;
+  const after = first && message.blocks.slice(0, p.content_block_index).some((b) => b !== undefined);
+  return { first, after };
 }

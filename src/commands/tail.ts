@@ -3,6 +3,7 @@ import { type ConversationState, initialState, reduce } from '../client/reducer.
 import { renderItem } from '../client/render-text.js';
 import { MetisError } from '../core/errors.js';
 import { CATALOG } from '../core/events/catalog/index.js';
+import { PRESETS } from '../core/events/presets.js';
 import { STREAMING } from '../core/events/streaming.js';
 
 export interface TailOptions {
@@ -36,7 +37,8 @@ export function filterFrom(options: TailOptions) {
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `--preset: "${preset}" is not one of chat, full`);
   }
   if (options.workers) {
-    return { event_types: null, actors: null, include_worker_sessions: true };
+    // A preset cannot carry include_worker_sessions: spell its types out (--preset still applies).
+    return { event_types: [...PRESETS[`preset:${preset}`]], actors: null, include_worker_sessions: true };
   }
   return `preset:${preset}` as const;
 }

@@ -1,0 +1,312 @@
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { execa, type ResultPromise } from 'execa';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
+import { filterFrom } from '../../src/commands/tail.js';
+import { PRESETS } from '../../src/core/events/presets.js';
+import { STREAMING } from '../../src/core/events/streaming.js';
+import { eventually } from '../helpers/protocol.js';
+import { runCli } from '../helpers/run-cli.js';
+import { startTestServer } from '../helpers/server.js';
+import { tempDir } from '../helpers/tmp.js';
+
+const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
+const ROOT = join(import.meta.dirname, '../..');
+
+interface Cli {
+  readonly process: ResultPromise;
+  readonly pid: number;
+  stdout(): string;
+  stderr(): string;
+  /** Resolves once stdout satisfies `check` (rejects when the process ends first or on timeout). */
+  waitForStdout(check: (stdout: string) => boolean, timeoutMs?: number): Promise<void>;
+  /** Sends a signal to this child (by its pid) and waits for it to exit; resolves with its exit code. */
+  stop(signal: NodeJS.Signals): Promise<number | undefined>;
+}
+
+/** `metis <args>` from source as a long-running child process, its output collected as it comes. */
+function spawnCli(args: readonly string[], home: string): Cli {
+  const child = execa(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
+    cwd: ROOT,
+    reject: false,
+    stdin: 'ignore',
+    env: { METIS_HOME: home, NODE_ENV: 'test', NO_COLOR: '1' },
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (chunk) => {
+    out += String(chunk);
+  });
+  child.stderr!.on('data', (chunk) => {
+    err += String(chunk);
+  });
+  let exited = false;
+  const done = child.then((result) => {
+    exited = true;
+    return result;
+  });
+  onTestFinished(async () => {
+    if (!exited) {
+      child.kill('SIGKILL');
+      await done;
+    }
+  });
+  return {
+    process: child,
+    pid: child.pid!,
+    stdout: () => out,
+    stderr: () => err,
+    waitForStdout: async (check, timeoutMs = 20_000) => {
+      const deadline = Date.now() + timeoutMs;
+      while (!check(out)) {
+        if (exited) throw new Error(`metis ${args[0]} exited early:\n${out}\n${err}`);
+        if (Date.now() > deadline) throw new Error(`timed out waiting for metis ${args[0]}:\n${out}\n${err}`);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    },
+    stop: async (signal) => {
+      if (!exited) child.kill(signal);
+      return (await done).exitCode;
+    },
+  };
+}
+
+/** `metis serve --port P --json --db D` as a child; resolves once it printed its URL. */
+async function serve(home: string, dbPath: string, port = 0): Promise<Cli & { url: string; port: number }> {
+  const cli = spawnCli(['serve', '--port', String(port), '--json', '--db', dbPath], home);
+  await cli.waitForStdout((out) => out.includes('\n'));
+  const { url } = JSON.parse(cli.stdout().split('\n')[0]!) as { url: string };
+  return Object.assign(cli, { url, port: Number(new URL(url).port) });
+}
+
+const ID = /\b(evt|sess|turn|msg|tu|req|conf|conn|sub)_[0-9A-HJKMNP-TV-Z]{26}\b/g;
+
+/** Replaces every id by `<prefix>_<n>`, numbered per prefix in order of first appearance. */
+function normalizeIds(text: string): string {
+  const names = new Map<string, string>();
+  const counts = new Map<string, number>();
+  return text.replace(ID, (id, prefix: string) => {
+    let name = names.get(id);
+    if (name === undefined) {
+      const n = (counts.get(prefix) ?? 0) + 1;
+      counts.set(prefix, n);
+      name = `${prefix}_${n}`;
+      names.set(id, name);
+    }
+    return name;
+  });
+}
+
+const VOLATILE_KEYS: Record<string, string> = {
+  timestamp: '<timestamp>',
+  latency_ms: '<ms>',
+  elapsed_ms: '<ms>',
+  wall_time_seconds: '<seconds>',
+  cost_usd: '<usd>',
+  total_cost_usd: '<usd>',
+  cost_so_far_usd: '<usd>',
+  workspace_path: '<workspace>',
+  routing_policy_version: '<hash>',
+  pricing_version: '<pricing>',
+};
+
+/** A `tail --json` line with timestamps, durations, costs and paths replaced (ids are done after). */
+function normalizeFrame(line: string): string {
+  const frame = JSON.parse(line) as Frame;
+  const fullTypes = JSON.stringify(PRESETS['preset:full']);
+  const walk = (value: unknown, key?: string): unknown => {
+    if (key !== undefined && key in VOLATILE_KEYS && value !== null) return VOLATILE_KEYS[key];
+    if (key === 'event_types' && JSON.stringify(value) === fullTypes) return '<preset:full>';
+    if (Array.isArray(value)) return value.map((v) => walk(v));
+    if (value !== null && typeof value === 'object')
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, walk(v, k)]));
+    return value;
+  };
+  return JSON.stringify(walk(frame));
+}
+
+/** The human view with the server's port, durations and costs replaced (ids are done after). */
+function normalizeHuman(text: string): string {
+  return text
+    .replace(/http:\/\/127\.0\.0\.1:\d+/g, 'http://127.0.0.1:<port>')
+    .replace(/\(\d+ ms\)/g, '(<ms> ms)')
+    .replace(/\$\d+(\.\d+)?/g, '$<usd>');
+}
+
+/** What the golden turn sends: it thinks, runs a command (deterministic output), and answers. */
+const GOLDEN_MESSAGE = 'think: run: echo hello';
+
+async function goldenTail(args: readonly string[], done: (stdout: string) => boolean): Promise<string> {
+  const t = await startTestServer();
+  const sessionId = await t.createSession();
+  const tail = spawnCli(['tail', sessionId, '--url', t.url, ...args], tempDir());
+  // Subscribed once the snapshot is out (both views print it).
+  await tail.waitForStdout(
+    (out) => out.includes('"type":"snapshot"') || out.includes(`session ${sessionId}:`),
+  );
+  await t.submit(sessionId, GOLDEN_MESSAGE);
+  await tail.waitForStdout(done);
+  // Ctrl-C stops the tail, and only the tail (exit code 0).
+  expect(await tail.stop('SIGINT')).toBe(0);
+  return tail.stdout();
+}
+
+describe('metis tail: golden output', () => {
+  it('--json prints one frame per line', async () => {
+    const stdout = await goldenTail(['--json', '--preset', 'full'], (out) =>
+      out.includes('"type":"turn.completed"'),
+    );
+    const lines = stdout.trimEnd().split('\n');
+    for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+    expect(lines.map((l) => JSON.parse(l).type).slice(0, 2)).toEqual(['subscribe_ack', 'snapshot']);
+    // The frames rebuild the turn exactly.
+    const state = lines.map((l) => JSON.parse(l) as Frame).reduce(reduce, initialState);
+    expect(state.mismatches).toBe(0);
+    expect(Object.values(state.turns).map((t) => t.status)).toEqual(['completed']);
+    const normalized = normalizeIds(lines.map(normalizeFrame).join('\n'));
+    await expect(`${normalized}\n`).toMatchFileSnapshot('./__golden__/tail-json.jsonl');
+  }, 60_000);
+
+  it('the human view with NO_COLOR=1: streamed text, thinking, the tool line, the turn summary', async () => {
+    const stdout = await goldenTail([], (out) => out.includes('■ turn done'));
+    expect(stdout.includes('\u001b[')).toBe(false); // no colour codes
+    expect(stdout).toContain('(thinking) The user asks: run: echo hello. I will use shell.\nRunning it.\n');
+    const normalized = normalizeIds(normalizeHuman(stdout));
+    await expect(normalized).toMatchFileSnapshot('./__golden__/tail-human.txt');
+  }, 60_000);
+});
+
+describe('metis tail: filter and Ctrl-C', () => {
+  it('--preset, --workers and --types become the subscribe filter', () => {
+    expect(filterFrom({})).toBe('preset:chat');
+    expect(filterFrom({ preset: 'full' })).toBe('preset:full');
+    // --workers keeps the preset's types (a preset string cannot carry include_worker_sessions).
+    expect(filterFrom({ workers: true })).toEqual({
+      event_types: [...PRESETS['preset:chat']],
+      actors: null,
+      include_worker_sessions: true,
+    });
+    expect(filterFrom({ preset: 'full', workers: true })).toMatchObject({
+      event_types: [...PRESETS['preset:full']],
+      include_worker_sessions: true,
+    });
+    expect(filterFrom({ types: 'text.delta, turn.completed', workers: true })).toEqual({
+      event_types: ['text.delta', 'turn.completed'],
+      actors: null,
+      include_worker_sessions: true,
+    });
+    expect(() => filterFrom({ types: 'text.delta,made.up.thing' })).toThrow(/made\.up\.thing/);
+    expect(() => filterFrom({ preset: 'everything' })).toThrow(/--preset/);
+  });
+
+  it('Ctrl-C stops the tail and never cancels the turn it was watching', async () => {
+    const t = await startTestServer({ scripted: { slow_token_delay_ms: 10, slow_tokens: 60 } });
+    const sessionId = await t.createSession();
+    const tail = spawnCli(['tail', sessionId, '--url', t.url], tempDir());
+    await tail.waitForStdout((out) => out.includes(`session ${sessionId}:`));
+    const turnId = await t.submit(sessionId, 'slow: a walk');
+    await tail.waitForStdout((out) => out.includes('word3'));
+    expect(await tail.stop('SIGINT')).toBe(0);
+    expect(tail.stdout()).not.toContain('turn done');
+    await t.runtime.currentTurn(sessionId)?.done;
+    await t.context.flush();
+    const ends = t.context.db
+      .prepare("SELECT type FROM events WHERE turn_id = ? AND type IN ('turn.completed', 'turn.cancelled')")
+      .pluck()
+      .all(turnId);
+    expect(ends).toEqual(['turn.completed']);
+  }, 60_000);
+});
+
+describe('metis send and tail against a real `metis serve` (end to end)', () => {
+  it('send --new "hello" --follow prints the scripted answer', async () => {
+    const home = tempDir();
+    const server = await serve(home, join(home, 'metis.db'));
+    const result = await runCli(['send', '--new', 'hello', '--follow', '--url', server.url], home);
+    expect(result.stderr).toMatch(/^created session sess_\w+$/m);
+    expect(result.exitCode).toBe(0);
+    expect(result.stdout).toContain('assistant: You said: hello\n');
+    expect(result.stdout).toMatch(/■ turn done: 1 model calls, 0 tools/);
+    expect(await server.stop('SIGTERM')).toBe(0);
+  }, 60_000);
+
+  it('tail --json survives a server restart and loses no event', async () => {
+    const home = tempDir();
+    const dbPath = join(home, 'metis.db');
+    const first = await serve(home, dbPath);
+    const post = async (url: string, path: string, body: unknown) =>
+      (await (
+        await fetch(`${url}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        })
+      ).json()) as Record<string, any>;
+    const sessionId = (await post(first.url, '/sessions', {})).session_id as string;
+    const tail = spawnCli(['tail', sessionId, '--json', '--preset', 'full', '--url', first.url], home);
+    await tail.waitForStdout((out) => out.includes('"type":"snapshot"'));
+    const frames = () =>
+      tail
+        .stdout()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Frame);
+    const events = () => frames().flatMap((f) => (f.type === 'event' ? [f.event] : []));
+    const ended = (turnId: string) => () =>
+      events().some((e) => e.type === 'turn.completed' && e.turn_id === turnId);
+
+    const turn1 = (await post(first.url, `/sessions/${sessionId}/turns`, { message: 'before the restart' }))
+      .turn_id as string;
+    expect(await eventually(ended(turn1), 20_000)).toBe(true);
+    expect(await first.stop('SIGTERM')).toBe(0);
+
+    const second = await serve(home, dbPath, first.port);
+    expect(second.port).toBe(first.port);
+    // Submitted at once: the tail is probably still reconnecting and gets this turn by replay.
+    const turn2 = (await post(second.url, `/sessions/${sessionId}/turns`, { message: 'after the restart' }))
+      .turn_id as string;
+    expect(await eventually(ended(turn2), 20_000)).toBe(true);
+
+    // What the store holds for the session after the tail's snapshot, the tail has, once each.
+    const snapshotAt = frames().find((f) => f.type === 'snapshot')!.snapshot_at_event_id as string;
+    const db = new Database(dbPath, { readonly: true });
+    onTestFinished(() => {
+      db.close();
+    });
+    const stored = () =>
+      db
+        .prepare('SELECT id FROM events WHERE session_id = ? AND id > ? ORDER BY id')
+        .pluck()
+        .all(sessionId, snapshotAt) as string[];
+    const persisted = () => events().filter((e) => !STREAMING.has(e.type));
+    expect(await eventually(() => persisted().length >= stored().length, 10_000)).toBe(true);
+    expect(await tail.stop('SIGINT')).toBe(0);
+    expect(await second.stop('SIGTERM')).toBe(0);
+
+    const ids = events().map((e) => e.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect([...ids].sort()).toEqual(ids);
+    const storedIds = stored();
+    expect(persisted().map((e) => e.id)).toEqual(storedIds.filter((id) => id <= ids.at(-1)!));
+    // Stopping the second server may have stored more after the tail stopped; nothing before that.
+    expect(storedIds.filter((id) => id > ids.at(-1)!).every((id) => id > persisted().at(-1)!.id)).toBe(true);
+    // The streaming ones: every message of both turns, rebuilt exactly from its deltas.
+    const state = frames().reduce(reduce, initialState);
+    expect(state.mismatches).toBe(0);
+    expect(state.messages.map((m) => [m.status, m.blocks])).toEqual([
+      ['complete', [{ type: 'text', text: 'You said: before the restart' }]],
+      ['complete', [{ type: 'text', text: 'You said: after the restart' }]],
+    ]);
+    const streamingOf = (turnId: string) =>
+      events().filter((e) => STREAMING.has(e.type) && e.turn_id === turnId);
+    for (const turnId of [turn1, turn2]) {
+      const types = streamingOf(turnId).map((e) => e.type);
+      expect(types[0]).toBe('message.start');
+      expect(types.at(-1)).toBe('message.complete');
+    }
+    // The tail said it was reconnecting (stderr carries the status lines in --json mode).
+    expect(tail.stderr()).toContain('"status":"reconnecting"');
+    expect(tail.stderr().match(/"status":"connected"/g)).toHaveLength(2);
+  }, 90_000);
+});

@@ -1,0 +1,289 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { type ConversationState, type Frame, initialState, reduce } from '../../src/client/reducer.js';
+import { projectState } from '../../src/client/state-projection.js';
+
+const DIR = join(import.meta.dirname, '../streaming-conformance');
+
+/** The frames of a recorded trace, parsed (a fresh copy each call: tests may edit them). */
+function trace(name: string): Frame[] {
+  return readFileSync(join(DIR, `${name}.jsonl`), 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((line) => JSON.parse(line) as Frame);
+}
+
+function expected(name: string): unknown {
+  return JSON.parse(readFileSync(join(DIR, `${name}.expected.json`), 'utf8'));
+}
+
+function run(frames: readonly Frame[], from: ConversationState = initialState): ConversationState {
+  return frames.reduce(reduce, from);
+}
+
+/** The projection as it would be written to JSON (no undefined, no holes). */
+function project(state: ConversationState): unknown {
+  return JSON.parse(JSON.stringify(projectState(state)));
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const inner of Object.values(value)) deepFreeze(inner);
+  }
+  return value;
+}
+
+const isEvent = (type: string) => (f: Frame) => f.type === 'event' && f.event.type === type;
+
+const TRACES = readdirSync(DIR)
+  .filter((f) => f.endsWith('.jsonl'))
+  .map((f) => f.slice(0, -'.jsonl'.length))
+  .sort();
+
+describe('reducer: recorded streaming-conformance traces', () => {
+  it('has the traces the issue asks for', () => {
+    expect(TRACES).toEqual(
+      expect.arrayContaining([
+        'plain-turn',
+        'thinking',
+        'tool-use',
+        'reconnect-mid-message',
+        'cancel-mid-llm',
+        'cancel-mid-tool',
+        'worker-session',
+        'final-content-mismatch',
+      ]),
+    );
+  });
+
+  it.each(TRACES)('%s: the final state projects to the expected file', (name) => {
+    expect(project(run(trace(name)))).toStrictEqual(expected(name));
+  });
+
+  it.each(TRACES)('%s: reduce is pure (never mutates the state it is given)', (name) => {
+    let state = deepFreeze(initialState);
+    for (const frame of trace(name)) state = deepFreeze(reduce(state, deepFreeze(frame)));
+    expect(project(state)).toStrictEqual(expected(name));
+  });
+
+  it('marks what a cancel left: the partial message, the cancelled tool, the cancelled turns', () => {
+    const llm = projectState(run(trace('cancel-mid-llm')));
+    expect(llm.messages).toMatchObject([{ status: 'cancelled', blocks: [{ type: 'text' }] }]);
+    expect((llm.messages[0]!.blocks[0] as { text: string }).text).toMatch(/^Slowly about the history of/);
+    expect(llm.turns).toMatchObject([{ status: 'cancelled', cancel_reason: 'user_cancel' }]);
+    const tool = projectState(run(trace('cancel-mid-tool')));
+    expect(tool.tools).toMatchObject([
+      { tool_name: 'shell', status: 'cancelled', error_class: 'cancelled', input: { command: 'sleep 5' } },
+    ]);
+    expect(tool.messages).toMatchObject([{ status: 'complete' }]);
+    expect(tool.turns).toMatchObject([{ status: 'cancelled' }]);
+  });
+
+  it('a worker session: its messages and turn are kept apart from the planner, linked by the tool', () => {
+    const state = projectState(run(trace('worker-session')));
+    const [tool] = state.tools;
+    expect(tool).toMatchObject({ tool_name: 'delegate', status: 'completed' });
+    const worker = tool!.worker_session_id!;
+    expect(worker).toMatch(/^sess_/);
+    expect(state.messages.map((m) => m.session_id === worker)).toEqual([false, true, false]);
+    expect(state.turns.map((t) => [t.session_id === worker, t.status])).toEqual([
+      [false, 'completed'],
+      [true, 'completed'],
+    ]);
+  });
+
+  it('a reconnect mid-message rebuilds the same message as the server stored, with no delta twice', () => {
+    const frames = trace('reconnect-mid-message');
+    const acks = frames.filter((f) => f.type === 'subscribe_ack');
+    expect(acks).toHaveLength(2);
+    expect(acks[1]!.since).not.toBeNull();
+    const state = run(frames);
+    expect(state.mismatches).toBe(0);
+    const complete = frames.find(isEvent('message.complete'))!.event.payload;
+    expect(state.messages).toHaveLength(1);
+    expect(state.messages[0]!.blocks).toEqual(complete.final_content);
+  });
+});
+
+describe('reducer: focused behaviour', () => {
+  it('ignores duplicate event ids: every event twice, or a whole replay again, changes nothing', () => {
+    const frames = trace('tool-use');
+    const plain = project(run(frames));
+    const doubled = frames.flatMap((f) => (f.type === 'event' ? [f, structuredClone(f)] : [f]));
+    expect(project(run(doubled))).toStrictEqual(plain);
+    const replayedAgain = [...frames, ...frames.filter((f) => f.type === 'event')];
+    expect(project(run(replayedAgain))).toStrictEqual(plain);
+    // The state object itself is returned for a duplicate: nothing to re-render.
+    const state = run(frames);
+    const last = frames.filter((f) => f.type === 'event').at(-1)!;
+    expect(reduce(state, last)).toBe(state);
+  });
+
+  it('skips unknown event types without throwing, counts them, and moves the cursor past them (§9.2, §11.1.14)', () => {
+    const frames = trace('plain-turn');
+    const at = frames.findIndex(isEvent('message.start'));
+    const before = frames[at]!.event;
+    // Ids sort between their neighbours: a longer id with the same prefix sorts right after it.
+    const unknown = (suffix: string, type: string, payload: unknown): Frame => ({
+      type: 'event',
+      event: { ...before, id: `${before.id}${suffix}`, type, payload },
+    });
+    const injected = [
+      ...frames.slice(0, at + 1),
+      unknown('0', 'made.up.thing', { anything: [1, { deep: true }] }),
+      // A newer server's type in a domain this client knows is just as unknown.
+      unknown('1', 'turn.paused', null),
+      { type: 'made_up_frame', whatever: 1 },
+      ...frames.slice(at + 1),
+    ];
+    let state = initialState;
+    expect(() => {
+      state = run(injected);
+    }).not.toThrow();
+    expect(state.unknownSkipped).toBe(2);
+    expect(project(state)).toStrictEqual({ ...(expected('plain-turn') as object), unknown_skipped: 2 });
+    const afterUnknown = run(injected.slice(0, at + 3));
+    expect(afterUnknown.lastEventId).toBe(`${before.id}1`);
+    // A frame type the reducer does not know leaves the state as it is.
+    expect(reduce(afterUnknown, { type: 'made_up_frame' })).toBe(afterUnknown);
+  });
+
+  it('replaces the streamed tool input by final_input at tool.use_end', () => {
+    const frames = trace('tool-use');
+    const end = frames.findIndex(isEvent('tool.use_end'));
+    const { tool_use_id, message_id, content_block_index, final_input } = frames[end]!.event.payload;
+    const fragments = frames
+      .filter((f) => isEvent('tool.use_input_delta')(f) && f.event.payload.tool_use_id === tool_use_id)
+      .map((f) => f.event.payload.partial_json)
+      .join('');
+    const blockOf = (state: ConversationState) =>
+      state.messages.find((m) => m.id === message_id)!.blocks[content_block_index];
+
+    const streaming = run(frames.slice(0, end));
+    expect(blockOf(streaming)).toMatchObject({ type: 'tool_use', partial_json: fragments, input: null });
+    expect(streaming.tools[tool_use_id]!.input).toBeNull();
+    const ended = reduce(streaming, frames[end]!);
+    expect(blockOf(ended)).toMatchObject({ type: 'tool_use', input: final_input });
+    expect(ended.tools[tool_use_id]!.input).toEqual(final_input);
+
+    // Fragments that are not even JSON do not matter: final_input is authoritative.
+    const garbled = trace('tool-use');
+    for (const f of garbled) if (isEvent('tool.use_input_delta')(f)) f.event.payload.partial_json = '{"x":';
+    const afterGarbled = run(garbled.slice(0, end + 1));
+    expect(blockOf(afterGarbled)).toMatchObject({ input: final_input });
+  });
+
+  it('applies a snapshot, then only events after snapshot_at_event_id', () => {
+    const frames = trace('snapshot-then-turn');
+    const at = frames.findIndex((f) => f.type === 'snapshot');
+    const snapshot = frames[at]!;
+    const afterSnapshot = run(frames.slice(0, at + 1));
+    expect(afterSnapshot.lastEventId).toBe(snapshot.snapshot_at_event_id);
+    expect(afterSnapshot.session).toEqual(snapshot.session);
+    expect(projectState(afterSnapshot).messages).toEqual(
+      snapshot.messages.map((m: any) => ({
+        id: m.id,
+        session_id: m.session_id,
+        turn_id: m.turn_id,
+        role: m.role,
+        status: m.status,
+        blocks: m.content,
+      })),
+    );
+    expect(afterSnapshot.messages.map((m) => m.role)).toEqual(['user', 'assistant']);
+    // An event the snapshot already covers (id <= snapshot_at_event_id) is not applied again.
+    const covered: Frame = {
+      type: 'event',
+      event: {
+        id: snapshot.snapshot_at_event_id,
+        type: 'message.start',
+        session_id: snapshot.session.id,
+        turn_id: null,
+        payload: { message_id: 'msg_covered', role: 'assistant', model: 'scripted:demo' },
+      },
+    };
+    expect(reduce(afterSnapshot, covered)).toBe(afterSnapshot);
+    // The live turn's messages follow the snapshot's.
+    const final = projectState(run(frames));
+    expect(final.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'assistant', 'assistant']);
+    expect(final.messages.slice(0, 2)).toEqual(projectState(afterSnapshot).messages);
+  });
+
+  it("a snapshot taken mid-message carries the message's events so far; the deltas continue it", () => {
+    const frames = trace('attach-mid-message');
+    const at = frames.findIndex((f) => f.type === 'snapshot');
+    const snapshot = frames[at]!;
+    const inFlight = snapshot.in_flight_events as any[];
+    expect(inFlight[0].type).toBe('message.start');
+    const afterSnapshot = run(frames.slice(0, at + 1));
+    const streaming = afterSnapshot.messages.find((m) => m.id === inFlight[0].payload.message_id)!;
+    expect(streaming.status).toBe('streaming');
+    expect(streaming.blocks).toEqual([
+      {
+        type: 'text',
+        text: inFlight
+          .filter((e) => e.type === 'text.delta')
+          .map((e) => e.payload.text)
+          .join(''),
+      },
+    ]);
+    const final = run(frames);
+    expect(final.mismatches).toBe(0);
+    expect(final.messages.find((m) => m.id === streaming.id)!.status).toBe('complete');
+  });
+
+  it('message.complete for a message that started before the client attached creates it from final_content', () => {
+    const frames = trace('live-attach-mid-message');
+    const complete = frames.findIndex(isEvent('message.complete'));
+    const { message_id, final_content } = frames[complete]!.event.payload;
+    // The deltas before it belong to a message the client never saw start: nothing to attach them to.
+    expect(frames.slice(0, complete).some(isEvent('message.start'))).toBe(false);
+    expect(frames.slice(0, complete).some(isEvent('text.delta'))).toBe(true);
+    const before = run(frames.slice(0, complete));
+    expect(before.messages).toEqual([]);
+    const after = reduce(before, frames[complete]!);
+    expect(after.messages).toMatchObject([
+      { id: message_id, role: 'assistant', status: 'complete', blocks: final_content },
+    ]);
+    expect(after.mismatches).toBe(0);
+  });
+
+  it('final_content wins over deltas that do not add up, and the mismatch is counted once', () => {
+    const plain = trace('plain-turn');
+    const garbled = trace('final-content-mismatch');
+    const deltas = (frames: Frame[]) =>
+      frames
+        .filter(isEvent('text.delta'))
+        .map((f) => f.event.payload.text)
+        .join('');
+    expect(deltas(garbled)).not.toBe(deltas(plain));
+    const state = run(garbled);
+    expect(state.mismatches).toBe(1);
+    expect(state.messages[0]!.blocks).toEqual([{ type: 'text', text: 'You said: hello there' }]);
+    expect(project(state)).toStrictEqual({ ...(project(run(plain)) as object), mismatches: 1 });
+  });
+
+  it('compares with final_content regardless of key order, and a redacted-thinking placeholder is no mismatch', () => {
+    const frames = trace('thinking');
+    const complete = frames.find(isEvent('message.complete'))!;
+    // Same content, keys in another order (another server, another JSON library).
+    complete.event.payload.final_content = complete.event.payload.final_content.map((b: any) =>
+      Object.fromEntries(Object.entries(b).reverse()),
+    );
+    expect(run(frames).mismatches).toBe(0);
+
+    // Redacted thinking streams as one empty thinking.delta; final_content has the block.
+    const redacted = trace('thinking');
+    const firstThinking = redacted.findIndex(isEvent('thinking.delta'));
+    const withoutThinking = redacted.filter((f, i) => i === firstThinking || !isEvent('thinking.delta')(f));
+    withoutThinking[firstThinking]!.event.payload.text = '';
+    withoutThinking[firstThinking]!.event.payload.signature = null;
+    const final = withoutThinking.find(isEvent('message.complete'))!.event.payload;
+    final.final_content[0] = { type: 'redacted_thinking', data: 'opaque' };
+    const state = run(withoutThinking);
+    expect(state.mismatches).toBe(0);
+    expect(projectState(state).messages[0]!.blocks[0]).toEqual({ type: 'redacted_thinking', data: 'opaque' });
+  });
+});
