@@ -101,5 +101,21 @@ export function registerCommands(program: Command): void {
     .option('--token <token>', 'bearer token for a server that requires one')
     .action(async (options) => (await import('./conformance.js')).conformanceRunCommand(options));
 
+  const config = program.command('config').description('the configuration in effect');
+  config
+    .command('show')
+    .description('print the resolved config (defaults applied, secrets redacted) and the file it came from')
+    .option('--json', 'print JSON: { file, config }')
+    .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
+    .action(async (options) => (await import('./config-show.js')).configShowCommand(options));
+
+  program
+    .command('plugins')
+    .description('list the plugins with their filter and path, and their counts when a server runs')
+    .option('--json', 'print JSON')
+    .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
+    .option('--url <url>', 'server URL (default $METIS_URL, else the configured host and port)')
+    .action(async (options) => (await import('./plugins.js')).pluginsCommand(options));
+
   registerStoreCommands(program);
 }

@@ -54,16 +54,25 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
   }
   const service = await startService(config, dbPath, logger, {
     conformance: options.conformance ? { faults: faults as FaultName[] } : undefined,
+    configPath: filepath,
   });
+  const pluginNames = service.plugins.list().map((p) => p.name);
   if (options.json) {
     console.log(
-      JSON.stringify({ url: service.url, db: dbPath, config: filepath, gaps: service.gaps.length }),
+      JSON.stringify({
+        url: service.url,
+        db: dbPath,
+        config: filepath,
+        gaps: service.gaps.length,
+        plugins: pluginNames,
+      }),
     );
   } else {
     console.log(`metis serving on ${service.url}`);
     console.log(`  database  ${dbPath}`);
     console.log(`  config    ${filepath ?? '(built-in defaults)'}`);
     console.log(`  model     ${config.runtime.default_model}`);
+    if (pluginNames.length > 0) console.log(`  plugins   ${pluginNames.join(', ')}`);
     if (service.gaps.length > 0)
       console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);
     console.log('Press Ctrl-C to stop.');

@@ -36,8 +36,13 @@ export const MetisConfigSchema = z.strictObject({
   storage: StorageConfigSchema.default(StorageConfigSchema.parse({})),
   bus: BusConfigSchema.default(BusConfigSchema.parse({})),
   runtime: RuntimeConfigSchema.default(RuntimeConfigSchema.parse({})),
+  /** Plugins (docs/plugins.md): a built-in name, a package name or a path, optionally with options. */
   plugins: z
-    .array(z.union([z.string().min(1), z.tuple([z.string().min(1), z.record(z.string(), z.unknown())])]))
+    .array(
+      z.union([z.string().min(1), z.tuple([z.string().min(1), z.record(z.string(), z.unknown())])], {
+        error: 'must be a plugin name or path, or [name, { options }]',
+      }),
+    )
     .default([]),
 });
 

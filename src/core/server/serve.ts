@@ -1,4 +1,8 @@
+import { dirname } from 'node:path';
 import type { Logger } from 'pino';
+import { loadPlugins } from '../../plugins/load-plugins.js';
+import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
+import { pluginsRoute } from '../../plugins/plugins-route.js';
 import type { MetisConfig } from '../config/schema.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
@@ -27,23 +31,29 @@ export interface RunningService {
   readonly runtime: Runtime;
   readonly trace: TraceContext;
   readonly server: MetisServer;
+  readonly plugins: PluginHost;
   /**
-   * Graceful stop: stop accepting, close clients, cancel in-flight turns, flush the trace writer,
-   * close the database, release the lock. Safe to call twice.
+   * Graceful stop: stop accepting, close clients, cancel in-flight turns, stop the plugins, flush the
+   * trace writer, close the database, release the lock. Safe to call twice.
    */
   stop(): Promise<void>;
 }
 
 /**
  * Everything `metis serve` runs, in order: lock the database, open the trace store (gap detection),
- * the runtime and the server.
- * @throws MetisError METIS_ERR_DB_LOCKED when another metis holds the database.
+ * load and start the plugins named in config, the runtime and the server.
+ * @throws MetisError METIS_ERR_DB_LOCKED when another metis holds the database; METIS_ERR_PLUGIN_* when
+ *   a plugin cannot be found, exports the wrong shape, gets bad options or fails to start.
  */
 export async function startService(
   config: MetisConfig,
   dbPath: string,
   logger: Logger,
-  options: { conformance?: { faults: readonly FaultName[] } } = {},
+  options: {
+    conformance?: { faults: readonly FaultName[] };
+    /** The config file `config` came from: plugin paths are relative to its folder. */
+    configPath?: string | null;
+  } = {},
 ): Promise<RunningService> {
   const conformance = options.conformance;
   const faults: Record<string, boolean> = {};
@@ -53,6 +63,7 @@ export async function startService(
   const maxQueueEvents = config.server.max_queue_events;
   const release = acquireLock(dbPath);
   let trace: TraceContext | null = null;
+  let plugins: PluginHost | null = null;
   try {
     trace = openTraceContext({
       dbPath,
@@ -63,6 +74,13 @@ export async function startService(
     });
     const gaps = await reportGaps(trace);
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
+    const configPath = options.configPath ?? null;
+    plugins = await startPlugins(await loadPlugins(config.plugins, { configPath }), {
+      bus: trace.bus,
+      store: trace.store,
+      logger,
+      dataDir: dirname(dbPath),
+    });
     const runtime = createRuntime({
       bus: trace.bus,
       db: trace.db,
@@ -88,18 +106,22 @@ export async function startService(
       },
       faults: faults as FaultSwitches,
       logger,
-      extraRoutes: conformance
-        ? [
-            conformanceRoutes(trace, {
-              heartbeatIntervalMs,
-              maxQueueEvents,
-              replayCap: config.server.replay_cap,
-              faults: conformance.faults,
-            }),
-          ]
-        : [],
+      extraRoutes: [
+        pluginsRoute(plugins),
+        ...(conformance
+          ? [
+              conformanceRoutes(trace, {
+                heartbeatIntervalMs,
+                maxQueueEvents,
+                replayCap: config.server.replay_cap,
+                faults: conformance.faults,
+              }),
+            ]
+          : []),
+      ],
     });
     const opened = trace;
+    const host = plugins;
     let stopping: Promise<void> | null = null;
     return {
       url: server.url,
@@ -108,10 +130,12 @@ export async function startService(
       runtime,
       trace: opened,
       server,
+      plugins: host,
       stop: () => {
         stopping ??= (async () => {
           await server.close();
           await runtime.close();
+          await host.stop();
           await opened.close();
           release();
         })();
@@ -119,6 +143,7 @@ export async function startService(
       },
     };
   } catch (error) {
+    await plugins?.stop();
     await trace?.close();
     release();
     throw error;

@@ -1,0 +1,104 @@
+import type { Logger } from 'pino';
+import type { Actor, MetisEvent } from '../core/events/envelope.js';
+import type { ReplayQuery } from '../core/store/trace-store.js';
+
+/** Which events a plugin receives (bus spec §3.1): `null` or absent on a dimension means "all". */
+export interface PluginFilter {
+  readonly session_ids?: readonly string[] | null;
+  readonly event_types?: readonly string[] | null;
+  readonly actors?: readonly Actor[] | null;
+}
+
+/** One problem found in a plugin's options; `path` is where inside the options, e.g. `['rotation', 'max']`. */
+export interface OptionsIssue {
+  readonly path: readonly PropertyKey[];
+  readonly message: string;
+}
+
+/**
+ * Anything with zod's `safeParse`: a zod schema works, and so does a hand-written object, so a plugin
+ * needs no dependency on zod or on metis.
+ */
+export interface OptionsSchema<T> {
+  safeParse(
+    input: unknown,
+  ): { success: true; data: T } | { success: false; error: { issues: readonly OptionsIssue[] } };
+}
+
+/** Read-only queries over the trace store, for batch plugins that need history or the causal chain. */
+export interface TraceQuery {
+  /** Events after a cursor, in id order, at most `limit`; `tooLarge` says whether more matched. */
+  replay(query: ReplayQuery): { events: MetisEvent[]; tooLarge: boolean };
+  /** Every stored event of a session, in id order. */
+  sessionEvents(sessionId: string): MetisEvent[];
+  getEvent(id: string): MetisEvent | null;
+  /** The causal chain from an event back to its root (bus spec §4.3), the event itself first. */
+  causalChain(eventId: string): MetisEvent[];
+}
+
+/** What `create` receives besides the validated options. */
+export interface PluginContext {
+  /** The plugin's `name`. */
+  readonly name: string;
+  /** A pino child logger bound to `{ plugin: name }`; logs go to stderr with metis's own. */
+  readonly logger: Logger;
+  readonly store: TraceQuery;
+  /** The folder that holds the database (`$METIS_HOME` by default): a place for the plugin's files. */
+  readonly dataDir: string;
+  /** The folder of the config file that named the plugin, or null when there is none. */
+  readonly configDir: string | null;
+}
+
+/** What `create` returns: a bus subscriber (bus spec §3.1, §3.4, §5.1). */
+export interface PluginInstance {
+  readonly filter?: PluginFilter;
+  /**
+   * `true` runs `handle` inside the dispatch worker: it must finish in well under 1 ms and never wait.
+   * Default `false`: events reach `handle` through the plugin's own bounded mailbox, on its own schedule.
+   */
+  readonly fastPath?: boolean;
+  /** Called once per matching event; may return a promise (awaited on the batch path only). */
+  handle(event: MetisEvent): void | Promise<void>;
+  /** Optional, batch path only: receives every queued event at once instead of one `handle` call each. */
+  handleBatch?(events: readonly MetisEvent[]): void | Promise<void>;
+  /** Awaited before the plugin is subscribed; a throw stops startup. */
+  start?(): void | Promise<void>;
+  /** Awaited at shutdown, after its queued events were handled (bounded by a timeout). */
+  stop?(): void | Promise<void>;
+  /** Counters the plugin keeps itself; `failed` and `dropped` are added to what the bus counted. */
+  stats?(): Readonly<Record<string, number>>;
+}
+
+/** The default export of a plugin module. */
+export interface PluginDefinition<T = unknown> {
+  /** Shown by `metis plugins`, used in logs and as the subscription name `plugin:<name>`. */
+  readonly name: string;
+  /** Validates the options written in config before startup; its output is what `create` receives. */
+  readonly optionsSchema?: OptionsSchema<T>;
+  create(options: T, ctx: PluginContext): PluginInstance | Promise<PluginInstance>;
+}
+
+/**
+ * Types a plugin definition; it returns its argument unchanged, so a plain default export
+ * `{ name, optionsSchema?, create }` works exactly the same (docs/plugins.md).
+ *
+ * @example
+ * export default definePlugin({
+ *   name: 'counter',
+ *   optionsSchema: z.object({ every: z.number().int().positive().default(100) }),
+ *   create(options, ctx) {
+ *     let seen = 0;
+ *     return {
+ *       filter: { event_types: ['turn.completed'] },
+ *       handle() {
+ *         if (++seen % options.every === 0) ctx.logger.info({ seen }, 'turns completed');
+ *       },
+ *     };
+ *   },
+ * });
+ */
+export function definePlugin<T = Record<string, unknown>>(
+  definition: PluginDefinition<T>,
+): PluginDefinition<T> {
+  return definition;
+}

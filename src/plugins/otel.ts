@@ -1,0 +1,330 @@
+import {
+  type Attributes,
+  type HrTime,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+  trace,
+} from '@opentelemetry/api';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { ATTR_ERROR_TYPE, ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
+import { z } from 'zod';
+import { isoToMicros } from '../core/events/clock.js';
+import type { MetisEvent } from '../core/events/envelope.js';
+import { definePlugin, type TraceQuery } from './define-plugin.js';
+
+export const OtelOptions = z.strictObject({
+  /** The OTLP/HTTP traces endpoint of a collector, Jaeger, Phoenix, Langfuse… */
+  endpoint: z.url({ protocol: /^https?$/ }).default('http://localhost:4318/v1/traces'),
+  /** Request headers, e.g. an authorization header of a hosted backend. */
+  headers: z.record(z.string(), z.string()).default({}),
+  /** `service.name` of the resource. */
+  service_name: z.string().min(1).default('metis'),
+  /** Timeout of one export request. */
+  timeout_ms: z.number().int().positive().default(10_000),
+  /** Ended spans are exported in batches at most this far apart. */
+  scheduled_delay_ms: z.number().int().positive().default(1000),
+  max_export_batch_size: z.number().int().positive().default(512),
+  /** Only these sessions; null for all. */
+  session_ids: z.array(z.string().min(1)).nullable().default(null),
+});
+
+/**
+ * GenAI semantic-convention attributes. They are still "incubating" in
+ * `@opentelemetry/semantic-conventions`, whose docs advise copying such names rather than importing the
+ * incubating entry point, which may change in a minor release.
+ */
+const GEN_AI = {
+  operation: 'gen_ai.operation.name',
+  provider: 'gen_ai.provider.name',
+  requestModel: 'gen_ai.request.model',
+  responseModel: 'gen_ai.response.model',
+  finishReasons: 'gen_ai.response.finish_reasons',
+  inputTokens: 'gen_ai.usage.input_tokens',
+  outputTokens: 'gen_ai.usage.output_tokens',
+  cacheReadTokens: 'gen_ai.usage.cache_read.input_tokens',
+  cacheCreationTokens: 'gen_ai.usage.cache_creation.input_tokens',
+  toolName: 'gen_ai.tool.name',
+  toolCallId: 'gen_ai.tool.call.id',
+  agentName: 'gen_ai.agent.name',
+  conversationId: 'gen_ai.conversation.id',
+} as const;
+
+/** The event types the spans are built from. */
+export const OTEL_EVENT_TYPES = [
+  'turn.started',
+  'turn.completed',
+  'turn.cancelled',
+  'llm.call_started',
+  'llm.call_completed',
+  'llm.call_failed',
+  'tool.called',
+  'tool.completed',
+  'tool.failed',
+] as const;
+
+/** Catalog payloads are validated, so numbers are numbers; the fallback only satisfies the types. */
+function num(value: unknown): number {
+  return typeof value === 'number' ? value : 0;
+}
+
+function hrTime(iso: string): HrTime {
+  const us = isoToMicros(iso);
+  return [Math.floor(us / 1_000_000), (us % 1_000_000) * 1000];
+}
+
+/** `anthropic:claude-sonnet-4` → `claude-sonnet-4`: GenAI attributes carry the provider separately. */
+function modelName(model: string, provider: string): string {
+  return model.startsWith(`${provider}:`) ? model.slice(provider.length + 1) : model;
+}
+
+interface OpenSpan {
+  readonly span: Span;
+  readonly turnId: string;
+}
+
+/**
+ * Turns metis events into spans (bus spec §4.3): a turn span per `turn.started`, with one `chat` span
+ * per LLM call and one `execute_tool` span per tool call as its children. The parent turn is found by
+ * walking `parent_event_id` — in memory for the events seen, in the trace store otherwise. Spans carry
+ * the events' own timestamps, so they line up with the trace however late they are exported.
+ */
+export class SpanBuilder {
+  /** Open spans by the id of the event that started them. */
+  private readonly open = new Map<string, OpenSpan>();
+  /** Event id → the `turn.started` id of its turn, for every event seen of a turn still open. */
+  private readonly turnOf = new Map<string, string>();
+  private readonly members = new Map<string, string[]>();
+  readonly counters = { spans_started: 0, spans_ended: 0, orphans: 0 };
+
+  constructor(
+    private readonly tracer: Tracer,
+    private readonly store: TraceQuery,
+  ) {}
+
+  get openSpans(): number {
+    return this.open.size;
+  }
+
+  handle(event: MetisEvent): void {
+    const p = event.payload;
+    const at = hrTime(event.timestamp);
+    switch (event.type) {
+      case 'turn.started': {
+        const span = this.tracer.startSpan(
+          'invoke_agent metis',
+          {
+            kind: SpanKind.INTERNAL,
+            startTime: at,
+            attributes: {
+              [GEN_AI.operation]: 'invoke_agent',
+              [GEN_AI.agentName]: 'metis',
+              [GEN_AI.conversationId]: event.session_id,
+              'metis.session_id': event.session_id,
+              'metis.turn_id': event.turn_id ?? '',
+            },
+          },
+          ROOT_CONTEXT,
+        );
+        this.start(event.id, event.id, span);
+        return;
+      }
+      case 'llm.call_started': {
+        const provider = String(p.provider);
+        this.startChild(event, `chat ${modelName(String(p.model), provider)}`, SpanKind.CLIENT, at, {
+          [GEN_AI.operation]: 'chat',
+          [GEN_AI.provider]: provider,
+          [GEN_AI.requestModel]: modelName(String(p.model), provider),
+          [GEN_AI.conversationId]: event.session_id,
+          'metis.request_id': String(p.request_id),
+          'metis.is_worker': Boolean(p.is_worker),
+        });
+        return;
+      }
+      case 'tool.called':
+        this.startChild(event, `execute_tool ${p.tool_name}`, SpanKind.INTERNAL, at, {
+          [GEN_AI.operation]: 'execute_tool',
+          [GEN_AI.toolName]: String(p.tool_name),
+          [GEN_AI.toolCallId]: String(p.tool_use_id),
+          'metis.tool.side_effects': String(p.side_effects),
+        });
+        return;
+      case 'llm.call_completed':
+        this.end(event, at, {
+          [GEN_AI.responseModel]: modelName(String(p.model), String(p.provider)),
+          [GEN_AI.finishReasons]: [String(p.stop_reason)],
+          [GEN_AI.inputTokens]: num(p.input_tokens),
+          [GEN_AI.outputTokens]: num(p.output_tokens),
+          [GEN_AI.cacheReadTokens]: num(p.cached_input_tokens),
+          [GEN_AI.cacheCreationTokens]: num(p.cache_creation_input_tokens),
+          'metis.cost_usd': num(p.cost_usd),
+        });
+        return;
+      case 'tool.completed':
+        this.end(event, at, { 'metis.tool.success': Boolean(p.success) }, p.success ? null : 'tool_error');
+        return;
+      case 'llm.call_failed':
+      case 'tool.failed':
+        this.end(event, at, {}, String(p.error_class), String(p.error_message_redacted ?? p.error_message));
+        return;
+      case 'turn.completed':
+        this.endTurn(event, at, {
+          [GEN_AI.inputTokens]: num(p.total_input_tokens),
+          [GEN_AI.outputTokens]: num(p.total_output_tokens),
+          'metis.cost_usd': num(p.total_cost_usd),
+          'metis.llm_call_count': num(p.llm_call_count),
+          'metis.tool_call_count': num(p.tool_call_count),
+          'metis.stop_reason': String(p.stop_reason),
+        });
+        return;
+      case 'turn.cancelled':
+        this.endTurn(event, at, { 'metis.cancel_reason': String(p.reason) }, 'cancelled');
+        return;
+    }
+  }
+
+  /** Ends every open span (at shutdown), marked incomplete. */
+  endAll(): void {
+    for (const { span } of this.open.values()) {
+      span.setAttribute('metis.incomplete', true);
+      span.end();
+      this.counters.spans_ended += 1;
+    }
+    this.open.clear();
+    this.turnOf.clear();
+    this.members.clear();
+  }
+
+  private start(eventId: string, turnId: string, span: Span): void {
+    this.open.set(eventId, { span, turnId });
+    this.remember(eventId, turnId);
+    this.counters.spans_started += 1;
+  }
+
+  private remember(eventId: string, turnId: string): void {
+    this.turnOf.set(eventId, turnId);
+    let list = this.members.get(turnId);
+    if (list === undefined) {
+      list = [];
+      this.members.set(turnId, list);
+    }
+    list.push(eventId);
+  }
+
+  private startChild(event: MetisEvent, name: string, kind: SpanKind, at: HrTime, attributes: Attributes) {
+    const turnId = this.findTurn(event);
+    const turn = turnId === null ? undefined : this.open.get(turnId);
+    if (turnId === null || turn === undefined) {
+      this.counters.orphans += 1;
+      return;
+    }
+    const span = this.tracer.startSpan(
+      name,
+      { kind, startTime: at, attributes },
+      trace.setSpan(ROOT_CONTEXT, turn.span),
+    );
+    this.start(event.id, turnId, span);
+  }
+
+  /** The `turn.started` id of an event's turn, walking the causal chain; null when none is open. */
+  private findTurn(event: MetisEvent): string | null {
+    const parent = event.parent_event_id;
+    if (parent === null) return null;
+    const known = this.turnOf.get(parent);
+    if (known !== undefined) return known;
+    // The parent is of a type outside the filter (or from before startup): ask the trace store.
+    for (const ancestor of this.store.causalChain(parent)) {
+      const turnId = this.turnOf.get(ancestor.id);
+      if (turnId !== undefined) return turnId;
+    }
+    return null;
+  }
+
+  private end(
+    event: MetisEvent,
+    at: HrTime,
+    attributes: Attributes,
+    errorType: string | null = null,
+    message?: string,
+  ): void {
+    const parent = event.parent_event_id;
+    const open = parent === null ? undefined : this.open.get(parent);
+    if (parent === null || open === undefined) {
+      this.counters.orphans += 1;
+      return;
+    }
+    this.remember(event.id, open.turnId);
+    open.span.setAttributes(attributes);
+    if (errorType !== null) {
+      open.span.setAttribute(ATTR_ERROR_TYPE, errorType);
+      open.span.setStatus({ code: SpanStatusCode.ERROR, message: message ?? errorType });
+    }
+    open.span.end(at);
+    this.open.delete(parent);
+    this.counters.spans_ended += 1;
+  }
+
+  private endTurn(event: MetisEvent, at: HrTime, attributes: Attributes, errorType: string | null = null) {
+    const turnId = event.parent_event_id;
+    if (turnId === null || !this.open.has(turnId)) {
+      this.counters.orphans += 1;
+      return;
+    }
+    // Children still open (a cancel cut them short) end with the turn.
+    for (const id of this.members.get(turnId) ?? []) {
+      const child = id === turnId ? undefined : this.open.get(id);
+      if (child === undefined) continue;
+      child.span.setAttribute('metis.incomplete', true);
+      child.span.end(at);
+      this.open.delete(id);
+      this.counters.spans_ended += 1;
+    }
+    this.end(event, at, attributes, errorType);
+    for (const id of this.members.get(turnId) ?? []) this.turnOf.delete(id);
+    this.members.delete(turnId);
+  }
+}
+
+/** `otel`: turns, LLM calls and tool calls as OpenTelemetry spans over OTLP/HTTP (JSON). */
+export default definePlugin({
+  name: 'otel',
+  optionsSchema: OtelOptions,
+  create(options, ctx) {
+    let provider: BasicTracerProvider | null = null;
+    let builder: SpanBuilder | null = null;
+    return {
+      filter: { session_ids: options.session_ids, event_types: [...OTEL_EVENT_TYPES] },
+      fastPath: false,
+      handle: (event) => builder?.handle(event),
+      start() {
+        const exporter = new OTLPTraceExporter({
+          url: options.endpoint,
+          headers: options.headers,
+          timeoutMillis: options.timeout_ms,
+        });
+        // A provider of our own, never registered globally: metis does not touch an embedder's OTel setup.
+        provider = new BasicTracerProvider({
+          resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: options.service_name }),
+          spanProcessors: [
+            new BatchSpanProcessor(exporter, {
+              scheduledDelayMillis: options.scheduled_delay_ms,
+              maxExportBatchSize: options.max_export_batch_size,
+            }),
+          ],
+        });
+        builder = new SpanBuilder(provider.getTracer('metis'), ctx.store);
+        ctx.logger.info({ endpoint: options.endpoint }, 'otel exporting spans');
+      },
+      async stop() {
+        builder?.endAll();
+        await provider?.forceFlush();
+        await provider?.shutdown();
+      },
+      stats: () => ({ ...(builder?.counters ?? {}), open_spans: builder?.openSpans ?? 0 }),
+    };
+  },
+});
