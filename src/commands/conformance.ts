@@ -2,6 +2,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ExitError } from '../cli.js';
+import {
+  builtinClient,
+  commandClient,
+  defaultTracesDir,
+  loadTraces,
+  runClientConformance,
+} from '../client/conformance/client-traces.js';
 import { toJunit } from '../client/conformance/junit.js';
 import { type CheckResult, runConformance } from '../client/conformance/runner.js';
 import { MetisConfigSchema } from '../core/config/schema.js';
@@ -85,5 +92,47 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
   const skipped = results.length - failed - passed;
   if (options.json) console.log(JSON.stringify({ url, passed, failed, skipped, results }, null, 2));
   else console.log(`\n${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
+  if (failed > 0) throw new ExitError(1);
+}
+
+export interface ConformanceClientOptions {
+  cmd?: string;
+  traces?: string;
+  only?: string[];
+  json?: boolean;
+  timeout?: string;
+}
+
+/** `metis conformance client`: feeds the recorded traces to a client and compares its final state. */
+export async function conformanceClientCommand(options: ConformanceClientOptions): Promise<void> {
+  const timeoutMs = Number(options.timeout ?? 10_000);
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) {
+    throw new MetisError(
+      'METIS_ERR_INVALID_ARGUMENT',
+      `--timeout: "${options.timeout}" is not a positive integer`,
+    );
+  }
+  const traces = loadTraces(options.traces ?? defaultTracesDir(), options.only);
+  const client = options.cmd ? commandClient(options.cmd, timeoutMs) : builtinClient;
+  const label = options.cmd ? `"${options.cmd}"` : 'the built-in reducer';
+  if (!options.json) console.error(`checking ${label} against ${traces.length} traces`);
+  const results = await runClientConformance(traces, client, (result) => {
+    if (options.json) return;
+    if (result.passed) {
+      console.log(`PASS  ${result.name}  (${result.durationMs} ms)`);
+      return;
+    }
+    console.log(`FAIL  ${result.name}: ${result.error ?? 'the final state differs'}`);
+    for (const { path, expected, seen } of result.differences) {
+      console.log(`      at ${path}`);
+      console.log(`        expected: ${JSON.stringify(expected)}`);
+      console.log(`        seen:     ${JSON.stringify(seen)}`);
+    }
+  });
+  const failed = results.filter((r) => !r.passed).length;
+  const passed = results.length - failed;
+  if (options.json)
+    console.log(JSON.stringify({ client: options.cmd ?? 'builtin', passed, failed, results }, null, 2));
+  else console.log(`\n${passed} passed, ${failed} failed`);
   if (failed > 0) throw new ExitError(1);
 }

@@ -100,6 +100,20 @@ export function registerCommands(program: Command): void {
     .option('--fault <name...>', 'embedded server only: break a guarantee on purpose to see checks fail')
     .option('--token <token>', 'bearer token for a server that requires one')
     .action(async (options) => (await import('./conformance.js')).conformanceRunCommand(options));
+  conformance
+    .command('client')
+    .description(
+      'feed the recorded server traces (streaming spec §11.3) to a client and compare its final state with the expected one',
+    )
+    .option(
+      '--cmd <command>',
+      'external client to check: a shell command that reads frames as JSONL on stdin and prints its final state as JSON (default: the built-in reducer)',
+    )
+    .option('--traces <dir>', "folder of <name>.jsonl + <name>.expected.json traces (default: metis's own)")
+    .option('--only <name...>', 'check only these traces')
+    .option('--timeout <ms>', 'time one run of --cmd may take', '10000')
+    .option('--json', 'print every result as JSON')
+    .action(async (options) => (await import('./conformance.js')).conformanceClientCommand(options));
 
   const config = program.command('config').description('the configuration in effect');
   config

@@ -386,6 +386,71 @@ function mismatchFrom(plainLines: readonly string[]): string[] {
   });
 }
 
+/** The plain trace with its third text.delta sent twice, as a replay after a reconnect may. */
+function duplicateFrom(plainLines: readonly string[]): string[] {
+  let deltas = 0;
+  return plainLines.flatMap((line) => {
+    const frame = JSON.parse(line) as Frame;
+    if (frame.type !== 'event' || frame.event.type !== 'text.delta') return [line];
+    deltas += 1;
+    return deltas === 3 ? [line, line] : [line];
+  });
+}
+
+const CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
+
+/** The next id after `id` in ULID order (the last character counted up, with carry). */
+function nextId(id: string): string {
+  const chars = id.split('');
+  for (let i = chars.length - 1; i >= 0; i -= 1) {
+    const digit = CROCKFORD.indexOf(chars[i]!);
+    if (digit < CROCKFORD.length - 1) {
+      chars[i] = CROCKFORD[digit + 1]!;
+      return chars.join('');
+    }
+    chars[i] = '0';
+  }
+  throw new Error(`no id after ${id}`);
+}
+
+/**
+ * The plain trace from a newer server (streaming §9.2): fields this client does not know in an
+ * envelope and in a payload, and an event of a type it does not know after the last one.
+ */
+function unknownTypeFrom(plainLines: readonly string[]): string[] {
+  const lines = plainLines.map((line) => {
+    const frame = JSON.parse(line) as Frame;
+    if (frame.type !== 'event' || frame.event.type !== 'message.complete') return line;
+    frame.event.trace_flags = 'sampled';
+    frame.event.payload.citations = [];
+    return JSON.stringify(frame);
+  });
+  const last = [...lines].reverse().map((line) => JSON.parse(line) as Frame).find((f) => f.type === 'event')!;
+  const { event } = last;
+  const future = {
+    ...event,
+    id: nextId(event.id),
+    seq: typeof event.seq === 'number' ? event.seq + 1 : event.seq,
+    type: 'hologram.rendered',
+    payload: { hologram_id: 'holo_1', frames: 24 },
+  };
+  return [...lines, JSON.stringify({ type: 'event', event: future })];
+}
+
+/** Traces made by editing a recorded one, each with the state a correct client must end in. */
+const DERIVED: Record<string, { from: string; derive: (lines: readonly string[]) => string[]; expect: (plain: StateProjection, last: string) => StateProjection }> = {
+  // final_content wins: the state is the plain turn's, with the mismatch counted.
+  'final-content-mismatch': { from: 'plain-turn', derive: mismatchFrom, expect: (plain) => ({ ...plain, mismatches: 1 }) },
+  // The duplicate is ignored: the state is the plain turn's exactly.
+  'duplicate-event': { from: 'plain-turn', derive: duplicateFrom, expect: (plain) => plain },
+  // Unknown fields are ignored; the unknown event is skipped and counted, and it moves the cursor.
+  'unknown-event-type': {
+    from: 'plain-turn',
+    derive: unknownTypeFrom,
+    expect: (plain, last) => ({ ...plain, unknown_skipped: 1, last_event_id: last }),
+  },
+};
+
 export function finalState(lines: readonly string[]): StateProjection {
   let state = initialState;
   for (const line of lines) state = reduce(state, JSON.parse(line) as Frame);
@@ -463,11 +528,8 @@ function write(name: string, lines: readonly string[], projection: StateProjecti
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2);
-  const names = [...Object.keys(SCENARIOS), 'final-content-mismatch'].filter(
-    (n) => wanted.length === 0 || wanted.includes(n),
-  );
-  for (const name of names) {
-    if (name === 'final-content-mismatch') continue;
+  const chosen = (name: string) => wanted.length === 0 || wanted.includes(name);
+  for (const name of Object.keys(SCENARIOS).filter(chosen)) {
     const recorded = await SCENARIOS[name]!();
     try {
       const projection = finalState(recorded.lines);
@@ -477,15 +539,15 @@ async function main(): Promise<void> {
       await recorded.rig.stop();
     }
   }
-  if (names.includes('final-content-mismatch')) {
-    const plain = readFileSync(join(HERE, 'plain-turn.jsonl'), 'utf8').trimEnd().split('\n');
-    const lines = mismatchFrom(plain);
+  for (const [name, { from, derive, expect }] of Object.entries(DERIVED).filter(([n]) => chosen(n))) {
+    const source = readFileSync(join(HERE, `${from}.jsonl`), 'utf8').trimEnd().split('\n');
+    const lines = derive(source);
     const projection = finalState(lines);
-    const expected = finalState(plain);
-    // final_content wins: the state is the plain turn's, with the mismatch counted.
-    if (!isDeepStrictEqual({ ...projection, mismatches: 0 }, expected) || projection.mismatches !== 1)
-      throw new Error('final-content-mismatch: final_content did not win, or the mismatch was not counted');
-    write('final-content-mismatch', lines, projection);
+    const lastId = (JSON.parse(lines.at(-1)!) as Frame).event?.id ?? null;
+    if (!isDeepStrictEqual(projection, expect(finalState(source), lastId))) {
+      throw new Error(`${name}: the reducer's state is not the one this trace must end in`);
+    }
+    write(name, lines, projection);
   }
 }
 
