@@ -333,4 +333,28 @@ describe('streaming protocol: the stream (§11.1)', () => {
     }
     expect(ofType(control.events(), 'turn.completed')).toHaveLength(20);
   });
+
+  it('16b. a replay after a long wait before subscribe keeps id order, with no gap and no duplicate', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    const { client: control } = await subscribe(t, sessionId);
+    // Attached but not subscribed while more messages finish than the server keeps deltas for in
+    // memory: the connection's own buffer holds deltas the replay no longer has.
+    const late = await t.attach(sessionId);
+    const turns = 7;
+    let since: string | null = null;
+    for (let i = 0; i < turns; i += 1) {
+      const turnId = await t.submit(sessionId, `hello ${i}`);
+      await turnDone(control, turnId);
+      since ??= ofType(control.events(), 'turn.started')[0].id;
+    }
+    const { ack } = await subscribeOn(late, { since, snapshot: false });
+    expect(await sync(late)).toBe(true);
+    const events = late.events();
+    const expected = control.events().filter((e) => e.id > since!);
+    expect(shapeOf(events)).toEqual(shapeOf(expected));
+    expect(events).toEqual(expected);
+    expect(strictlyIncreasing(events)).toBe(true);
+    expect(ack.replay_event_count).toBe(expected.length);
+  });
 });

@@ -246,7 +246,16 @@ export class ClientConnection implements StreamTarget {
         actors: resolved.actors,
         limit: options.replayCap,
       });
-      const live = hub.recent.after(sessionIds, frame.since).filter(matches);
+      // What this connection was handed between accept and subscribe joins the in-memory streams: it
+      // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
+      // inside the replay, not after it.
+      const since = frame.since;
+      const buffered = this.buffer.filter(
+        (event) =>
+          event.id > since && (event.session_id === this.sessionId || resolved.include_worker_sessions),
+      );
+      this.buffer = [];
+      const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
       if (tooLarge || rows.length + live.length > options.replayCap) {
         this.subscribeError(
           'replay_too_large',
@@ -255,7 +264,7 @@ export class ClientConnection implements StreamTarget {
         return;
       }
       replayFrames = mergeReplay(rows, live, this.faults);
-      skipUpTo = frame.since;
+      skipUpTo = since;
     }
 
     this.resolved = resolved;
@@ -434,6 +443,27 @@ export class ClientConnection implements StreamTarget {
 }
 
 /** Stored rows and in-memory streaming events after the cursor, merged in id order, as frames. */
+/** Two id-ordered event lists as one, in id order, each id once. */
+function unionById(a: readonly MetisEvent[], b: readonly MetisEvent[]): MetisEvent[] {
+  if (b.length === 0) return a as MetisEvent[];
+  const out: MetisEvent[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    const left = a[i];
+    const right = b[j];
+    if (right === undefined || (left !== undefined && left.id <= right.id)) {
+      out.push(left!);
+      i += 1;
+      if (right !== undefined && right.id === left!.id) j += 1;
+    } else {
+      out.push(right);
+      j += 1;
+    }
+  }
+  return out;
+}
+
 function mergeReplay(
   rows: readonly (readonly unknown[])[],
   live: readonly MetisEvent[],
@@ -445,9 +475,11 @@ function mergeReplay(
   while (i < rows.length || j < live.length) {
     const row = rows[i];
     const event = live[j];
-    if (row !== undefined && (event === undefined || (row[0] as string) < event.id)) {
+    if (row !== undefined && (event === undefined || (row[0] as string) <= event.id)) {
       out.push({ id: row[0] as string, frame: `{"type":"event","event":${rowToJson(row as EventRow)}}` });
       i += 1;
+      // A bus event handed to this connection before subscribe is also stored: send it once, as stored.
+      if (event !== undefined && event.id === row[0]) j += 1;
     } else {
       out.push({ id: event!.id, frame: `{"type":"event","event":${JSON.stringify(event)}}` });
       j += 1;
