@@ -150,6 +150,14 @@ describe('metis serve: graceful shutdown with a turn in flight', () => {
       expect(exitCode, server.stderr()).toBe(0);
       expect(closed).toEqual({ code: 1001, reason: 'server shutting down' });
       expect(existsSync(`${dbPath}.lock`)).toBe(false);
+      // The attached client saw the cancellation close out the turn before the socket closed (§6.2.1).
+      const seen = client.events().filter((e) => e.turn_id === turnId);
+      expect(seen.map((e) => e.type).slice(-3)).toEqual([
+        'message.complete',
+        'llm.call_failed',
+        'turn.cancelled',
+      ]);
+      expect(seen.at(-2).payload.error_class).toBe('cancelled');
 
       const db = new Database(dbPath, { readonly: true, fileMustExist: true });
       try {

@@ -146,6 +146,14 @@ export class ClientConnection implements StreamTarget {
   /** Closes from the server side (shutdown). */
   shutdown(): void {
     if (this.state === 'closed') return;
+    // What is queued (the cancellations of the shutdown itself, say) goes out before the close frame:
+    // the queue is bounded, so writing it past the socket's high-water mark once is fine.
+    if (this.ws.readyState === this.ws.OPEN) {
+      for (let i = this.queueHead; i < this.queue.length; i += 1) this.socket.write(this.queue[i]!);
+    }
+    this.queue.length = 0;
+    this.queueHead = 0;
+    this.queuedBytes = 0;
     this.ws.close(CLOSE.serverShutdown, 'server shutting down');
     this.dispose('shutdown');
   }

@@ -133,8 +133,11 @@ export async function startService(
       plugins: host,
       stop: () => {
         stopping ??= (async () => {
-          await server.close();
+          // Cancel in-flight turns while clients are still attached, so they see the cancellation.
+          server.stopAccepting();
           await runtime.close();
+          await opened.flush();
+          await server.close();
           await host.stop();
           await opened.close();
           release();

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { WebSocketServer } from 'ws';
+import { type WebSocket, WebSocketServer } from 'ws';
 import { MetisError } from '../errors.js';
 import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
@@ -43,9 +43,17 @@ export interface MetisServer {
   readonly url: string;
   readonly port: number;
   readonly hub: StreamHub;
-  /** Stops accepting, closes every client, and stops the server. Safe to call twice. */
+  /**
+   * Stops accepting connections; attached clients keep receiving until `close`. Lets a shutdown
+   * cancel in-flight turns while their clients still see the cancellation. Safe to call twice.
+   */
+  stopAccepting(): void;
+  /** Stops accepting, closes every client with 1001, and stops the server. Safe to call twice. */
   close(): Promise<void>;
 }
+
+/** How long a shutdown waits for clients to answer the close frame before dropping their sockets. */
+const CLOSE_GRACE_MS = 1_000;
 
 export const DEFAULT_STREAM_OPTIONS: StreamOptions = {
   maxQueueEvents: 1000,
@@ -163,23 +171,49 @@ export async function startServer(
   const bound = server.address() as AddressInfo;
   address = `${bound.family === 'IPv6' ? `[${bound.address}]` : bound.address}:${bound.port}`;
 
+  let stopped: Promise<void> | null = null;
+  const stopAccepting = () => {
+    stopped ??= new Promise<void>((resolve) => server.close(() => resolve()));
+    return stopped;
+  };
   let closing: Promise<void> | null = null;
   return {
     url: `http://${address}`,
     port: bound.port,
     hub,
+    stopAccepting: () => void stopAccepting(),
     close: () => {
       closing ??= (async () => {
-        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        const serverStopped = stopAccepting();
         for (const connection of connections) connection.shutdown();
+        await closeHandshakes(wss.clients, CLOSE_GRACE_MS);
         for (const client of wss.clients) client.terminate();
         server.closeAllConnections();
         wss.close();
-        await stopped;
+        await serverStopped;
         hub.close();
         sequencer.close();
       })();
       return closing;
     },
   };
+}
+
+/** Resolves when every socket has closed (its close handshake done) or after `graceMs`. */
+function closeHandshakes(clients: ReadonlySet<WebSocket>, graceMs: number): Promise<void> {
+  const open = [...clients].filter((client) => client.readyState !== client.CLOSED);
+  if (open.length === 0) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    let left = open.length;
+    const timer = setTimeout(resolve, graceMs);
+    for (const client of open) {
+      client.once('close', () => {
+        left -= 1;
+        if (left === 0) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+    }
+  });
 }
