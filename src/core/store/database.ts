@@ -1,4 +1,4 @@
-import { chmodSync, existsSync } from 'node:fs';
+import { closeSync, existsSync, openSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { MetisError } from '../errors.js';
 import { ensurePrivateDir } from './paths.js';
@@ -26,7 +26,11 @@ export function openDatabase(path: string, options: OpenOptions = {}): Db {
   if (!exists && !options.create) {
     throw new MetisError('METIS_ERR_DB_NOT_FOUND', `no database at ${path}`);
   }
-  if (!exists) ensurePrivateDir(path);
+  if (!exists) {
+    ensurePrivateDir(path);
+    // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode.
+    closeSync(openSync(path, 'wx', 0o600));
+  }
   let db: Db;
   try {
     db = new Database(path, { readonly: options.readonly ?? false, fileMustExist: !options.create });
@@ -36,9 +40,13 @@ export function openDatabase(path: string, options: OpenOptions = {}): Db {
     });
   }
   try {
+    db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
+    // Identify the file before any pragma that writes to it (journal_mode): a refused file is left as
+    // it was. An empty file is a new database only for a caller that may create one.
+    if (options.readonly) assertCurrentSchema(db, path);
+    else assertMigratable(db, path, options.create === true);
     configure(db, options);
-    if (!options.readonly) migrate(db, path);
-    else assertCurrentSchema(db, path);
+    if (!options.readonly) migrate(db);
   } catch (error) {
     db.close();
     if (error instanceof MetisError) throw error;
@@ -48,14 +56,10 @@ export function openDatabase(path: string, options: OpenOptions = {}): Db {
     }
     throw error;
   }
-  if (!exists) {
-    chmodSync(path, 0o600);
-  }
   return db;
 }
 
 function configure(db: Db, options: OpenOptions): void {
-  db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
   if (!options.readonly) {
     db.pragma('journal_mode = WAL');
     db.pragma('journal_size_limit = 67108864');
@@ -87,10 +91,14 @@ function assertCurrentSchema(db: Db, path: string): void {
   }
 }
 
-function migrate(db: Db, path: string): void {
+/** A metis database this metis can bring up to date, or (when `mayCreate`) an empty file. */
+function assertMigratable(db: Db, path: string, mayCreate: boolean): void {
   const version = userVersion(db);
   if (version === 0 && tableCount(db) > 0) {
     throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is a SQLite database but not a metis one`);
+  }
+  if (version === 0 && !mayCreate) {
+    throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is not a metis database (it is empty)`);
   }
   if (version > SCHEMA_VERSION) {
     throw new MetisError(
@@ -98,6 +106,10 @@ function migrate(db: Db, path: string): void {
       `${path} has schema version ${version}, newer than this metis (version ${SCHEMA_VERSION})`,
     );
   }
+}
+
+function migrate(db: Db): void {
+  const version = userVersion(db);
   for (let next = version + 1; next <= SCHEMA_VERSION; next += 1) {
     db.transaction(() => {
       db.exec(MIGRATIONS[next - 1]!);

@@ -1,0 +1,55 @@
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import { openDatabase } from '../../src/core/store/database.js';
+import { purgeOldEvents } from '../../src/core/store/retention.js';
+import { sessionCreated } from '../helpers/events.js';
+import { tempDir, tempTraceContext } from '../helpers/tmp.js';
+
+const modeOf = (path: string) => statSync(path).mode & 0o777;
+const digest = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
+
+describe('database files', () => {
+  it('a new database gets a 0700 folder, and the file and its -wal and -shm are 0600', async () => {
+    const folder = join(tempDir(), 'home');
+    const dbPath = join(folder, 'metis.db');
+    const context = tempTraceContext({ dbPath });
+    context.bus.emit(sessionCreated('sess_a'));
+    await context.flush();
+    expect(modeOf(folder)).toBe(0o700);
+    for (const file of [dbPath, `${dbPath}-wal`, `${dbPath}-shm`]) {
+      expect(existsSync(file), file).toBe(true);
+      expect(modeOf(file).toString(8), file).toBe('600');
+    }
+  });
+
+  it('refuses a SQLite file that is not a metis database and leaves it byte for byte as it was', async () => {
+    const dbPath = join(tempDir(), 'foreign.db');
+    const foreign = new Database(dbPath);
+    foreign.exec('CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES (1)');
+    foreign.close();
+    const before = digest(dbPath);
+    expect(() => openDatabase(dbPath, { create: true })).toThrow(/is a SQLite database but not a metis one/);
+    await expect(purgeOldEvents({ dbPath, days: 1 })).rejects.toThrow(/not a metis one/);
+    expect(digest(dbPath)).toBe(before);
+    expect(existsSync(`${dbPath}-wal`)).toBe(false);
+    const reopened = new Database(dbPath, { readonly: true });
+    expect(reopened.pragma('journal_mode', { simple: true })).toBe('delete');
+    reopened.close();
+  });
+
+  it('an empty file is a new database only where one may be created', async () => {
+    const dbPath = join(tempDir(), 'empty.db');
+    writeFileSync(dbPath, '');
+    await expect(purgeOldEvents({ dbPath, days: 1 })).rejects.toThrow(
+      /is not a metis database \(it is empty\)/,
+    );
+    expect(statSync(dbPath).size).toBe(0);
+    // A server that crashed between creating the file and its first migration starts again.
+    const db = openDatabase(dbPath, { create: true });
+    expect(db.pragma('user_version', { simple: true })).toBeGreaterThan(0);
+    db.close();
+  });
+});
