@@ -1,8 +1,13 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { MetisError } from '../../src/core/errors.js';
+import type { MetisEvent } from '../../src/core/events/envelope.js';
+import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
+import type { TraceContext } from '../../src/core/store/trace-context.js';
 import { byType, shape, startRuntime } from '../helpers/runtime.js';
+import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
 describe('agent loop sequences', () => {
   it('a tool-using turn follows bus §8.1 and streaming §5.3, with the spec parents', async () => {
@@ -119,7 +124,20 @@ describe('agent loop sequences', () => {
     ]);
     const failed = byType(events, 'tool.failed')[0]!;
     expect(failed.payload).toMatchObject({ error_class: 'not_found' });
-    expect(byType(events, 'llm.call_started')[1]!.parent_event_id).toBe(failed.id);
+    // Every parent of the §8.2 chain (catalog §6 "Parent" of each type, §4.3 for the retry call).
+    const one = (type: string, n = 0) => byType(events, type)[n]!;
+    const turn = one('turn.started');
+    expect(one('session.created').parent_event_id).toBeNull();
+    expect(turn.parent_event_id).toBeNull();
+    expect(one('route.decided').parent_event_id).toBe(turn.id);
+    expect(one('llm.call_started').parent_event_id).toBe(turn.id);
+    expect(one('llm.call_completed').parent_event_id).toBe(one('llm.call_started').id);
+    expect(one('tool.called').parent_event_id).toBe(one('llm.call_completed').id);
+    expect(failed.parent_event_id).toBe(one('tool.called').id);
+    expect(one('llm.call_started', 1).parent_event_id).toBe(failed.id);
+    expect(one('llm.call_completed', 1).parent_event_id).toBe(one('llm.call_started', 1).id);
+    expect(one('llm.call_completed', 1).payload).toMatchObject({ stop_reason: 'end_turn' });
+    expect(one('turn.completed').parent_event_id).toBe(turn.id);
     const call = h.runtime.sessions.toolCall(String(failed.payload.tool_use_id));
     expect(call).toMatchObject({ status: 'failed', error_class: 'not_found', tool_name: 'read_file' });
   });
@@ -209,7 +227,47 @@ describe('agent loop sequences', () => {
       model: 'scripted:fast',
     });
     expect(Number(completed.payload.worker_total_cost_usd)).toBeGreaterThan(0);
-    expect(started.parent_event_id).toBe(byType(plannerEvents, 'llm.call_completed')[0]!.id);
+
+    // Planner parents before the worker runs. delegate.started descends from the planner call that
+    // emitted the delegate() tool_use (catalog §6.8), not from tool.called: §8.3's arrows are order.
+    const p = (type: string, n = 0) => byType(plannerEvents, type)[n]!;
+    const plannerTurn = p('turn.started');
+    expect(plannerTurn.parent_event_id).toBeNull();
+    expect(p('route.decided').parent_event_id).toBe(plannerTurn.id);
+    expect(p('llm.call_started').parent_event_id).toBe(plannerTurn.id);
+    expect(p('llm.call_started').payload.is_worker).toBe(false);
+    expect(p('llm.call_completed').parent_event_id).toBe(p('llm.call_started').id);
+    expect(p('llm.call_completed').payload).toMatchObject({ produced_tool_calls: 1 });
+    expect(p('tool.called').parent_event_id).toBe(p('llm.call_completed').id);
+    expect(p('tool.called').payload.tool_name).toBe('delegate');
+    expect(started.parent_event_id).toBe(p('llm.call_completed').id);
+    expect(started.payload).toMatchObject({ tier: 'fast', resolved_model: 'scripted:fast' });
+
+    // The worker session: its own roots (no event-level pointer to the planner, bus §10.2), then
+    // the §8.1 parents inside its turn.
+    const w = (type: string, n = 0) => byType(workerEvents, type)[n]!;
+    const workerTurn = w('turn.started');
+    expect(w('session.created').parent_event_id).toBeNull();
+    expect(workerTurn.parent_event_id).toBeNull();
+    expect(w('route.decided').parent_event_id).toBe(workerTurn.id);
+    expect(w('llm.call_started').parent_event_id).toBe(workerTurn.id);
+    expect(w('llm.call_completed').parent_event_id).toBe(w('llm.call_started').id);
+    expect(w('turn.completed').parent_event_id).toBe(workerTurn.id);
+    expect(w('session.ended').parent_event_id).toBeNull();
+    expect(w('session.ended').payload).toMatchObject({ disposition: 'completed', turn_count: 1 });
+    expect(
+      workerEvents
+        .filter((e) => e.type !== 'session.created' && e.type !== 'session.ended')
+        .every((e) => e.turn_id === workerTurn.turn_id),
+    ).toBe(true);
+
+    // Back in the planner: the worker's result closes the delegate call and feeds the next call.
+    expect(p('tool.completed').parent_event_id).toBe(p('tool.called').id);
+    expect(p('tool.completed').payload.tool_use_id).toBe(p('tool.called').payload.tool_use_id);
+    expect(p('llm.call_started', 1).parent_event_id).toBe(p('tool.completed').id);
+    expect(p('llm.call_completed', 1).parent_event_id).toBe(p('llm.call_started', 1).id);
+    expect(p('llm.call_completed', 1).payload).toMatchObject({ stop_reason: 'end_turn' });
+    expect(p('turn.completed').parent_event_id).toBe(plannerTurn.id);
   });
 
   it('refuses a second turn while one is in flight and names the turn', async () => {
@@ -314,5 +372,144 @@ describe('runtime edges', () => {
     expect(ended.map((e) => e.payload.disposition)).toEqual(['abandoned']);
     expect(ended[0]!.payload.turn_count).toBe(1);
     expect(h.runtime.getSession(session.id).status).toBe('ended');
+  });
+});
+
+/** A runtime on the trace database at `dbPath`, like a server process started on it; `stop` is a shutdown. */
+function openProcess(dbPath: string, config: RuntimeConfigInput = {}) {
+  const context: TraceContext = tempTraceContext({ dbPath });
+  const committed: MetisEvent[] = [];
+  context.writer.onCommit((batch) => committed.push(...batch));
+  const runtime: Runtime = createRuntime({
+    bus: context.bus,
+    db: context.db,
+    config: { ...config, scripted: { token_delay_ms: 0 } },
+  });
+  onTestFinished(() => runtime.close());
+  return {
+    runtime,
+    context,
+    committed,
+    stop: async () => {
+      await runtime.close();
+      await context.close();
+    },
+  };
+}
+
+type Chain = { policy: string; verdict: string; candidate_model: string | null }[];
+
+describe('resuming a session after a restart', () => {
+  it('keeps the sticky model and the turn count: routing picks manual_sticky, session.ended counts both turns', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const workspace = tempDir('metis-ws-');
+    const before = openProcess(dbPath);
+    const session = before.runtime.createSession({ workspacePath: workspace });
+    before.runtime.setStickyModel(session.id, 'scripted:sticky');
+    await before.runtime.submitTurn(session.id, 'hello').done;
+    await before.stop();
+
+    const after = openProcess(dbPath);
+    expect(after.runtime.getSession(session.id)).toMatchObject({
+      turn_count: 1,
+      active_model: 'scripted:sticky',
+    });
+    const { done } = after.runtime.submitTurn(session.id, 'hello again');
+    expect((await done).status).toBe('completed');
+    after.runtime.endSession(session.id);
+    await after.context.flush();
+
+    const mine = after.committed.filter((e) => e.session_id === session.id);
+    expect(mine.map((e) => e.type)[0]).toBe('session.resumed');
+    const route = byType(mine, 'route.decided')[0]!.payload;
+    expect(route).toMatchObject({ chosen_model: 'scripted:sticky', winner_index: 1 });
+    expect((route.chain as Chain)[1]).toMatchObject({ policy: 'manual_sticky', verdict: 'chose' });
+    expect(byType(mine, 'llm.call_started')[0]!.payload.model).toBe('scripted:sticky');
+    expect(byType(mine, 'session.ended')[0]!.payload).toMatchObject({
+      disposition: 'completed',
+      turn_count: 2,
+    });
+  });
+
+  it('restores a model set at creation or just before the restart, and leaves a session without one unsticky', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const workspace = tempDir('metis-ws-');
+    // A rule the sticky model outranks (manual_sticky comes before rule in the chain) and the default does not.
+    const config = { routing_rules: [{ name: 'greetings', match: 'hello', model: 'scripted:rules' }] };
+    const before = openProcess(dbPath, config);
+    const atCreation = before.runtime.createSession({ workspacePath: workspace, model: 'scripted:created' });
+    const setLate = before.runtime.createSession({ workspacePath: workspace });
+    await before.runtime.submitTurn(setLate.id, 'plain').done;
+    before.runtime.setStickyModel(setLate.id, 'scripted:late');
+    const unsticky = before.runtime.createSession({ workspacePath: workspace });
+    await before.runtime.submitTurn(unsticky.id, 'plain').done;
+    await before.runtime.submitTurn(unsticky.id, 'plain').done;
+    await before.stop();
+
+    const after = openProcess(dbPath, config);
+    for (const id of [atCreation.id, setLate.id, unsticky.id]) {
+      await after.runtime.submitTurn(id, 'hello').done;
+      after.runtime.endSession(id);
+    }
+    await after.context.flush();
+    const routeOf = (id: string) =>
+      byType(
+        after.committed.filter((e) => e.session_id === id),
+        'route.decided',
+      )[0]!.payload;
+    const endedOf = (id: string) =>
+      byType(
+        after.committed.filter((e) => e.session_id === id),
+        'session.ended',
+      )[0]!.payload;
+    expect(routeOf(atCreation.id)).toMatchObject({ chosen_model: 'scripted:created', winner_index: 1 });
+    expect(routeOf(setLate.id)).toMatchObject({ chosen_model: 'scripted:late', winner_index: 1 });
+    expect(routeOf(unsticky.id)).toMatchObject({ chosen_model: 'scripted:rules', winner_index: 2 });
+    expect((routeOf(unsticky.id).chain as Chain)[1]).toMatchObject({
+      policy: 'manual_sticky',
+      verdict: 'not_applicable',
+      candidate_model: null,
+    });
+    expect(endedOf(atCreation.id).turn_count).toBe(1);
+    expect(endedOf(setLate.id).turn_count).toBe(2);
+    expect(endedOf(unsticky.id).turn_count).toBe(3);
+  });
+});
+
+describe('a turn no model can serve', () => {
+  it('ends with turn.completed (no route.decided, no model call), and the next turn runs', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    h.runtime.models.setAvailable('scripted', false);
+    const first = h.runtime.submitTurn(session.id, 'hello');
+    const outcome = await first.done;
+    await h.context.flush();
+    expect(outcome).toMatchObject({ status: 'failed', llmCalls: 0, toolCalls: 0 });
+    expect(h.runtime.getSession(session.id)).toMatchObject({ current_turn_id: null, turn_count: 1 });
+
+    h.runtime.models.setAvailable('scripted', true);
+    const second = h.runtime.submitTurn(session.id, 'hello again');
+    expect((await second.done).status).toBe('completed');
+    await h.context.flush();
+
+    const events = h.framesOf(session.id).filter((e) => e.seq !== null);
+    const firstTurn = events.filter((e) => e.turn_id === first.turnId);
+    expect(firstTurn.map((e) => e.type)).toEqual(['turn.started', 'turn.completed']);
+    expect(firstTurn[1]!.parent_event_id).toBe(firstTurn[0]!.id);
+    expect(firstTurn[1]!.payload).toMatchObject({
+      stop_reason: 'end_turn',
+      llm_call_count: 0,
+      tool_call_count: 0,
+      total_cost_usd: 0,
+    });
+    expect(h.framesOf(session.id).filter((e) => e.turn_id === first.turnId && e.seq === null)).toEqual([]);
+    const secondTurn = events.filter((e) => e.turn_id === second.turnId).map((e) => e.type);
+    expect(secondTurn).toEqual([
+      'turn.started',
+      'route.decided',
+      'llm.call_started',
+      'llm.call_completed',
+      'turn.completed',
+    ]);
   });
 });

@@ -1,9 +1,12 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
+import { createRuntime } from '../../src/core/runtime/runtime.js';
+import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
 import { isGone } from '../helpers/processes.js';
 import { byType, type RuntimeHarness, shape, startRuntime } from '../helpers/runtime.js';
+import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
 const ROUNDS = 8;
 
@@ -37,6 +40,21 @@ function waitForPid(file: string): Promise<number> {
     };
     poll();
   });
+}
+
+/**
+ * Parents of a cancel during tool dispatch or at the seam (§6.2.2/§6.2.3, catalog §6.2/§6.4): the
+ * tool was called by the completed model call, fails from its tool.called, and the cancellation
+ * descends from the turn.
+ */
+function expectToolCancelParents(events: readonly MetisEvent[]): void {
+  const one = (type: string) => byType(events, type)[0]!;
+  const called = one('tool.called');
+  expect(called.parent_event_id).toBe(one('llm.call_completed').id);
+  expect(one('llm.call_completed').parent_event_id).toBe(one('llm.call_started').id);
+  expect(one('tool.failed').parent_event_id).toBe(called.id);
+  expect(one('tool.failed').payload.tool_use_id).toBe(called.payload.tool_use_id);
+  expect(one('turn.cancelled').parent_event_id).toBe(one('turn.started').id);
 }
 
 describe('cancellation (streaming spec §6.2)', () => {
@@ -76,6 +94,19 @@ describe('cancellation (streaming spec §6.2)', () => {
         partial_llm_calls: 1,
       });
       expect(byType(events, 'tool.failed')).toHaveLength(0);
+      // Parents (catalog §6.2/§6.3): the failed call descends from its llm.call_started, the
+      // cancellation from the turn. message.complete closes that call's stream before the bus events.
+      const one = (type: string) => byType(events, type)[0]!;
+      const turn = one('turn.started');
+      const callStarted = one('llm.call_started');
+      expect(callStarted.parent_event_id).toBe(turn.id);
+      expect(one('llm.call_failed').parent_event_id).toBe(callStarted.id);
+      expect(one('turn.cancelled').parent_event_id).toBe(turn.id);
+      expect(one('message.start').parent_event_id).toBe(callStarted.id);
+      expect(one('message.complete').parent_event_id).toBe(one('message.start').id);
+      expect(byType(events, 'text.delta').at(-1)!.id < one('message.complete').id).toBe(true);
+      expect(one('message.complete').id < one('llm.call_failed').id).toBe(true);
+      expect(one('llm.call_failed').id < one('turn.cancelled').id).toBe(true);
       const assistant = h.runtime.sessions.messages(session.id).find((m) => m.role === 'assistant')!;
       expect(assistant.status).toBe('cancelled');
       await h.runtime.close();
@@ -114,6 +145,7 @@ describe('cancellation (streaming spec §6.2)', () => {
       expect(await eventually(() => isGone(childPid))).toBe(true);
       const toolUseId = String(byType(events, 'tool.called')[0]!.payload.tool_use_id);
       expect(h.runtime.sessions.toolCall(toolUseId)!.status).toBe('cancelled');
+      expectToolCancelParents(events);
       await h.runtime.close();
     }
   });
@@ -140,6 +172,7 @@ describe('cancellation (streaming spec §6.2)', () => {
       ]);
       expect(byType(events, 'tool.failed')[0]!.payload.error_class).toBe('cancelled');
       expect(existsSync(marker)).toBe(false);
+      expectToolCancelParents(events);
       await h.runtime.close();
     }
   });
@@ -169,6 +202,11 @@ describe('cancellation (streaming spec §6.2)', () => {
         'tool_use',
         'cancelled',
       ]);
+      const turn = byType(events, 'turn.started')[0]!;
+      const secondCall = byType(events, 'llm.call_started')[1]!;
+      expect(secondCall.parent_event_id).toBe(byType(events, 'tool.completed')[0]!.id);
+      expect(byType(events, 'llm.call_failed')[0]!.parent_event_id).toBe(secondCall.id);
+      expect(byType(events, 'turn.cancelled')[0]!.parent_event_id).toBe(turn.id);
       await h.runtime.close();
     }
   });
@@ -213,30 +251,69 @@ describe('cancellation (streaming spec §6.2)', () => {
       expect(
         byType(workerEvents, 'turn.cancelled')[0]!.id < byType(plannerEvents, 'delegate.failed')[0]!.id,
       ).toBe(true);
+      // Parents. Planner: delegate.started from the call that asked for it (catalog §6.8),
+      // delegate.failed from delegate.started (the worker session exists), tool.failed from
+      // tool.called, turn.cancelled from the planner's turn.started. Worker: §6.2.1 in its own session.
+      const p = (type: string) => byType(plannerEvents, type)[0]!;
+      const delegateStarted = p('delegate.started');
+      expect(delegateStarted.parent_event_id).toBe(p('llm.call_completed').id);
+      expect(p('delegate.failed').parent_event_id).toBe(delegateStarted.id);
+      expect(p('delegate.failed').payload).toMatchObject({
+        worker_session_id: workerId,
+        tool_use_id: p('tool.called').payload.tool_use_id,
+      });
+      expect(p('tool.failed').parent_event_id).toBe(p('tool.called').id);
+      expect(p('tool.failed').payload.error_class).toBe('cancelled');
+      expect(p('turn.cancelled').parent_event_id).toBe(p('turn.started').id);
+      expect(p('turn.cancelled').payload.reason).toBe('user_cancel');
+      const w = (type: string) => byType(workerEvents, type)[0]!;
+      expect(w('turn.started').parent_event_id).toBeNull();
+      expect(w('llm.call_started').parent_event_id).toBe(w('turn.started').id);
+      expect(w('llm.call_failed').parent_event_id).toBe(w('llm.call_started').id);
+      expect(w('llm.call_failed').payload.error_class).toBe('cancelled');
+      expect(w('turn.cancelled').parent_event_id).toBe(w('turn.started').id);
+      expect(w('session.ended').parent_event_id).toBeNull();
       await h.runtime.close();
     }
   });
 
-  it('a second cancel is a no-op (test 10)', async () => {
-    const h = startRuntime();
-    const session = h.runtime.createSession({ workspacePath: h.workspace });
+  it('a second cancel is a no-op that only logs bus.handler_warning (§6.5, test 10)', async () => {
+    const { logger, at } = captureLogs();
+    const context = tempTraceContext();
+    const committed: MetisEvent[] = [];
+    context.writer.onCommit((batch) => committed.push(...batch));
+    const runtime = createRuntime({
+      bus: context.bus,
+      db: context.db,
+      logger,
+      config: { scripted: { token_delay_ms: 0, slow_token_delay_ms: 5, slow_tokens: 400 } },
+    });
+    onTestFinished(() => runtime.close());
+    const session = runtime.createSession({ workspacePath: tempDir('metis-ws-') });
     let turnId = '';
     const results: string[] = [];
-    h.runtime.streaming.subscribe((event) => {
+    runtime.streaming.subscribe((event) => {
       if (event.type === 'text.delta' && results.length === 0) {
-        results.push(h.runtime.cancelTurn(session.id, turnId));
-        results.push(h.runtime.cancelTurn(session.id, turnId, 'timeout'));
+        results.push(runtime.cancelTurn(session.id, turnId));
+        results.push(runtime.cancelTurn(session.id, turnId, 'timeout'));
       }
     });
-    const submitted = h.runtime.submitTurn(session.id, 'slow: twice');
+    const submitted = runtime.submitTurn(session.id, 'slow: twice');
     turnId = submitted.turnId;
-    await submitted.done;
-    await h.context.flush();
+    expect((await submitted.done).status).toBe('cancelled');
+    await context.flush();
+    await settleLogs();
     expect(results).toEqual(['cancelling', 'already_cancelling']);
-    const events = persisted(h, session.id);
+    const events = committed.filter((e) => e.session_id === session.id);
     expect(byType(events, 'turn.cancelled')).toHaveLength(1);
     expect(byType(events, 'turn.cancelled')[0]!.payload.reason).toBe('user_cancel');
     expect(byType(events, 'llm.call_failed')).toHaveLength(1);
+    // No canonical event for the redundant cancel; the server logs bus.handler_warning (§6.5).
+    expect(events.filter((e) => e.type.startsWith('bus.'))).toEqual([]);
+    const warnings = at(LEVEL.warn).filter((r) => r.diagnostic === 'bus.handler_warning');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatchObject({ session_id: session.id, turn_id: turnId, reason: 'timeout' });
+    expect(at(LEVEL.error)).toEqual([]);
   });
 
   it('the turn timeout cancels with reason timeout', async () => {
@@ -247,5 +324,6 @@ describe('cancellation (streaming spec §6.2)', () => {
     await h.context.flush();
     const cancelled = byType(persisted(h, session.id), 'turn.cancelled');
     expect(cancelled.map((e) => e.payload.reason)).toEqual(['timeout']);
+    expect(cancelled[0]!.parent_event_id).toBe(byType(persisted(h, session.id), 'turn.started')[0]!.id);
   });
 });

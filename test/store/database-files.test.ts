@@ -5,6 +5,8 @@ import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
 import { purgeOldEvents } from '../../src/core/store/retention.js';
+import { SCHEMA_VERSION } from '../../src/core/store/schema.js';
+import { openTraceContext } from '../../src/core/store/trace-context.js';
 import { sessionCreated } from '../helpers/events.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
@@ -51,5 +53,38 @@ describe('database files', () => {
     const db = openDatabase(dbPath, { create: true });
     expect(db.pragma('user_version', { simple: true })).toBeGreaterThan(0);
     db.close();
+  });
+});
+
+describe('schema migrations', () => {
+  it('version 2 adds sessions.sticky_model, filled from session.created for version-1 databases', async () => {
+    const dbPath = join(tempDir(), 'v1.db');
+    const context = openTraceContext({ dbPath, validation: 'strict' });
+    context.bus.emit(sessionCreated('sess_pinned'));
+    context.bus.emit({
+      ...sessionCreated('sess_unpinned'),
+      payload: { ...sessionCreated('x').payload, initial_active_model: null },
+    });
+    await context.flush();
+    await context.close();
+    // Make it the database a version-1 metis wrote.
+    const old = new Database(dbPath);
+    old.exec('ALTER TABLE sessions DROP COLUMN sticky_model');
+    old.pragma('user_version = 1');
+    old.close();
+
+    const db = openDatabase(dbPath);
+    try {
+      expect(db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+      const sticky = db
+        .prepare("SELECT id, sticky_model FROM sessions WHERE id LIKE 'sess_%' ORDER BY id")
+        .all();
+      expect(sticky).toEqual([
+        { id: 'sess_pinned', sticky_model: 'scripted:demo' },
+        { id: 'sess_unpinned', sticky_model: null },
+      ]);
+    } finally {
+      db.close();
+    }
   });
 });

@@ -42,6 +42,13 @@ export interface RouteDecision {
   readonly chain: ChainEntry[];
 }
 
+/** Every candidate was rejected: there is nothing to put in `route.decided.chosen_model`. */
+export interface NoRoute {
+  readonly chosen_model: null;
+  readonly elapsed_ms: number;
+  readonly chain: ChainEntry[];
+}
+
 interface Candidate {
   model: string | null;
   reason: string;
@@ -52,9 +59,14 @@ interface Candidate {
  * Walks the seven policies in order (routing chain of `route.decided`). The first candidate that can
  * serve wins; a candidate that cannot is `rejected` with its validation failure; policies after the
  * winner that had a candidate are `deferred`, the others `not_applicable`. The chain tells why the
- * winner won.
+ * winner won. When every candidate is rejected the result is a {@link NoRoute} with the full chain
+ * (docs/decisions.md "A turn no model can serve").
  */
-export function decideRoute(input: RouteInput, config: RuntimeConfig, models: ModelRegistry): RouteDecision {
+export function decideRoute(
+  input: RouteInput,
+  config: RuntimeConfig,
+  models: ModelRegistry,
+): RouteDecision | NoRoute {
   const started = performance.now();
   const candidates = candidatesFor(input, config);
   const chain: ChainEntry[] = [];
@@ -89,16 +101,10 @@ export function decideRoute(input: RouteInput, config: RuntimeConfig, models: Mo
     }
     chain.push(entry);
   });
-  if (winner < 0) {
-    // The global default always has a candidate; reaching here means every candidate was rejected.
-    throw new Error(`no configured model can serve this turn (${chain.map((c) => c.reason).join('; ')})`);
-  }
-  return {
-    chosen_model: chain[winner]!.candidate_model!,
-    winner_index: winner,
-    elapsed_ms: Math.round((performance.now() - started) * 1000) / 1000,
-    chain,
-  };
+  const elapsed_ms = Math.round((performance.now() - started) * 1000) / 1000;
+  // The global default always has a candidate; no winner means every candidate was rejected.
+  if (winner < 0) return { chosen_model: null, elapsed_ms, chain };
+  return { chosen_model: chain[winner]!.candidate_model!, winner_index: winner, elapsed_ms, chain };
 }
 
 function candidatesFor(input: RouteInput, config: RuntimeConfig): Record<RoutingPolicy, Candidate> {

@@ -143,7 +143,8 @@ export class Runtime {
       isWorker: options.parentSessionId != null,
       startedAt: performance.now(),
       sessionAllowed: new Set(),
-      stickyModel: null,
+      // A model named at creation is the user's pick: it sticks (workers take their tier's model).
+      stickyModel: model !== null && options.parentSessionId == null ? model : null,
       activeModel: model ?? this.config.default_model,
       turnCount: 0,
       turn: null,
@@ -156,6 +157,7 @@ export class Runtime {
       workspace_path: workspacePath,
       workspace_hash: session.workspaceHash,
       active_model: session.activeModel,
+      sticky_model: session.stickyModel,
     });
     this.live.set(session.id, session);
     new TurnEvents(this.bus, this.streaming, session.id, null, false).emit('session.created', null, {
@@ -164,7 +166,6 @@ export class Runtime {
       initial_active_model: model,
       routing_policy_version: this.routingPolicyVersion,
     });
-    if (model !== null && !session.isWorker) session.stickyModel = model;
     this.touch(session);
     return this.info(session);
   }
@@ -207,7 +208,17 @@ export class Runtime {
       );
     }
     if (turn.state.cancelReason !== null) {
-      this.logger.info({ session_id: sessionId, turn_id: turnId }, 'redundant cancel ignored');
+      // Streaming §6.5: a no-op with no canonical event; the server logs bus.handler_warning.
+      this.logger.warn(
+        {
+          diagnostic: 'bus.handler_warning',
+          session_id: sessionId,
+          turn_id: turnId,
+          reason,
+          cancelling_reason: turn.state.cancelReason,
+        },
+        'redundant cancel ignored: the turn is already cancelling',
+      );
       return 'already_cancelling';
     }
     turn.state.cancelReason = reason;
@@ -233,7 +244,7 @@ export class Runtime {
     const session = this.require(sessionId);
     session.stickyModel = model;
     session.activeModel = model;
-    this.sessions.setActiveModel(sessionId, model);
+    this.sessions.setStickyModel(sessionId, model);
     return this.info(session);
   }
 
@@ -358,7 +369,11 @@ export class Runtime {
     return this.resume(stored);
   }
 
-  /** Loads a session written by an earlier process and announces it with `session.resumed`. */
+  /**
+   * Loads a session written by an earlier process and announces it with `session.resumed`. Its turn
+   * count and sticky model come back from the database, so routing and `session.ended.turn_count`
+   * carry on where the earlier process left off.
+   */
   private resume(stored: NonNullable<ReturnType<SessionStore['getSession']>>): LiveSession {
     const workspacePath = stored.workspace_path ?? process.cwd();
     const session: LiveSession = {
@@ -369,9 +384,9 @@ export class Runtime {
       isWorker: stored.parent_session_id !== null,
       startedAt: performance.now(),
       sessionAllowed: new Set(),
-      stickyModel: null,
+      stickyModel: stored.parent_session_id === null ? stored.sticky_model : null,
       activeModel: stored.active_model ?? this.config.default_model,
-      turnCount: 0,
+      turnCount: this.sessions.turnCount(stored.id),
       turn: null,
       inactivityTimer: null,
       ended: stored.status === 'ended',

@@ -135,11 +135,8 @@ export class TurnRunner {
       this.config,
       this.models,
     );
-    events.emit('route.decided', turnStarted.id, { ...route });
-    const model = route.chosen_model;
-    const resolution = this.models.resolve(model);
-    if (!resolution.ok) throw new Error(`routing chose ${model}, which cannot serve (${resolution.failure})`);
-    const adapter = resolution.adapter;
+    // Empty only on the no-route path below, where no model serves the turn.
+    const model = route.chosen_model ?? '';
 
     const outcome = (status: TurnOutcome['status'], finalText: string): TurnOutcome => ({
       status,
@@ -174,6 +171,25 @@ export class TurnRunner {
       });
       return outcome(status, finalText);
     };
+
+    // No candidate can serve: route.decided needs a chosen model, so there is none; the turn still
+    // ends, as a failed turn without model calls (docs/decisions.md "A turn no model can serve").
+    const chosen = route.chosen_model;
+    const resolution = chosen === null ? null : this.models.resolve(chosen);
+    if (chosen === null || resolution === null || !resolution.ok) {
+      this.logger.warn(
+        {
+          session_id: events.sessionId,
+          turn_id: state.turnId,
+          chosen_model: route.chosen_model,
+          chain: route.chain.map((c) => ({ policy: c.policy, verdict: c.verdict, reason: c.reason })),
+        },
+        'no model can serve this turn; ending it without a model call',
+      );
+      return completed('end_turn', '', 'failed');
+    }
+    events.emit('route.decided', turnStarted.id, { ...route });
+    const adapter = resolution.adapter;
 
     let parent = turnStarted.id;
     let finalText = '';

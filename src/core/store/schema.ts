@@ -89,6 +89,16 @@ export const MIGRATIONS: readonly string[] = [
   -- Process-level events (bus.subscriber_registered, trace.swept) belong to this sentinel session.
   INSERT INTO sessions (id, status, created_at_us, updated_at_us) VALUES ('system', 'active', 0, 0);
   `,
+  // 2: the model a user pinned (manual_sticky), so a session resumed by a new process routes as before.
+  // Sessions written by version 1 get the model they were created with, the only pin it recorded then.
+  `
+  ALTER TABLE sessions ADD COLUMN sticky_model TEXT;
+  UPDATE sessions SET sticky_model = (
+    SELECT json_extract(payload_json, '$.initial_active_model') FROM events
+    WHERE events.session_id = sessions.id AND events.type = 'session.created'
+    ORDER BY events.id LIMIT 1
+  ) WHERE parent_session_id IS NULL;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

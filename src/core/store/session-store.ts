@@ -11,6 +11,8 @@ export interface SessionRecord {
   readonly workspace_path: string | null;
   readonly workspace_hash: string | null;
   readonly active_model: string | null;
+  /** The model the user pinned (the `manual_sticky` routing policy), if any. */
+  readonly sticky_model: string | null;
   readonly status: 'active' | 'ended';
   readonly disposition: string | null;
   readonly created_at_us: number;
@@ -78,16 +80,19 @@ export class SessionStore {
     workspace_path: string;
     workspace_hash: string;
     active_model: string | null;
+    sticky_model?: string | null;
   }): void {
     const now = nowMicros();
     // The trace writer may already have created a bare row for this id; fill it in.
     this.db
       .prepare(
-        `INSERT INTO sessions (id, parent_session_id, workspace_path, workspace_hash, active_model, created_at_us, updated_at_us)
-         VALUES (@id, @parent, @path, @hash, @model, @now, @now)
+        `INSERT INTO sessions (id, parent_session_id, workspace_path, workspace_hash, active_model, sticky_model,
+                               created_at_us, updated_at_us)
+         VALUES (@id, @parent, @path, @hash, @model, @sticky, @now, @now)
          ON CONFLICT (id) DO UPDATE SET parent_session_id = excluded.parent_session_id,
            workspace_path = excluded.workspace_path, workspace_hash = excluded.workspace_hash,
-           active_model = excluded.active_model, updated_at_us = excluded.updated_at_us`,
+           active_model = excluded.active_model, sticky_model = excluded.sticky_model,
+           updated_at_us = excluded.updated_at_us`,
       )
       .run({
         id: session.id,
@@ -95,6 +100,7 @@ export class SessionStore {
         path: session.workspace_path,
         hash: session.workspace_hash,
         model: session.active_model,
+        sticky: session.sticky_model ?? null,
         now,
       });
   }
@@ -143,10 +149,19 @@ export class SessionStore {
     return row;
   }
 
-  setActiveModel(id: string, model: string): void {
+  /** Pins the session's model (`manual_sticky`); it is also the active model from now on. */
+  setStickyModel(id: string, model: string): void {
     this.db
-      .prepare('UPDATE sessions SET active_model = ?, updated_at_us = ? WHERE id = ?')
-      .run(model, nowMicros(), id);
+      .prepare('UPDATE sessions SET active_model = ?, sticky_model = ?, updated_at_us = ? WHERE id = ?')
+      .run(model, model, nowMicros(), id);
+  }
+
+  /** Turns the session has run, in any process: one `turn.started` each, cancelled and failed included. */
+  turnCount(sessionId: string): number {
+    return this.db
+      .prepare("SELECT count(*) FROM events WHERE session_id = ? AND type = 'turn.started'")
+      .pluck()
+      .get(sessionId) as number;
   }
 
   endSession(id: string, disposition: string): void {
