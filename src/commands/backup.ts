@@ -1,8 +1,7 @@
 import { backupDatabase } from '../core/store/backup.js';
-import { resolveDbPath } from '../core/store/paths.js';
+import { type DatabaseOptions, databaseFrom } from './database-option.js';
 
-export interface BackupOptions {
-  db?: string;
+export interface BackupOptions extends DatabaseOptions {
   json?: boolean;
 }
 
@@ -16,5 +15,5 @@ export function printRecord(record: object, json: boolean | undefined): void {
 }
 
 export async function backupCommand(dest: string, options: BackupOptions): Promise<void> {
-  printRecord(backupDatabase({ dbPath: resolveDbPath(options.db), dest }), options.json);
+  printRecord(backupDatabase({ dbPath: (await databaseFrom(options)).dbPath, dest }), options.json);
 }

@@ -1,8 +1,8 @@
 import { exportDatabase, parseExportFlags } from '../core/store/export.js';
-import { resolveDbPath } from '../core/store/paths.js';
+import { type DatabaseOptions, databaseFrom } from './database-option.js';
 import { stderrProgress } from './progress.js';
 
-export interface ExportOptions {
+export interface ExportOptions extends DatabaseOptions {
   session?: string;
   type?: string[];
   since?: string;
@@ -11,12 +11,11 @@ export interface ExportOptions {
   audit?: boolean;
   format?: string;
   out?: string;
-  db?: string;
 }
 
 export async function exportCommand(options: ExportOptions): Promise<void> {
   const query = parseExportFlags(options);
-  const dbPath = resolveDbPath(options.db);
+  const { dbPath } = await databaseFrom(options);
   if (options.out === undefined) {
     try {
       await exportDatabase({ dbPath, query, stream: process.stdout });

@@ -1,6 +1,5 @@
 import type { Command } from 'commander';
-
-const DB_HELP = 'database file (default: $METIS_HOME/metis.db, else ~/.metis/metis.db)';
+import { CONFIG_HELP, DB_HELP } from './database-option.js';
 
 /** The `trace` command group, shared with other `trace ...` subcommands if one registered it first. */
 function traceGroup(program: Command): Command {
@@ -21,9 +20,13 @@ export function registerStoreCommands(program: Command): void {
     .description(
       'delete events older than the retention period in small batches; audit events are never deleted',
     )
-    .option('--days <n>', 'delete events older than this many days (a positive integer)', '90')
+    .option(
+      '--days <n>',
+      'delete events older than this many days, a positive integer (default: storage.retention_days of the config, 90)',
+    )
     .option('--dry-run', 'print what would be deleted, by type, and change nothing')
     .option('--db <file>', DB_HELP)
+    .option('--config <file>', CONFIG_HELP)
     .option('--json', 'print the result (the trace.swept payload plus batches and by_type) as JSON')
     .action(async (options) => (await import('./trace-prune.js')).tracePruneCommand(options));
 
@@ -31,6 +34,7 @@ export function registerStoreCommands(program: Command): void {
     .command('stats')
     .description('events by type and by session, sizes, oldest and newest event, schema version')
     .option('--db <file>', DB_HELP)
+    .option('--config <file>', CONFIG_HELP)
     .option('--json', 'print JSON (every session, not only the top 20)')
     .action(async (options) => (await import('./trace-stats.js')).traceStatsCommand(options));
 
@@ -39,6 +43,7 @@ export function registerStoreCommands(program: Command): void {
     .description('write a consistent snapshot of the database to a new file (safe while a server runs)')
     .argument('<dest>', 'backup file to create; must not exist (its folder must)')
     .option('--db <file>', DB_HELP)
+    .option('--config <file>', CONFIG_HELP)
     .option('--json', 'print the backup metadata as JSON instead of key: value lines')
     .action(async (dest, options) => (await import('./backup.js')).backupCommand(dest, options));
 
@@ -47,6 +52,7 @@ export function registerStoreCommands(program: Command): void {
     .description('replace the database with a backup written by `metis backup` (stop the server first)')
     .argument('<src>', 'backup file to restore')
     .option('--db <file>', `database to replace or create; ${DB_HELP.replace('database file ', '')}`)
+    .option('--config <file>', CONFIG_HELP)
     .option('--force', 'replace an existing database')
     .option('--json', 'print the result as JSON instead of key: value lines')
     .action(async (src, options) => (await import('./restore.js')).restoreCommand(src, options));
@@ -70,5 +76,6 @@ export function registerStoreCommands(program: Command): void {
     )
     .option('--out <file>', 'write to this new file (0600) instead of stdout; never overwrites')
     .option('--db <file>', DB_HELP)
+    .option('--config <file>', CONFIG_HELP)
     .action(async (options) => (await import('./export.js')).exportCommand(options));
 }

@@ -1,11 +1,10 @@
-import { resolveDbPath } from '../core/store/paths.js';
 import { type PurgeResult, parseRetentionDays, purgeOldEvents } from '../core/store/retention.js';
+import { type DatabaseOptions, databaseFrom } from './database-option.js';
 import { stderrProgress } from './progress.js';
 
-export interface TracePruneOptions {
+export interface TracePruneOptions extends DatabaseOptions {
   days?: string;
   dryRun?: boolean;
-  db?: string;
   json?: boolean;
 }
 
@@ -30,10 +29,11 @@ function printHuman(result: PurgeResult, days: number): void {
 }
 
 export async function tracePruneCommand(options: TracePruneOptions): Promise<void> {
-  const days = parseRetentionDays(options.days);
+  const { dbPath, config } = await databaseFrom(options);
+  const days = parseRetentionDays(options.days ?? config.storage.retention_days);
   const progress = stderrProgress('deleting events');
   const result = await purgeOldEvents({
-    dbPath: resolveDbPath(options.db),
+    dbPath,
     days,
     dryRun: options.dryRun ?? false,
     onProgress: ({ deleted, total }) => progress.update(deleted, total),

@@ -1,8 +1,7 @@
-import { resolveDbPath } from '../core/store/paths.js';
 import { type TraceStats, traceStats } from '../core/store/stats.js';
+import { type DatabaseOptions, databaseFrom } from './database-option.js';
 
-export interface TraceStatsOptions {
-  db?: string;
+export interface TraceStatsOptions extends DatabaseOptions {
   json?: boolean;
 }
 
@@ -36,7 +35,7 @@ function printHuman(stats: TraceStats): void {
 }
 
 export async function traceStatsCommand(options: TraceStatsOptions): Promise<void> {
-  const stats = traceStats(resolveDbPath(options.db));
+  const stats = traceStats((await databaseFrom(options)).dbPath);
   if (options.json) console.log(JSON.stringify(stats, null, 2));
   else printHuman(stats);
 }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { SCHEMA_VERSION } from '../../src/core/store/schema.js';
 import { sessionCreated, turnStarted } from '../helpers/events.js';
 import { insertOldEvents } from '../helpers/old-events.js';
 import { runCli } from '../helpers/run-cli.js';
@@ -95,10 +96,44 @@ describe('store commands (real CLI process)', () => {
 
     const stats = await runCli(['trace', 'stats'], dir);
     expect(stats.exitCode).toBe(0);
-    expect(stats.stdout).toMatch(/^schema version: 1$/m);
+    expect(stats.stdout).toMatch(new RegExp(`^schema version: ${SCHEMA_VERSION}$`, 'm'));
     expect(stats.stdout).toMatch(/^events by session:$/m);
     expect(stats.stdout).toMatch(/^ {2}sess_new +2$/m);
   }, 60_000);
+
+  it('takes the database and the retention window from --config, as metis serve does', async () => {
+    const { home: dir, dbPath } = await home();
+    const configPath = join(tempDir(), 'metis.config.json');
+    // 100-day-old events: the default window (90) would delete them, this config's (200) keeps them.
+    writeFileSync(configPath, JSON.stringify({ storage: { database: dbPath, retention_days: 200 } }));
+    const elsewhere = tempDir();
+
+    const stats = await runCli(['trace', 'stats', '--json', '--config', configPath], elsewhere);
+    expect(stats.exitCode, stats.stderr).toBe(0);
+    expect(JSON.parse(stats.stdout).db_path).toBe(dbPath);
+
+    const kept = await runCli(['trace', 'prune', '--dry-run', '--json', '--config', configPath], elsewhere);
+    expect(kept.exitCode, kept.stderr).toBe(0);
+    expect(JSON.parse(kept.stdout).rows_deleted).toBe(0);
+    const flag = await runCli(
+      ['trace', 'prune', '--dry-run', '--json', '--days', '90', '--config', configPath],
+      dir,
+    );
+    expect(JSON.parse(flag.stdout).rows_deleted).toBe(4);
+
+    const backup = join(elsewhere, 'backup.db');
+    const backedUp = await runCli(['backup', backup, '--json', '--config', configPath], elsewhere);
+    expect(backedUp.exitCode, backedUp.stderr).toBe(0);
+    expect(JSON.parse(backedUp.stdout).source).toBe(dbPath);
+
+    const exported = await runCli(['export', '--session', 'sess_new', '--config', configPath], elsewhere);
+    expect(
+      exported.stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line).type),
+    ).toEqual(['session.created', 'turn.started']);
+  });
 
   it('documents every flag in --help', async () => {
     const dir = tempDir();

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
+import { acquireLock } from '../../src/core/store/lock.js';
 import { purgeOldEvents } from '../../src/core/store/retention.js';
 import { SCHEMA_VERSION } from '../../src/core/store/schema.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
@@ -25,6 +26,18 @@ describe('database files', () => {
       expect(existsSync(file), file).toBe(true);
       expect(modeOf(file).toString(8), file).toBe('600');
     }
+  });
+
+  it('the server lock may be the first file of a new folder, which it creates 0700', () => {
+    const folder = join(tempDir(), 'not-yet');
+    const release = acquireLock(join(folder, 'metis.db'));
+    try {
+      expect(modeOf(folder)).toBe(0o700);
+      expect(readFileSync(join(folder, 'metis.db.lock'), 'utf8').trim()).toBe(String(process.pid));
+    } finally {
+      release();
+    }
+    expect(existsSync(join(folder, 'metis.db.lock'))).toBe(false);
   });
 
   it('refuses a SQLite file that is not a metis database and leaves it byte for byte as it was', async () => {

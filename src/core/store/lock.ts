@@ -1,5 +1,6 @@
 import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { MetisError } from '../errors.js';
+import { ensurePrivateDir } from './paths.js';
 
 /** The lock file that says a server owns a database: `<db>.lock` holding the owner's pid. */
 export function lockPathFor(dbPath: string): string {
@@ -32,6 +33,8 @@ export function lockHolder(dbPath: string): number | null {
  */
 export function acquireLock(dbPath: string): () => void {
   const path = lockPathFor(dbPath);
+  // The lock comes before the database, so it may be the first file of a new folder.
+  ensurePrivateDir(path);
   for (let attempt = 0; attempt < 2; attempt += 1) {
     try {
       const fd = openSync(path, 'wx', 0o600);
