@@ -1,4 +1,5 @@
 import WebSocket from 'ws';
+import { CATALOG } from '../core/events/catalog/index.js';
 import type { Frame, WireEvent } from './reducer.js';
 
 export type FilterSpec =
@@ -19,6 +20,13 @@ export interface ClientOptions {
   readonly token?: string;
   /** Reconnect backoff bounds in ms (jittered). */
   readonly backoff?: { readonly minMs: number; readonly maxMs: number };
+}
+
+/** Why a client stopped on its own: the HTTP status (null for a subscribe error), code and message. */
+export interface ClientFailure {
+  readonly status: number | null;
+  readonly code: string | null;
+  readonly message: string;
 }
 
 /** What the client yields: frames as they arrive plus notices about the connection. */
@@ -57,10 +65,21 @@ export class MetisClient implements AsyncIterable<ClientItem> {
   private attempts = 0;
   private wantSnapshot: boolean;
   private connecting: Promise<void> | null = null;
+  private failed: ClientFailure | null = null;
+  /** Whether the server's resolved filter lets every persisted event through (then `seq` has no holes). */
+  private seqComplete = false;
 
   constructor(private readonly options: ClientOptions) {
     this.lastEventId = options.since ?? null;
     this.wantSnapshot = options.snapshot ?? false;
+  }
+
+  /**
+   * Why the client stopped on its own (the server refused the handshake: unknown session, missing or
+   * wrong bearer token; or a subscribe error retrying cannot fix); null otherwise.
+   */
+  get failure(): ClientFailure | null {
+    return this.failed;
   }
 
   /** The id of the newest event received: the cursor for the next reconnect. */
@@ -159,6 +178,11 @@ export class MetisClient implements AsyncIterable<ClientItem> {
       } catch (error) {
         const status = (error as { status?: number }).status;
         if (status === 404 || status === 401 || status === 403) {
+          this.failed = {
+            status,
+            code: (error as { code?: string }).code ?? null,
+            message: (error as Error).message,
+          };
           this.push({
             kind: 'status',
             status: 'reconnecting',
@@ -205,6 +229,7 @@ export class MetisClient implements AsyncIterable<ClientItem> {
           case 'subscribe_ack':
             this.attempts = 0;
             this.wantSnapshot = false;
+            this.seqComplete = receivesEverySeq(frame.resolved_filter);
             this.push({ kind: 'status', status: 'connected', detail: this.options.url });
             break;
           case 'subscribe_error':
@@ -217,10 +242,18 @@ export class MetisClient implements AsyncIterable<ClientItem> {
             // session_not_found, invalid_filter: retrying cannot help. The server keeps the socket
             // open for another subscribe, so close it ourselves, or the iterator would never end.
             outcome = 'fatal';
+            this.failed = {
+              status: null,
+              code: frame.code ?? null,
+              message: frame.message ?? 'subscribe failed',
+            };
             this.push({ kind: 'frame', frame });
             ws.close(1000);
             return;
           case 'snapshot':
+            // The snapshot carries no `seq` (its in-flight events are streaming-only, seq null): what
+            // the client knew is stale, so hole checking starts again from the first live event.
+            this.lastSeq.clear();
             if (frame.snapshot_at_event_id) this.lastEventId = frame.snapshot_at_event_id;
             // A server that has released nothing yet has no id to resume from: without a cursor, the
             // next connect takes a snapshot again rather than silently starting live.
@@ -242,13 +275,33 @@ export class MetisClient implements AsyncIterable<ClientItem> {
     });
   }
 
-  /** Reports a hole in a session's `seq` (only meaningful when the filter lets every bus event through). */
+  /**
+   * Reports a hole in a session's `seq`: only meaningful when the subscription gets every persisted
+   * event of the session, which the server's `subscribe_ack.resolved_filter` says (not the filter asked for).
+   */
   private checkSeq(event: WireEvent): void {
+    if (!this.seqComplete) return;
     if (event.seq === null || event.seq === undefined || event.session_id === 'system') return;
     const last = this.lastSeq.get(event.session_id);
-    if (last !== undefined && event.seq > last + 1 && this.options.filter === 'preset:full') {
+    if (last !== undefined && event.seq > last + 1) {
       this.push({ kind: 'gap', session_id: event.session_id, after_seq: last, next_seq: event.seq });
     }
     if (last === undefined || event.seq > last) this.lastSeq.set(event.session_id, event.seq);
   }
+}
+
+/**
+ * Whether a resolved filter (`subscribe_ack.resolved_filter`) passes every event that carries a `seq`:
+ * no actor filter, and no type filter or one listing every catalog type (what `preset:full` expands to;
+ * streaming-only types carry `seq: null`, so they do not matter here).
+ */
+export function receivesEverySeq(resolved: unknown): boolean {
+  if (resolved === null || typeof resolved !== 'object') return false;
+  const { event_types, actors } = resolved as { event_types?: unknown; actors?: unknown };
+  if (actors !== null) return false;
+  if (event_types === null) return true;
+  if (!Array.isArray(event_types)) return false;
+  const types = new Set(event_types);
+  for (const type of CATALOG.keys()) if (!types.has(type)) return false;
+  return true;
 }

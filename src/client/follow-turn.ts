@@ -1,8 +1,10 @@
-import { MetisClient } from './client.js';
+import { type ClientFailure, MetisClient } from './client.js';
 import { type ConversationState, initialState, reduce } from './reducer.js';
 
 export interface FollowOptions {
   readonly url: string;
+  /** Bearer token for a server that requires one. */
+  readonly token?: string;
   readonly sessionId: string;
   readonly message: string;
   readonly model?: string;
@@ -14,6 +16,14 @@ export interface FollowOptions {
   ) => void;
 }
 
+/** The stream ended before the turn did; `failure` says why when the server refused the client. */
+export class FollowTurnError extends Error {
+  constructor(readonly failure: ClientFailure | null) {
+    super(failure?.message ?? 'the connection ended before the turn finished');
+    this.name = 'FollowTurnError';
+  }
+}
+
 export interface FollowResult {
   readonly turnId: string;
   readonly status: 'completed' | 'cancelled';
@@ -23,12 +33,14 @@ export interface FollowResult {
 /**
  * Attaches first (live, no snapshot), then submits the message, then follows the stream until that
  * turn completes or is cancelled: nothing of the turn can be missed between submit and attach.
+ * @throws FollowTurnError when the stream ends first; the submit's own error when it is refused.
  */
 export async function followTurn(
   options: FollowOptions & { render: (item: any, state: ConversationState) => void },
 ): Promise<FollowResult> {
   const client = new MetisClient({
     url: options.url,
+    token: options.token,
     sessionId: options.sessionId,
     filter: 'preset:chat',
     snapshot: false,
@@ -40,7 +52,12 @@ export async function followTurn(
     if (item.kind === 'frame') state = reduce(state, item.frame);
     options.render(item, state);
     if (item.kind === 'status' && item.status === 'connected' && turnId === null) {
-      turnId = await client.submitTurn(options.message, options.model ? { model: options.model } : {});
+      try {
+        turnId = await client.submitTurn(options.message, options.model ? { model: options.model } : {});
+      } catch (error) {
+        client.close();
+        throw error;
+      }
     }
     if (item.kind === 'frame' && item.frame.type === 'event' && turnId !== null) {
       const event = item.frame.event;
@@ -54,6 +71,6 @@ export async function followTurn(
       break;
     }
   }
-  if (turnId === null || status === null) throw new Error('the connection ended before the turn finished');
+  if (turnId === null || status === null) throw new FollowTurnError(client.failure);
   return { turnId, status, state };
 }

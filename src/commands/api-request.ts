@@ -1,17 +1,44 @@
 import { MetisError } from '../core/errors.js';
 
-/** A JSON request to a running server; failures become errors with the server's message. */
+/** Where a command finds the server: `--url` (or $METIS_URL) and `--token` (or $METIS_TOKEN). */
+export interface ServerTarget {
+  readonly url: string;
+  readonly token?: string;
+}
+
+/** The bearer token of `--token`, else $METIS_TOKEN; undefined when neither is set. */
+export function tokenFrom(options: { token?: string }): string | undefined {
+  return options.token || process.env.METIS_TOKEN || undefined;
+}
+
+/** The error for a server that refused the bearer token (or got none). */
+export function unauthorized(url: string, token: string | undefined, message: string): MetisError {
+  return new MetisError('METIS_ERR_REQUEST_FAILED', `${message} (METIS_ERR_UNAUTHORIZED)`, {
+    hint: token
+      ? `The server at ${url} refused this bearer token: check --token (or $METIS_TOKEN).`
+      : `The server at ${url} requires a bearer token: pass --token <token> or set $METIS_TOKEN.`,
+  });
+}
+
+/**
+ * A JSON request to a running server (a URL, or a URL with a bearer token); failures become errors
+ * with the server's message.
+ */
 export async function apiRequest(
-  url: string,
+  target: string | ServerTarget,
   method: string,
   path: string,
   body?: unknown,
 ): Promise<Record<string, any>> {
+  const { url, token } = typeof target === 'string' ? { url: target, token: undefined } : target;
+  const headers: Record<string, string> = {};
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (token) headers.authorization = `Bearer ${token}`;
   let response: Response;
   try {
     response = await fetch(`${url}${path}`, {
       method,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      headers,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (error) {
@@ -23,6 +50,7 @@ export async function apiRequest(
   const parsed = (await response.json().catch(() => ({}))) as Record<string, any>;
   if (!response.ok) {
     const code = parsed.error?.code ?? `HTTP ${response.status}`;
+    if (response.status === 401) throw unauthorized(url, token, parsed.error?.message ?? 'unauthorized');
     throw new MetisError(
       'METIS_ERR_REQUEST_FAILED',
       `${parsed.error?.message ?? 'request failed'} (${code})`,

@@ -1,10 +1,15 @@
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import { registerStoreCommands } from './register-store.js';
 
 /**
  * Registers every command. Each action imports its module only when it runs, so one command never
  * loads another's dependencies (the SQLite binding, the server).
  */
+/** Where a client command finds the server; shared by every command that talks to one. */
+const urlOption = () => new Option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)');
+const tokenOption = () =>
+  new Option('--token <token>', 'bearer token for a server that requires one (default $METIS_TOKEN)');
+
 export function registerCommands(program: Command): void {
   program
     .command('catalog')
@@ -46,7 +51,8 @@ export function registerCommands(program: Command): void {
     .option('--no-snapshot', 'start live, without the snapshot of the session')
     .option('--workers', "include the session's worker sessions")
     .option('--json', 'print one frame per line (for jq)')
-    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .addOption(urlOption())
+    .addOption(tokenOption())
     .action(async (session, options) => (await import('./tail.js')).tailCommand(session, options));
 
   program
@@ -56,7 +62,8 @@ export function registerCommands(program: Command): void {
     .option('--model <model>', 'model for this message only (provider:name)')
     .option('--follow', 'stream the turn until it ends')
     .option('--json', 'print JSON (ids, or frames with --follow)')
-    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .addOption(urlOption())
+    .addOption(tokenOption())
     .action(async (session, message, options) =>
       (await import('./send.js')).sendCommand(session, message, options),
     );
@@ -65,14 +72,16 @@ export function registerCommands(program: Command): void {
     .command('sessions')
     .description('list sessions of a running server')
     .option('--json', 'print JSON')
-    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .addOption(urlOption())
+    .addOption(tokenOption())
     .action(async (options) => (await import('./session-commands.js')).sessionsCommand(options));
 
   program
     .command('cancel <session> [turn]')
     .description("cancel a turn (default: the session's turn in flight)")
     .option('--json', 'print JSON')
-    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .addOption(urlOption())
+    .addOption(tokenOption())
     .action(async (session, turn, options) =>
       (await import('./session-commands.js')).cancelCommand(session, turn, options),
     );
@@ -82,7 +91,8 @@ export function registerCommands(program: Command): void {
     .description('answer a tool confirmation: allow or deny')
     .option('--session', 'allow this tool for the rest of the session (default: once)')
     .option('--json', 'print JSON')
-    .option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)')
+    .addOption(urlOption())
+    .addOption(tokenOption())
     .action(async (session, request, decision, options) =>
       (await import('./session-commands.js')).confirmCommand(session, request, decision, options),
     );

@@ -1,15 +1,16 @@
-import { followTurn } from '../client/follow-turn.js';
+import { FollowTurnError, followTurn } from '../client/follow-turn.js';
 import { initialState } from '../client/reducer.js';
 import { renderItem } from '../client/render-text.js';
 import { MetisError } from '../core/errors.js';
-import { apiRequest } from './api-request.js';
-import { DEFAULT_URL } from './tail.js';
+import { apiRequest, type ServerTarget, tokenFrom } from './api-request.js';
+import { DEFAULT_URL, failureError } from './tail.js';
 
 export interface SendOptions {
   model?: string;
   follow?: boolean;
   new?: boolean;
   url?: string;
+  token?: string;
   json?: boolean;
 }
 
@@ -19,7 +20,10 @@ export async function sendCommand(
   second: string | undefined,
   options: SendOptions,
 ): Promise<void> {
-  const url = options.url ?? process.env.METIS_URL ?? DEFAULT_URL;
+  const target: ServerTarget = {
+    url: options.url ?? process.env.METIS_URL ?? DEFAULT_URL,
+    token: tokenFrom(options),
+  };
   const message = options.new ? first : second;
   if (!message)
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'message: give the message to send (in quotes)');
@@ -27,12 +31,12 @@ export async function sendCommand(
   if (!sessionId) {
     if (!options.new)
       throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'session: give a session id, or --new');
-    const created = await apiRequest(url, 'POST', '/sessions', {});
+    const created = await apiRequest(target, 'POST', '/sessions', {});
     sessionId = created.session_id as string;
     if (!options.json) console.error(`created session ${sessionId}`);
   }
   if (!options.follow) {
-    const body = await apiRequest(url, 'POST', `/sessions/${sessionId}/turns`, {
+    const body = await apiRequest(target, 'POST', `/sessions/${sessionId}/turns`, {
       message,
       ...(options.model ? { model: options.model } : {}),
     });
@@ -46,7 +50,7 @@ export async function sendCommand(
   const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
   const id = sessionId;
   const result = await followTurn({
-    url,
+    ...target,
     sessionId: id,
     message,
     model: options.model,
@@ -58,6 +62,23 @@ export async function sendCommand(
       const text = renderItem(item, state ?? initialState, id, { color });
       if (text) process.stdout.write(text);
     },
+  }).catch((error: unknown) => {
+    throw followError(error, target);
   });
   if (result.status === 'cancelled') process.exitCode = 3;
+}
+
+/** The CLI error for a follow that failed: the server refused the client, or refused the turn. */
+function followError(error: unknown, target: ServerTarget): unknown {
+  if (error instanceof FollowTurnError) {
+    return error.failure === null
+      ? new MetisError('METIS_ERR_REQUEST_FAILED', error.message)
+      : failureError(error.failure, target.url, target.token);
+  }
+  const { code, status } = error as { code?: string; status?: number };
+  if (code === undefined && status === undefined) return error;
+  return new MetisError(
+    'METIS_ERR_REQUEST_FAILED',
+    `${(error as Error).message} (${code ?? `HTTP ${status}`})`,
+  );
 }

@@ -1,13 +1,17 @@
 import { MetisError } from '../core/errors.js';
-import { apiRequest } from './api-request.js';
+import { apiRequest, type ServerTarget, tokenFrom } from './api-request.js';
 import { DEFAULT_URL } from './tail.js';
 
 interface UrlOptions {
   url?: string;
+  token?: string;
   json?: boolean;
 }
 
-const base = (options: UrlOptions) => options.url ?? process.env.METIS_URL ?? DEFAULT_URL;
+const base = (options: UrlOptions): ServerTarget => ({
+  url: options.url ?? process.env.METIS_URL ?? DEFAULT_URL,
+  token: tokenFrom(options),
+});
 
 export async function sessionsCommand(options: UrlOptions): Promise<void> {
   const { sessions } = await apiRequest(base(options), 'GET', '/sessions');
@@ -33,14 +37,14 @@ export async function cancelCommand(
   turnId: string | undefined,
   options: UrlOptions,
 ): Promise<void> {
-  const url = base(options);
+  const target = base(options);
   let turn = turnId;
   if (!turn) {
-    const handshake = await apiRequest(url, 'GET', `/sessions/${sessionId}`);
+    const handshake = await apiRequest(target, 'GET', `/sessions/${sessionId}`);
     turn = handshake.session?.current_turn_id ?? undefined;
     if (!turn) throw new MetisError('METIS_ERR_TURN_NOT_FOUND', `session ${sessionId} has no turn in flight`);
   }
-  const body = await apiRequest(url, 'POST', `/sessions/${sessionId}/turns/${turn}/cancel`, {
+  const body = await apiRequest(target, 'POST', `/sessions/${sessionId}/turns/${turn}/cancel`, {
     reason: 'user_cancel',
   });
   console.log(options.json ? JSON.stringify(body) : `${turn}: ${body.status}`);

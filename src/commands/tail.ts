@@ -1,10 +1,11 @@
-import { MetisClient } from '../client/client.js';
+import { type ClientFailure, MetisClient } from '../client/client.js';
 import { type ConversationState, initialState, reduce } from '../client/reducer.js';
 import { renderItem } from '../client/render-text.js';
 import { MetisError } from '../core/errors.js';
 import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
 import { STREAMING } from '../core/events/streaming.js';
+import { tokenFrom, unauthorized } from './api-request.js';
 
 export interface TailOptions {
   preset?: string;
@@ -14,6 +15,7 @@ export interface TailOptions {
   workers?: boolean;
   json?: boolean;
   url?: string;
+  token?: string;
 }
 
 export const DEFAULT_URL = 'http://127.0.0.1:8421';
@@ -45,8 +47,11 @@ export function filterFrom(options: TailOptions) {
 
 /** Follows a session live; survives server restarts; Ctrl-C only stops the tail, never a turn. */
 export async function tailCommand(sessionId: string, options: TailOptions): Promise<void> {
+  const url = options.url ?? process.env.METIS_URL ?? DEFAULT_URL;
+  const token = tokenFrom(options);
   const client = new MetisClient({
-    url: options.url ?? process.env.METIS_URL ?? DEFAULT_URL,
+    url,
+    token,
     sessionId,
     filter: filterFrom(options),
     snapshot: options.snapshot !== false && !options.since,
@@ -65,4 +70,24 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
     const text = renderItem(item, state, sessionId, { color });
     if (text) process.stdout.write(text);
   }
+  throwIfFailed(client, url, token);
+}
+
+/** A client that stopped on its own (refused handshake, fatal subscribe error) fails the command. */
+export function throwIfFailed(client: MetisClient, url: string, token: string | undefined): void {
+  if (client.failure !== null) throw failureError(client.failure, url, token);
+}
+
+/** The CLI error for a client the server refused. */
+export function failureError(failure: ClientFailure, url: string, token: string | undefined): MetisError {
+  if (failure.status === 401) return unauthorized(url, token, failure.message);
+  if (failure.status === 404)
+    return new MetisError(
+      'METIS_ERR_SESSION_NOT_FOUND',
+      `${failure.message} (${failure.code ?? 'HTTP 404'})`,
+    );
+  return new MetisError(
+    'METIS_ERR_REQUEST_FAILED',
+    `${failure.message} (${failure.code ?? (failure.status === null ? 'subscribe_error' : `HTTP ${failure.status}`)})`,
+  );
 }

@@ -310,3 +310,73 @@ describe('metis send and tail against a real `metis serve` (end to end)', () => 
     expect(tail.stderr().match(/"status":"connected"/g)).toHaveLength(2);
   }, 90_000);
 });
+
+describe('metis tail: seq holes', () => {
+  it('tail --preset full --workers reports the hole a drop-at-seam server makes (stderr, with --json)', async () => {
+    const home = tempDir();
+    const dbPath = join(home, 'metis.db');
+    const server = spawnCli(
+      ['serve', '--port', '0', '--json', '--db', dbPath, '--conformance', '--fault', 'drop-at-seam'],
+      home,
+    );
+    await server.waitForStdout((out) => out.includes('\n'));
+    const { url } = JSON.parse(server.stdout().split('\n')[0]!) as { url: string };
+    const post = async (path: string, body: unknown) =>
+      (await (
+        await fetch(`${url}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        })
+      ).json()) as Record<string, any>;
+    const db = new Database(dbPath, { readonly: true });
+    onTestFinished(() => {
+      db.close();
+    });
+    const stored = (sessionId: string) =>
+      db.prepare('SELECT id, seq, type FROM events WHERE session_id = ? ORDER BY id').all(sessionId) as {
+        id: string;
+        seq: number;
+        type: string;
+      }[];
+    const sessionId = (await post('/sessions', {})).session_id as string;
+    // A first turn, so the tail's replay tells it a seq before the first live event (the one dropped).
+    const turn1 = (await post(`/sessions/${sessionId}/turns`, { message: 'one' })).turn_id as string;
+    expect(await eventually(() => stored(sessionId).some((e) => e.type === 'turn.completed'), 20_000)).toBe(
+      true,
+    );
+    expect(turn1).toMatch(/^turn_/);
+    const firstId = stored(sessionId)[0]!.id;
+
+    const tail = spawnCli(
+      ['tail', sessionId, '--preset', 'full', '--workers', '--since', firstId, '--json', '--url', url],
+      home,
+    );
+    await eventually(() => tail.stderr().includes('"status":"connected"'), 20_000);
+    const turn2 = (await post(`/sessions/${sessionId}/turns`, { message: 'two' })).turn_id as string;
+    await tail.waitForStdout((out) => out.includes('"type":"turn.completed"') && out.includes(turn2));
+    expect(await tail.stop('SIGINT')).toBe(0);
+    expect(await server.stop('SIGTERM')).toBe(0);
+
+    const received = new Set(
+      tail
+        .stdout()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Frame)
+        .flatMap((f) => (f.type === 'event' && f.event.seq !== null ? [f.event.seq as number] : [])),
+    );
+    const missing = stored(sessionId)
+      .map((e) => e.seq)
+      .filter((seq) => seq > 1 && seq < Math.max(...received) && !received.has(seq));
+    expect(missing).toHaveLength(1);
+    const gaps = tail
+      .stderr()
+      .split('\n')
+      .filter((l) => l.includes('"kind":"gap"'))
+      .map((l) => JSON.parse(l));
+    expect(gaps).toEqual([
+      { kind: 'gap', session_id: sessionId, after_seq: missing[0]! - 1, next_seq: missing[0]! + 1 },
+    ]);
+  }, 60_000);
+});

@@ -1,9 +1,19 @@
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { type ClientItem, type ClientOptions, MetisClient } from '../../src/client/client.js';
+import {
+  type ClientItem,
+  type ClientOptions,
+  MetisClient,
+  receivesEverySeq,
+} from '../../src/client/client.js';
 import { type ConversationState, initialState, reduce } from '../../src/client/reducer.js';
+import { MetisConfigSchema } from '../../src/core/config/schema.js';
+import { CATALOG } from '../../src/core/events/catalog/index.js';
+import { PRESETS } from '../../src/core/events/presets.js';
 import { STREAMING } from '../../src/core/events/streaming.js';
+import { silentLogger } from '../../src/core/logger.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
+import { startService } from '../../src/core/server/serve.js';
 import { startServer } from '../../src/core/server/server.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
 import { eventually } from '../helpers/protocol.js';
@@ -314,5 +324,97 @@ describe('MetisClient against a real server', () => {
     const c = run({ url: t.url, sessionId: 'sess_does_not_exist' });
     await c.ended;
     expect(c.items.at(-1)).toMatchObject({ kind: 'status', detail: expect.stringContaining('giving up') });
+  });
+});
+
+describe('MetisClient: seq holes', () => {
+  it('decides from the resolved filter whether seq can have holes', () => {
+    const all = [...PRESETS['preset:full']];
+    expect(receivesEverySeq({ event_types: null, actors: null, include_worker_sessions: false })).toBe(true);
+    expect(receivesEverySeq({ event_types: all, actors: null, include_worker_sessions: true })).toBe(true);
+    // Streaming-only types carry seq: null, so every catalog type is what counts.
+    expect(receivesEverySeq({ event_types: [...CATALOG.keys()], actors: null })).toBe(true);
+    const withoutOne = all.filter((type) => type !== 'tool.completed');
+    expect(receivesEverySeq({ event_types: withoutOne, actors: null })).toBe(false);
+    expect(receivesEverySeq({ event_types: [...PRESETS['preset:chat']], actors: null })).toBe(false);
+    expect(receivesEverySeq({ event_types: all, actors: ['agent'] })).toBe(false);
+    expect(receivesEverySeq(undefined)).toBe(false);
+  });
+
+  it('reports the hole the drop-at-seam fault makes for an object filter of every type (+ workers), and none for some types', async () => {
+    const config = MetisConfigSchema.parse({ server: { port: 0 } });
+    const service = await startService(config, join(tempDir(), 'metis.db'), silentLogger(), {
+      conformance: { faults: ['drop-at-seam'] },
+    });
+    onTestFinished(() => service.stop());
+    const post = async (path: string, body: unknown) =>
+      (await fetch(`${service.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }).then((r) => r.json())) as Record<string, any>;
+    const sessionId = (await post('/sessions', { workspace_path: tempDir('metis-ws-') }))
+      .session_id as string;
+    // A first turn gives the clients a replay, so they know a seq before the first live event.
+    await post(`/sessions/${sessionId}/turns`, { message: 'hello one' });
+    await service.runtime.currentTurn(sessionId)?.done;
+    await service.trace.flush();
+    const firstId = service.trace.db
+      .prepare('SELECT id FROM events WHERE session_id = ? ORDER BY id LIMIT 1')
+      .pluck()
+      .get(sessionId) as string;
+
+    const full = run({
+      url: service.url,
+      sessionId,
+      filter: { event_types: [...PRESETS['preset:full']], actors: null, include_worker_sessions: true },
+      since: firstId,
+    });
+    const some = run({
+      url: service.url,
+      sessionId,
+      filter: {
+        event_types: ['turn.started', 'turn.completed'],
+        actors: null,
+        include_worker_sessions: true,
+      },
+      since: firstId,
+    });
+    await full.waitFor(connected);
+    await some.waitFor(connected);
+    const turnId = (await post(`/sessions/${sessionId}/turns`, { message: 'hello two' })).turn_id as string;
+    await full.waitForEvent(turnEnd(turnId));
+    await some.waitForEvent(turnEnd(turnId));
+
+    // The fault dropped one live event of the full client: exactly that hole is reported.
+    await service.trace.flush();
+    const stored = service.trace.db
+      .prepare('SELECT seq FROM events WHERE session_id = ? AND id > ? ORDER BY id')
+      .pluck()
+      .all(sessionId, firstId) as number[];
+    const received = new Set(full.events().flatMap((e) => (e.seq === null ? [] : [e.seq])));
+    const missing = stored.filter((seq) => !received.has(seq) && seq <= Math.max(...received));
+    expect(missing).toHaveLength(1);
+    const dropped = missing[0]!;
+    expect(full.items.filter((i) => i.kind === 'gap')).toEqual([
+      { kind: 'gap', session_id: sessionId, after_seq: dropped - 1, next_seq: dropped + 1 },
+    ]);
+    // The other client's seqs have holes by construction (and lost its first live event too): no gap.
+    expect(some.events().map((e) => e.type)).toContain('turn.completed');
+    expect(some.items.some((i) => i.kind === 'gap')).toBe(false);
+  }, 60_000);
+
+  it('starts checking after a snapshot from the first live event (the snapshot carries no seq)', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    await t.submit(sessionId, 'hello one');
+    await t.runtime.currentTurn(sessionId)?.done;
+    const c = run({ url: t.url, sessionId, filter: 'preset:full', snapshot: true });
+    await c.waitFor((i) => i.kind === 'frame' && i.frame.type === 'snapshot');
+    const turnId = await c.client.submitTurn('hello two');
+    await c.waitForEvent(turnEnd(turnId));
+    // The session's seq went on from the first turn's; the client only knows it from the first live event.
+    expect(c.events().find((e) => e.seq !== null).seq).toBeGreaterThan(1);
+    expect(c.items.some((i) => i.kind === 'gap')).toBe(false);
   });
 });

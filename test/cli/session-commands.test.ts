@@ -1,0 +1,382 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { execa, type ResultPromise } from 'execa';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import type { Frame } from '../../src/client/reducer.js';
+import { eventually } from '../helpers/protocol.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/*
+ * `metis sessions`, `send` (without --follow), `cancel`, `confirm`, and `--token` / $METIS_TOKEN on
+ * them and on `tail` and `send --follow`: each a real child process against a real `metis serve`.
+ */
+
+const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
+const ROOT = join(import.meta.dirname, '../..');
+const TOKEN = 'test-bearer-token-0123456789abcdef';
+const ID = (prefix: string) => new RegExp(`^${prefix}_[0-9A-HJKMNP-TV-Z]{26}$`);
+
+/** The environment of every child: $METIS_TOKEN and $METIS_URL of the test runner never leak in. */
+function envFor(home: string, extra: Record<string, string> = {}): Record<string, string> {
+  return { METIS_HOME: home, NODE_ENV: 'test', NO_COLOR: '1', METIS_TOKEN: '', METIS_URL: '', ...extra };
+}
+
+interface Result {
+  readonly exitCode: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `metis <args>` to completion. */
+async function cli(args: readonly string[], home: string, env: Record<string, string> = {}): Promise<Result> {
+  const result = await execa(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
+    cwd: ROOT,
+    reject: false,
+    stdin: 'ignore',
+    env: envFor(home, env),
+  });
+  return { exitCode: result.exitCode ?? -1, stdout: String(result.stdout), stderr: String(result.stderr) };
+}
+
+interface Child {
+  stdout(): string;
+  stderr(): string;
+  waitForStdout(check: (stdout: string) => boolean, timeoutMs?: number): Promise<void>;
+  /** Resolves with the exit code once the child ended by itself. */
+  exited(): Promise<number | undefined>;
+  stop(signal: NodeJS.Signals): Promise<number | undefined>;
+}
+
+/** `metis <args>` as a long-running child, its output collected as it comes; killed after the test. */
+function spawn(args: readonly string[], home: string, env: Record<string, string> = {}): Child {
+  const child: ResultPromise = execa(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
+    cwd: ROOT,
+    reject: false,
+    stdin: 'ignore',
+    env: envFor(home, env),
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (chunk) => {
+    out += String(chunk);
+  });
+  child.stderr!.on('data', (chunk) => {
+    err += String(chunk);
+  });
+  let ended = false;
+  const done = child.then((result) => {
+    ended = true;
+    return result;
+  });
+  onTestFinished(async () => {
+    if (!ended) {
+      child.kill('SIGKILL');
+      await done;
+    }
+  });
+  return {
+    stdout: () => out,
+    stderr: () => err,
+    waitForStdout: async (check, timeoutMs = 20_000) => {
+      const deadline = Date.now() + timeoutMs;
+      while (!check(out)) {
+        if (ended) throw new Error(`metis ${args[0]} exited early:\n${out}\n${err}`);
+        if (Date.now() > deadline) throw new Error(`timed out waiting for metis ${args[0]}:\n${out}\n${err}`);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    },
+    exited: async () => (await done).exitCode,
+    stop: async (signal) => {
+      if (!ended) child.kill(signal);
+      return (await done).exitCode;
+    },
+  };
+}
+
+interface Served {
+  readonly url: string;
+  readonly home: string;
+  readonly dbPath: string;
+  /** A JSON request with the server's token (when it has one). */
+  request(method: string, path: string, body?: unknown): Promise<Record<string, any>>;
+  createSession(): Promise<string>;
+  /** The types of the turn's stored events, once its end is stored. */
+  turnEnd(turnId: string): Promise<string>;
+}
+
+/** `metis serve --config F` as a child with this config; resolves once it printed its URL. */
+async function serve(config: Record<string, unknown>, token?: string): Promise<Served> {
+  const home = tempDir();
+  const dbPath = join(home, 'metis.db');
+  const configPath = join(home, 'metis.config.json');
+  writeFileSync(configPath, JSON.stringify(config));
+  const server = spawn(['serve', '--port', '0', '--json', '--db', dbPath, '--config', configPath], home);
+  await server.waitForStdout((out) => out.includes('\n'));
+  const { url } = JSON.parse(server.stdout().split('\n')[0]!) as { url: string };
+  onTestFinished(async () => {
+    expect(await server.stop('SIGTERM')).toBe(0);
+  });
+  const request = async (method: string, path: string, body?: unknown) => {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (token) headers.authorization = `Bearer ${token}`;
+    const response = await fetch(`${url}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return (await response.json()) as Record<string, any>;
+  };
+  const db = new Database(dbPath, { readonly: true });
+  onTestFinished(() => {
+    db.close();
+  });
+  return {
+    url,
+    home,
+    dbPath,
+    request,
+    createSession: async () => (await request('POST', '/sessions', {})).session_id as string,
+    turnEnd: async (turnId) => {
+      const end = () =>
+        db
+          .prepare(
+            "SELECT type FROM events WHERE turn_id = ? AND type IN ('turn.completed', 'turn.cancelled')",
+          )
+          .pluck()
+          .get(turnId) as string | undefined;
+      expect(await eventually(() => end() !== undefined, 20_000)).toBe(true);
+      return end()!;
+    },
+  };
+}
+
+const framesOf = (stdout: string) =>
+  stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as Frame);
+const eventsOf = (stdout: string) => framesOf(stdout).flatMap((f) => (f.type === 'event' ? [f.event] : []));
+
+describe('--token and $METIS_TOKEN against a server with server.bearer_token', () => {
+  it('sessions fails clearly without the token and works with --token or $METIS_TOKEN', async () => {
+    const s = await serve({ server: { bearer_token: TOKEN } }, TOKEN);
+    const sessionId = await s.createSession();
+
+    const without = await cli(['sessions', '--json', '--url', s.url], s.home);
+    expect(without.exitCode).toBe(1);
+    expect(without.stdout).toBe('');
+    expect(without.stderr).toContain('error: missing or wrong bearer token (METIS_ERR_UNAUTHORIZED)');
+    expect(without.stderr).toContain('hint: The server at');
+    expect(without.stderr).toContain('pass --token <token> or set $METIS_TOKEN');
+
+    const wrong = await cli(
+      ['sessions', '--json', '--url', s.url, '--token', 'not-the-token-at-all'],
+      s.home,
+    );
+    expect(wrong.exitCode).toBe(1);
+    expect(wrong.stderr).toContain('refused this bearer token');
+
+    const flag = await cli(['sessions', '--json', '--url', s.url, '--token', TOKEN], s.home);
+    expect(flag).toMatchObject({ exitCode: 0, stderr: '' });
+    expect(JSON.parse(flag.stdout).map((r: any) => r.id)).toEqual([sessionId]);
+
+    const env = await cli(['sessions', '--json', '--url', s.url], s.home, { METIS_TOKEN: TOKEN });
+    expect(env).toMatchObject({ exitCode: 0, stdout: flag.stdout });
+    // --token wins over $METIS_TOKEN.
+    const both = await cli(['sessions', '--url', s.url, '--token', TOKEN], s.home, {
+      METIS_TOKEN: 'not-the-token-at-all',
+    });
+    expect(both.exitCode).toBe(0);
+    expect(both.stdout).toContain(sessionId);
+  }, 60_000);
+
+  it('send --new "hello" --follow --token T prints the scripted answer (handshake and upgrade carry it)', async () => {
+    const s = await serve({ server: { bearer_token: TOKEN } }, TOKEN);
+    const result = await cli(
+      ['send', '--new', 'hello', '--follow', '--url', s.url, '--token', TOKEN],
+      s.home,
+    );
+    expect(result.stderr).toMatch(/^created session sess_\w+$/m);
+    expect(result.exitCode).toBe(0);
+    expect(result.stdout).toContain('assistant: You said: hello\n');
+    expect(result.stdout).toMatch(/■ turn done: 1 model calls, 0 tools/);
+
+    const refused = await cli(['send', '--new', 'hello', '--follow', '--url', s.url], s.home);
+    expect(refused.exitCode).toBe(1);
+    expect(refused.stderr).toContain('missing or wrong bearer token');
+  }, 60_000);
+
+  it('tail follows with $METIS_TOKEN and exits non-zero with the error without one', async () => {
+    const s = await serve({ server: { bearer_token: TOKEN } }, TOKEN);
+    const sessionId = await s.createSession();
+
+    const refused = await cli(['tail', sessionId, '--url', s.url], s.home);
+    expect(refused.exitCode).toBe(1);
+    expect(refused.stderr).toContain('error: missing or wrong bearer token (METIS_ERR_UNAUTHORIZED)');
+
+    const tail = spawn(['tail', sessionId, '--json', '--url', s.url], s.home, { METIS_TOKEN: TOKEN });
+    await tail.waitForStdout((out) => out.includes('"type":"snapshot"'));
+    const turnId = (await s.request('POST', `/sessions/${sessionId}/turns`, { message: 'hi' })).turn_id;
+    await tail.waitForStdout((out) =>
+      eventsOf(out).some((e) => e.type === 'turn.completed' && e.turn_id === turnId),
+    );
+    expect(await tail.stop('SIGINT')).toBe(0);
+  }, 60_000);
+});
+
+describe('metis sessions, send, cancel, confirm against a real `metis serve`', () => {
+  it('sessions: a hint when there are none; one line per session; --json prints the records', async () => {
+    const s = await serve({});
+    const empty = await cli(['sessions', '--url', s.url], s.home);
+    expect(empty).toMatchObject({ exitCode: 0, stdout: 'no sessions yet: metis send --new "hello"' });
+    expect(await cli(['sessions', '--json', '--url', s.url], s.home)).toMatchObject({
+      exitCode: 0,
+      stdout: '[]',
+    });
+
+    const first = await s.createSession();
+    const second = await s.createSession();
+    const human = await cli(['sessions', '--url', s.url], s.home);
+    expect(human.exitCode).toBe(0);
+    const lines = human.stdout.split('\n');
+    // Newest first: id, status, model, creation time, workspace.
+    expect(lines.map((l) => l.split(/\s+/)[0])).toEqual([second, first]);
+    expect(lines[0]).toMatch(
+      new RegExp(`^${second} {2}active {2}scripted:demo {9}\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z {2}\\S+$`),
+    );
+
+    const json = await cli(['sessions', '--json', '--url', s.url], s.home);
+    expect(json.exitCode).toBe(0);
+    const records = JSON.parse(json.stdout) as any[];
+    expect(records).toMatchObject([
+      { id: second, status: 'active', active_model: 'scripted:demo', parent_session_id: null },
+      { id: first, status: 'active', active_model: 'scripted:demo', parent_session_id: null },
+    ]);
+  }, 60_000);
+
+  it('send <session> "msg" without --follow prints "<session> <turn>" (--json: an object) and the turn runs', async () => {
+    const s = await serve({ runtime: { scripted: { token_delay_ms: 0 } } });
+    const sessionId = await s.createSession();
+    const plain = await cli(['send', sessionId, 'hello there', '--url', s.url], s.home);
+    expect(plain).toMatchObject({ exitCode: 0, stderr: '' });
+    const [printedSession, turnId, ...rest] = plain.stdout.split(' ');
+    expect(rest).toEqual([]);
+    expect(printedSession).toBe(sessionId);
+    expect(turnId).toMatch(ID('turn'));
+    expect(await s.turnEnd(turnId!)).toBe('turn.completed');
+    const { messages } = await s.request('GET', `/sessions/${sessionId}/messages`);
+    expect(messages.map((m: any) => [m.role, m.content[0].text])).toEqual([
+      ['user', 'hello there'],
+      ['assistant', 'You said: hello there'],
+    ]);
+
+    const json = await cli(['send', sessionId, 'again', '--json', '--url', s.url], s.home);
+    expect(json.exitCode).toBe(0);
+    expect(JSON.parse(json.stdout)).toEqual({
+      session_id: sessionId,
+      turn_id: expect.stringMatching(ID('turn')),
+    });
+    await s.turnEnd(JSON.parse(json.stdout).turn_id);
+
+    // --new without --follow: the new session on stderr, the ids on stdout.
+    const created = await cli(['send', '--new', 'hi', '--url', s.url], s.home);
+    expect(created.exitCode).toBe(0);
+    const newSession = /^created session (sess_\w+)$/.exec(created.stderr)![1]!;
+    expect(created.stdout).toMatch(new RegExp(`^${newSession} turn_\\w+$`));
+
+    const unknown = await cli(['send', 'sess_nope', 'hi', '--url', s.url], s.home);
+    expect(unknown.exitCode).toBe(1);
+    expect(unknown.stderr).toContain('METIS_ERR_SESSION_NOT_FOUND');
+  }, 60_000);
+
+  it('cancel <session> [turn] during a slow turn: the turn ends cancelled', async () => {
+    const s = await serve({ runtime: { scripted: { slow_token_delay_ms: 20, slow_tokens: 400 } } });
+    const sessionId = await s.createSession();
+
+    // Without a turn id: the session's turn in flight.
+    const sent = await cli(['send', sessionId, 'slow: a long story', '--url', s.url], s.home);
+    const turnId = sent.stdout.split(' ')[1]!;
+    const cancelled = await cli(['cancel', sessionId, '--url', s.url], s.home);
+    expect(cancelled).toMatchObject({ exitCode: 0, stdout: `${turnId}: cancelling`, stderr: '' });
+    expect(await s.turnEnd(turnId)).toBe('turn.cancelled');
+
+    // With the turn id, and --json.
+    const second = (
+      await cli(['send', sessionId, 'slow: another story', '--url', s.url], s.home)
+    ).stdout.split(' ')[1]!;
+    const json = await cli(['cancel', sessionId, second, '--json', '--url', s.url], s.home);
+    expect(json.exitCode).toBe(0);
+    expect(JSON.parse(json.stdout)).toEqual({ turn_id: second, status: 'cancelling' });
+    expect(await s.turnEnd(second)).toBe('turn.cancelled');
+    const { messages } = await s.request('GET', `/sessions/${sessionId}/messages`);
+    expect(messages.filter((m: any) => m.role === 'assistant').map((m: any) => m.status)).toEqual([
+      'cancelled',
+      'cancelled',
+    ]);
+
+    // Nothing in flight any more: a clear error, exit 1.
+    const idle = await cli(['cancel', sessionId, '--url', s.url], s.home);
+    expect(idle.exitCode).toBe(1);
+    expect(idle.stderr).toContain(`error: session ${sessionId} has no turn in flight`);
+    const ended = await cli(['cancel', sessionId, second, '--url', s.url], s.home);
+    expect(ended.exitCode).toBe(1);
+    expect(ended.stderr).toContain('METIS_ERR_TURN_NOT_FOUND');
+  }, 60_000);
+
+  it('confirm <session> <request> allow|deny answers a tool that needs confirmation', async () => {
+    // runtime.tool_confirmation.execute defaults to "ask": `run:` makes the scripted model call shell.
+    const s = await serve({ runtime: { scripted: { token_delay_ms: 0 } } });
+    const sessionId = await s.createSession();
+    const requested = async (follow: Child) => {
+      await follow.waitForStdout((out) =>
+        eventsOf(out).some((e) => e.type === 'tool.confirmation_requested'),
+      );
+      const event = eventsOf(follow.stdout()).find((e) => e.type === 'tool.confirmation_requested')!;
+      expect(event.payload).toMatchObject({ tool_name: 'shell' });
+      return event.payload.confirmation_request_id as string;
+    };
+
+    const allowTurn = spawn(
+      ['send', sessionId, 'run: echo confirmed', '--follow', '--json', '--url', s.url],
+      s.home,
+    );
+    const allowId = await requested(allowTurn);
+    expect(allowId).toMatch(ID('conf'));
+    const allowed = await cli(['confirm', sessionId, allowId, 'allow', '--url', s.url], s.home);
+    expect(allowed).toMatchObject({ exitCode: 0, stdout: `${allowId}: allow`, stderr: '' });
+    expect(await allowTurn.exited()).toBe(0);
+    const allowEvents = eventsOf(allowTurn.stdout());
+    expect(allowEvents.find((e) => e.type === 'tool.confirmation_resolved')!.payload).toMatchObject({
+      decision: 'allow',
+    });
+    expect(allowEvents.map((e) => e.type)).toContain('tool.completed');
+    expect(allowEvents.at(-1)!.type).toBe('turn.completed');
+
+    // The same request again: already answered.
+    const again = await cli(['confirm', sessionId, allowId, 'allow', '--url', s.url], s.home);
+    expect(again.exitCode).toBe(1);
+    expect(again.stderr).toContain('METIS_ERR_CONFIRMATION_NOT_FOUND');
+
+    const denyTurn = spawn(
+      ['send', sessionId, 'run: echo denied', '--follow', '--json', '--url', s.url],
+      s.home,
+    );
+    const denyId = await requested(denyTurn);
+    // Neither allow nor deny: refused before any request.
+    const bad = await cli(['confirm', sessionId, denyId, 'maybe', '--url', s.url], s.home);
+    expect(bad.exitCode).toBe(2);
+    expect(bad.stderr).toContain('decision: "maybe" is not allow or deny');
+    const denied = await cli(['confirm', sessionId, denyId, 'deny', '--json', '--url', s.url], s.home);
+    expect(denied.exitCode).toBe(0);
+    expect(JSON.parse(denied.stdout)).toEqual({ confirmation_request_id: denyId, decision: 'deny' });
+    expect(await denyTurn.exited()).toBe(0);
+    const denyEvents = eventsOf(denyTurn.stdout());
+    expect(denyEvents.find((e) => e.type === 'tool.failed')!.payload).toMatchObject({
+      error_class: 'user_denied',
+    });
+    expect(denyEvents.map((e) => e.type)).not.toContain('tool.completed');
+    expect(denyEvents.at(-1)!.type).toBe('turn.completed');
+  }, 60_000);
+});
