@@ -153,8 +153,14 @@ describe('streaming protocol: the stream (§11.1)', () => {
     expect(ofType(events, 'turn.completed')).toHaveLength(3);
     expect(b.client.events()).toEqual(events);
     expect(strictlyIncreasing(events)).toBe(true);
-    // preset:chat leaves out llm.call_* except failures.
-    expect(ofType(events, 'llm.call_started')).toHaveLength(0);
+    // preset:chat has the model calls (§10.1) and leaves out what a chat view does not render.
+    expect(ofType(events, 'llm.call_started').length).toBe(ofType(events, 'llm.call_completed').length);
+    expect(ofType(events, 'llm.call_started').length).toBeGreaterThanOrEqual(4);
+    const resolved: string[] = a.ack.resolved_filter.event_types;
+    expect(resolved).toEqual(
+      expect.arrayContaining(['llm.call_started', 'llm.call_completed', 'text.delta']),
+    );
+    expect(resolved.filter((type) => /^(session|bus|trace|eval|gateway)\./.test(type))).toEqual([]);
   });
 
   it('12. worker events: hidden by default, included on request, and attachable directly afterwards', async () => {

@@ -9,12 +9,17 @@ const CHAT_CATALOG_TYPES = new Set([
   'tool.completed',
   'tool.failed',
   'route.decided',
+  // The worked examples of streaming spec §10.1 and §10.3 show the model calls under preset:chat
+  // (docs/decisions.md "preset:chat and the model calls").
+  'llm.call_started',
+  'llm.call_completed',
   'llm.call_failed',
 ]);
 
 /**
- * `preset:chat`: what a chat view renders (DESIGN.md): every streaming-only type, tool results, tool
- * confirmations, the route decision, turn lifecycle, feedback, delegation and LLM failures.
+ * `preset:chat`: what a chat view renders (DESIGN.md, plus the model calls of streaming spec §10):
+ * every streaming-only type, tool results, tool confirmations, the route decision, turn lifecycle,
+ * feedback, delegation and the model calls.
  */
 function chatTypes(): string[] {
   const catalog = CATALOG_ENTRIES.map((e) => e.type).filter(
