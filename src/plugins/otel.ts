@@ -65,6 +65,7 @@ export const OTEL_EVENT_TYPES = [
   'tool.called',
   'tool.completed',
   'tool.failed',
+  'delegate.started',
 ] as const;
 
 /** Catalog payloads are validated, so numbers are numbers; the fallback only satisfies the types. */
@@ -99,6 +100,14 @@ export class SpanBuilder {
   /** Event id → the `turn.started` id of its turn, for every event seen of a turn still open. */
   private readonly turnOf = new Map<string, string>();
   private readonly members = new Map<string, string[]>();
+  /** tool_use_id → the `tool.called` id of a tool span still open, to find a delegation's span. */
+  private readonly toolCalls = new Map<string, string>();
+  /**
+   * Worker session → the planner's `execute_tool delegate` span. A worker's `turn.started` has no
+   * causal parent in the planner's session; `delegate.started` names the worker, so its turn span is
+   * made a child of the delegation and the whole delegated turn lands in the planner's trace.
+   */
+  private readonly workerParents = new Map<string, Span>();
   readonly counters = { spans_started: 0, spans_ended: 0, orphans: 0 };
 
   constructor(
@@ -115,6 +124,8 @@ export class SpanBuilder {
     const at = hrTime(event.timestamp);
     switch (event.type) {
       case 'turn.started': {
+        const delegation = this.workerParents.get(event.session_id);
+        this.workerParents.delete(event.session_id);
         const span = this.tracer.startSpan(
           'invoke_agent metis',
           {
@@ -128,9 +139,15 @@ export class SpanBuilder {
               'metis.turn_id': event.turn_id ?? '',
             },
           },
-          ROOT_CONTEXT,
+          delegation === undefined ? ROOT_CONTEXT : trace.setSpan(ROOT_CONTEXT, delegation),
         );
         this.start(event.id, event.id, span);
+        return;
+      }
+      case 'delegate.started': {
+        const toolCall = this.toolCalls.get(String(p.tool_use_id));
+        const span = toolCall === undefined ? undefined : this.open.get(toolCall)?.span;
+        if (span !== undefined) this.workerParents.set(String(p.worker_session_id), span);
         return;
       }
       case 'llm.call_started': {
@@ -146,6 +163,7 @@ export class SpanBuilder {
         return;
       }
       case 'tool.called':
+        this.toolCalls.set(String(p.tool_use_id), event.id);
         this.startChild(event, `execute_tool ${p.tool_name}`, SpanKind.INTERNAL, at, {
           [GEN_AI.operation]: 'execute_tool',
           [GEN_AI.toolName]: String(p.tool_name),
@@ -165,11 +183,15 @@ export class SpanBuilder {
         });
         return;
       case 'tool.completed':
+        this.toolCalls.delete(String(p.tool_use_id));
         this.end(event, at, { 'metis.tool.success': Boolean(p.success) }, p.success ? null : 'tool_error');
         return;
-      case 'llm.call_failed':
       case 'tool.failed':
-        this.end(event, at, {}, String(p.error_class), String(p.error_message_redacted ?? p.error_message));
+        this.toolCalls.delete(String(p.tool_use_id));
+        this.end(event, at, {}, String(p.error_class), String(p.error_message));
+        return;
+      case 'llm.call_failed':
+        this.end(event, at, {}, String(p.error_class), String(p.error_message_redacted));
         return;
       case 'turn.completed':
         this.endTurn(event, at, {
@@ -197,6 +219,8 @@ export class SpanBuilder {
     this.open.clear();
     this.turnOf.clear();
     this.members.clear();
+    this.toolCalls.clear();
+    this.workerParents.clear();
   }
 
   private start(eventId: string, turnId: string, span: Span): void {

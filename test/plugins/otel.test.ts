@@ -3,6 +3,7 @@ import { isoToMicros } from '../../src/core/events/clock.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { loadPlugins } from '../../src/plugins/load-plugins.js';
 import { startPlugins } from '../../src/plugins/plugin-host.js';
+import { startRuntime } from '../helpers/runtime.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 import { emitTurn } from './plugin-harness.js';
 import { otlpReceiver } from './receivers.js';
@@ -151,5 +152,32 @@ describe('otel', () => {
     expect(cut.attributes['metis.incomplete']).toBe(true);
     expect(cut.endNanos).toBe(turnSpan!.endNanos);
     expect(retry).not.toBeNull();
+  });
+
+  it("puts a delegated worker turn under the planner's delegate tool span, in the planner's trace", async () => {
+    const { endpoint, spans } = await otlpReceiver();
+    const h = startRuntime();
+    const loaded = await loadPlugins([['otel', { endpoint }]], { configPath: null });
+    const host = await startPlugins(loaded, {
+      bus: h.context.bus,
+      store: h.context.store,
+      logger: silentLogger(),
+      dataDir: tempDir(),
+    });
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const { done } = h.runtime.submitTurn(session.id, 'delegate: summarize the sea');
+    await h.settle(done);
+    await host.stop();
+
+    const turns = spans.filter((s) => s.name === 'invoke_agent metis');
+    expect(turns).toHaveLength(2);
+    const delegateTool = spans.find((s) => s.name === 'execute_tool delegate')!;
+    const planner = turns.find((s) => s.parentSpanId === '')!;
+    const worker = turns.find((s) => s !== planner)!;
+    expect(delegateTool.parentSpanId).toBe(planner.spanId);
+    expect(worker.parentSpanId).toBe(delegateTool.spanId);
+    expect(new Set(spans.map((s) => s.traceId))).toEqual(new Set([planner.traceId]));
+    const workerChats = spans.filter((s) => s.name.startsWith('chat ') && s.parentSpanId === worker.spanId);
+    expect(workerChats.length).toBeGreaterThan(0);
   });
 });
