@@ -1,8 +1,14 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { EventBus } from '../../src/core/bus/event-bus.js';
 import { slow } from '../../src/core/bus/slow.js';
 import { EventBusOverflowError, EventValidationError, FastPathHandlerError } from '../../src/core/errors.js';
+import { CATALOG_ENTRIES } from '../../src/core/events/catalog/index.js';
+import type { CatalogEntry } from '../../src/core/events/define.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
+import { EnvelopeSchema } from '../../src/core/events/envelope.js';
+import { arbitraryFromSchema, type JsonSchema, wrongTypeValue } from '../helpers/arbitrary-from-schema.js';
 import { sessionCreated, turnCompleted, turnStarted } from '../helpers/events.js';
 import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
 
@@ -308,5 +314,126 @@ describe('recursive failure (§9.1 test 14)', () => {
     const warnings = at(LEVEL.warn).filter((r) => r.subscription === 'raises-on-everything');
     expect(warnings.length).toBeGreaterThan(0);
     expect(warnings.length).toBeLessThanOrEqual(20); // first ten in full, then one per hundred
+  });
+});
+
+describe('every catalog type through a real bus, strict and lenient (§9.1 test 1)', () => {
+  /** A fixed seed keeps a failure reproducible; test/catalog-property.test.ts covers many samples. */
+  const SEED = 9_1_1;
+
+  interface Case {
+    readonly entry: CatalogEntry;
+    readonly valid: Record<string, unknown>;
+    readonly invalid: Record<string, unknown>;
+    /** The payload field the invalid payload breaks: the zod issue path the error must name. */
+    readonly brokenField: string;
+    readonly how: 'missing required field' | 'wrong type';
+  }
+
+  function caseFor(entry: CatalogEntry, index: number): Case {
+    const schema = z.toJSONSchema(entry.schema, { io: 'input' }) as JsonSchema;
+    const [valid] = fc.sample(arbitraryFromSchema(schema), { numRuns: 1, seed: SEED + index }) as [
+      Record<string, unknown>,
+    ];
+    const required = schema.required ?? [];
+    const properties = schema.properties ?? {};
+    const wrongTyped = Object.keys(properties).filter(
+      (key) => wrongTypeValue(properties[key]!) !== undefined,
+    );
+    // Alternate between the two kinds of breakage so both are exercised across the catalog; a type
+    // that offers only one kind gets that one.
+    const dropRequired = required.length > 0 && (index % 2 === 0 || wrongTyped.length === 0);
+    if (dropRequired) {
+      const key = required[0]!;
+      const { [key]: _dropped, ...rest } = valid;
+      return { entry, valid, invalid: rest, brokenField: key, how: 'missing required field' };
+    }
+    const key = wrongTyped[0];
+    if (key === undefined)
+      throw new Error(`${entry.type}: no required field and no field with a type to break`);
+    return {
+      entry,
+      valid,
+      invalid: { ...valid, [key]: wrongTypeValue(properties[key]!) },
+      brokenField: key,
+      how: 'wrong type',
+    };
+  }
+
+  const cases = CATALOG_ENTRIES.map(caseFor);
+
+  it('covers the whole catalog, breaking payloads both ways', () => {
+    expect(cases.map((c) => c.entry.type)).toEqual(CATALOG_ENTRIES.map((e) => e.type));
+    expect(new Set(cases.map((c) => c.how))).toEqual(new Set(['missing required field', 'wrong type']));
+  });
+
+  describe.each(cases.map((c) => [c.entry.type, c] as const))('%s', (type, c) => {
+    const sessionId = `sess_${type}`;
+
+    function subscribe(bus: EventBus): MetisEvent[] {
+      const seen: MetisEvent[] = [];
+      bus.subscribe({
+        name: `catalog-${type}`,
+        fastPath: true,
+        filter: { session_ids: [sessionId] },
+        handler: (e) => void seen.push(e),
+      });
+      return seen;
+    }
+
+    it('strict: a valid payload is accepted and delivered as a valid envelope', async () => {
+      const bus = new EventBus({ validation: 'strict' });
+      const seen = subscribe(bus);
+      const event = bus.emit({ type, session_id: sessionId, payload: c.valid });
+      expect(event).not.toBeNull();
+      await bus.flush();
+      expect(seen).toHaveLength(1);
+      const delivered = seen[0]!;
+      expect(delivered).toBe(event);
+      expect(() => EnvelopeSchema.parse(delivered)).not.toThrow();
+      const payload = c.entry.schema.parse(c.valid) as Record<string, unknown>;
+      expect(delivered).toMatchObject({ type, session_id: sessionId, seq: 1, payload });
+      expect(c.entry.actors).toContain(delivered.actor);
+      expect(delivered.sensitivity).toBe(c.entry.resolveSensitivity?.(payload) ?? c.entry.sensitivity);
+    });
+
+    it(`strict: an invalid payload throws EventValidationError naming the type and the path`, async () => {
+      const bus = new EventBus({ validation: 'strict' });
+      const seen = subscribe(bus);
+      let caught: unknown;
+      try {
+        bus.emit({ type, session_id: sessionId, payload: c.invalid });
+      } catch (error) {
+        caught = error;
+      }
+      expect(caught, `${c.how}: ${c.brokenField}`).toBeInstanceOf(EventValidationError);
+      const error = caught as EventValidationError;
+      expect(error.eventType).toBe(type);
+      expect(error.issues.map((i) => i.path)).toContain(c.brokenField);
+      expect(error.message).toContain(`"${type}"`);
+      expect(error.message).toContain(c.brokenField);
+      await bus.flush();
+      expect(seen).toHaveLength(0);
+    });
+
+    it('lenient: the same invalid payload is dropped, logged at ERROR, and nothing is delivered', async () => {
+      const { logger, at } = captureLogs();
+      const bus = new EventBus({ validation: 'lenient', logger });
+      const seen = subscribe(bus);
+      expect(bus.emit({ type, session_id: sessionId, payload: c.invalid })).toBeNull();
+      await bus.flush();
+      await settleLogs();
+      expect(seen).toHaveLength(0);
+      const errors = at(LEVEL.error);
+      expect(errors).toHaveLength(1);
+      expect(errors[0]!.type).toBe(type);
+      expect((errors[0]!.issues as { path: string }[]).map((i) => i.path)).toContain(c.brokenField);
+      expect(errors[0]!.msg).toContain(c.brokenField);
+      // The bus is unharmed: the valid payload still goes through, with no seq hole.
+      const good = bus.emit({ type, session_id: sessionId, payload: c.valid })!;
+      await bus.flush();
+      expect(seen).toEqual([good]);
+      expect(good.seq).toBe(1);
+    });
   });
 });
