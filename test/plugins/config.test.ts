@@ -27,6 +27,44 @@ describe('configuration', () => {
     );
   });
 
+  it('a partial runtime.tool_confirmation or worker_tiers merges over the per-field defaults', async () => {
+    const dir = tempDir();
+    const file = join(dir, 'metis.config.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        runtime: { tool_confirmation: { execute: 'allow' }, worker_tiers: { deep: 'anthropic:claude-x' } },
+      }),
+    );
+    const { config } = await loadConfig({ explicitPath: file });
+    expect(config.runtime.tool_confirmation).toEqual({ write: 'ask', execute: 'allow', network: 'ask' });
+    expect(config.runtime.worker_tiers).toEqual({
+      fast: 'scripted:fast',
+      balanced: 'scripted:balanced',
+      deep: 'anthropic:claude-x',
+    });
+    // An empty object and no object at all resolve to the same defaults.
+    const defaults = MetisConfigSchema.parse({}).runtime;
+    expect(MetisConfigSchema.parse({ runtime: { tool_confirmation: {}, worker_tiers: {} } }).runtime).toEqual(
+      defaults,
+    );
+    expect(defaults.tool_confirmation).toEqual({ write: 'ask', execute: 'ask', network: 'ask' });
+
+    // Still strict: an unknown key inside is an error naming its path, and so is a wrong value.
+    writeFileSync(
+      file,
+      JSON.stringify({ runtime: { tool_confirmation: { execute: 'allow', exec: 'deny' } } }),
+    );
+    await expect(loadConfig({ explicitPath: file })).rejects.toMatchObject({
+      code: 'METIS_ERR_CONFIG_INVALID',
+      message: `invalid config in ${file}: runtime.tool_confirmation: Unrecognized key: "exec"`,
+    });
+    writeFileSync(file, JSON.stringify({ runtime: { worker_tiers: { fast: 'no-colon' } } }));
+    await expect(loadConfig({ explicitPath: file })).rejects.toThrow(
+      `invalid config in ${file}: runtime.worker_tiers.fast: must be "provider:name", e.g. scripted:demo`,
+    );
+  });
+
   it('redacts bearer_token, api_key, secrets and auth headers, keeping null as "not set"', () => {
     const config = MetisConfigSchema.parse({
       server: { bearer_token: 'a-very-long-bearer-token' },

@@ -67,9 +67,17 @@ export const RuntimeConfigSchema = z.strictObject({
   /** Per-workspace default models, keyed by absolute workspace path. */
   workspace_models: z.record(z.string(), modelId).default({}),
   routing_rules: z.array(RoutingRuleSchema).default([]),
+  /**
+   * Every field has its own default and the object is prefaulted with `{}`, so a partial object (one
+   * tier only) is merged over the defaults; unknown keys are still errors.
+   */
   worker_tiers: z
-    .strictObject({ fast: modelId, balanced: modelId, deep: modelId })
-    .default({ fast: 'scripted:fast', balanced: 'scripted:balanced', deep: 'scripted:deep' }),
+    .strictObject({
+      fast: modelId.default('scripted:fast'),
+      balanced: modelId.default('scripted:balanced'),
+      deep: modelId.default('scripted:deep'),
+    })
+    .prefault({}),
   pricing_version: z.string().min(1).default('2026-11-01'),
   /** Prices keyed by `provider:name`, or by `provider:*` for every model of a provider. */
   pricing: z.record(z.string(), PriceSchema).default({
@@ -101,13 +109,14 @@ export const RuntimeConfigSchema = z.strictObject({
         }
       }
     }),
+  /** Per-field defaults and `prefault({})`, as for `worker_tiers`: `{ execute: 'allow' }` alone is valid. */
   tool_confirmation: z
     .strictObject({
-      write: ConfirmationPolicySchema,
-      execute: ConfirmationPolicySchema,
-      network: ConfirmationPolicySchema,
+      write: ConfirmationPolicySchema.default('ask'),
+      execute: ConfirmationPolicySchema.default('ask'),
+      network: ConfirmationPolicySchema.default('ask'),
     })
-    .default({ write: 'ask', execute: 'ask', network: 'ask' }),
+    .prefault({}),
   confirmation_timeout_ms: z.number().int().positive().default(300_000),
   turn_timeout_ms: z.number().int().positive().default(600_000),
   inactivity_timeout_ms: z
