@@ -67,6 +67,17 @@ export interface ConfirmationState {
   status: 'pending' | 'allow' | 'deny' | 'timeout';
 }
 
+/**
+ * An entry of the snapshot's additive `pending_confirmations` (docs/http-api.md): a tool call waiting
+ * for the user's decision when the snapshot was taken. Only the fields the client uses are listed.
+ */
+export interface SnapshotConfirmation {
+  confirmation_request_id: string;
+  tool_use_id: string;
+  tool_name: string;
+  summary: string;
+}
+
 export interface ConversationState {
   session: Record<string, unknown> | null;
   messages: MessageState[];
@@ -129,6 +140,22 @@ function applySnapshot(state: ConversationState, frame: Frame): ConversationStat
   }));
   let next: ConversationState = { ...state, session: frame.session, messages };
   for (const event of (frame.in_flight_events ?? []) as WireEvent[]) next = applyEvent(next, event) ?? next;
+  // Additive: tool calls waiting for a decision as of the snapshot (absent when there are none, so a
+  // snapshot without the field leaves the confirmations as they were).
+  const pending = (frame.pending_confirmations ?? []) as SnapshotConfirmation[];
+  if (pending.length > 0) {
+    const confirmations = { ...next.confirmations };
+    for (const c of pending) {
+      confirmations[c.confirmation_request_id] = {
+        confirmation_request_id: c.confirmation_request_id,
+        tool_use_id: c.tool_use_id,
+        tool_name: c.tool_name,
+        summary: c.summary,
+        status: 'pending',
+      };
+    }
+    next = { ...next, confirmations };
+  }
   return { ...next, lastEventId: frame.snapshot_at_event_id ?? state.lastEventId };
 }
 

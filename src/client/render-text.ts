@@ -1,5 +1,5 @@
 import type { ClientItem } from './client.js';
-import type { ConversationState, WireEvent } from './reducer.js';
+import type { ConversationState, SnapshotConfirmation, WireEvent } from './reducer.js';
 
 export interface RenderOptions {
   readonly color: boolean;
@@ -44,7 +44,12 @@ export function renderItem(
   const frame = item.frame;
   if (frame.type === 'snapshot') {
     const turns = frame.session?.turn_count ?? 0;
-    return `${paint(options, 'dim', `session ${frame.session?.id}: ${frame.messages.length} messages, ${turns} turns, $${frame.session?.cost_so_far_usd ?? 0}`)}\n`;
+    const summary = `${paint(options, 'dim', `session ${frame.session?.id}: ${frame.messages.length} messages, ${turns} turns, $${frame.session?.cost_so_far_usd ?? 0}`)}\n`;
+    // Waiting confirmations (an additive snapshot field): the request id and how to answer it.
+    const pending = ((frame.pending_confirmations ?? []) as SnapshotConfirmation[]).map((c) =>
+      confirmationLines(options, '', frame.session?.id ?? sessionId, c),
+    );
+    return summary + pending.join('');
   }
   if (frame.type === 'subscribe_error')
     return `${paint(options, 'red', `subscribe failed: ${frame.code}: ${frame.message}`)}\n`;
@@ -74,20 +79,21 @@ export function renderItem(
       return p.stop_reason === 'cancelled' ? ` ${paint(options, 'yellow', '(cancelled)')}\n` : '\n';
     case 'tool.called':
       return `${worker}  ${paint(options, 'yellow', '⋯')} ${p.tool_name} running\n`;
-    case 'tool.completed': {
-      const tool = state.tools[p.tool_use_id];
-      return `${worker}  ${paint(options, 'green', '✓')} ${tool?.tool_name ?? 'tool'} ok (${p.latency_ms} ms)\n`;
-    }
+    case 'tool.completed':
+      return `${worker}  ${paint(options, 'green', '✓')} ${toolName(state, p.tool_use_id)} ok (${p.latency_ms} ms)\n`;
     case 'tool.failed': {
-      const tool = state.tools[p.tool_use_id];
       const mark =
         p.error_class === 'cancelled'
           ? paint(options, 'yellow', '✗ cancelled')
           : paint(options, 'red', `✗ failed (${p.error_class})`);
-      return `${worker}  ${mark} ${tool?.tool_name ?? 'tool'} (${p.latency_ms} ms)${p.error_class === 'cancelled' ? '' : `: ${p.error_message}`}\n`;
+      return `${worker}  ${mark} ${toolName(state, p.tool_use_id)} (${p.latency_ms} ms)${p.error_class === 'cancelled' ? '' : `: ${p.error_message}`}\n`;
     }
     case 'tool.confirmation_requested':
-      return `${worker}  ${paint(options, 'yellow', '?')} confirm ${p.tool_name}: ${p.command_summary ?? p.input_summary}\n    metis confirm ${event.session_id} ${p.confirmation_request_id} allow|deny\n`;
+      return confirmationLines(options, worker, event.session_id, {
+        tool_name: p.tool_name,
+        summary: p.command_summary ?? p.input_summary,
+        confirmation_request_id: p.confirmation_request_id,
+      });
     case 'tool.confirmation_resolved':
       return `${worker}  ${paint(options, 'dim', `confirmation ${p.decision}`)}\n`;
     case 'delegate.started':
@@ -103,6 +109,28 @@ export function renderItem(
     default:
       return '';
   }
+}
+
+/**
+ * A tool's name. A call that started before the client attached is known only from a confirmation the
+ * snapshot listed as pending, if at all.
+ */
+function toolName(state: ConversationState, toolUseId: string): string {
+  return (
+    state.tools[toolUseId]?.tool_name ??
+    Object.values(state.confirmations).find((c) => c.tool_use_id === toolUseId)?.tool_name ??
+    'tool'
+  );
+}
+
+/** A waiting confirmation: what the tool wants to do, and the command that answers it. */
+function confirmationLines(
+  options: RenderOptions,
+  worker: string,
+  sessionId: string,
+  c: Omit<SnapshotConfirmation, 'tool_use_id'>,
+): string {
+  return `${worker}  ${paint(options, 'yellow', '?')} confirm ${c.tool_name}: ${c.summary}\n    metis confirm ${sessionId} ${c.confirmation_request_id} allow|deny\n`;
 }
 
 /**

@@ -380,3 +380,44 @@ describe('metis tail: seq holes', () => {
     ]);
   }, 60_000);
 });
+
+describe('metis tail: a confirmation waiting when it attaches', () => {
+  it('the snapshot carries it: tail prints the request id and the confirm command; metis confirm answers it', async () => {
+    const t = await startTestServer({
+      tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' },
+    });
+    const sessionId = await t.createSession();
+    const turnId = await t.submit(sessionId, 'run: echo hi');
+    expect(await eventually(() => t.runtime.confirmations.pendingIn(sessionId).length === 1, 20_000)).toBe(
+      true,
+    );
+    const [requestId] = t.runtime.confirmations.pendingIn(sessionId);
+    // Wait until the request is in the store: a snapshot covers only events already released.
+    await t.context.flush();
+    const attached = await t.attach(sessionId);
+    attached.send({ type: 'subscribe', filter: 'preset:chat', since: null, snapshot: true });
+    const snapshot = await attached.waitFor((f) => f.type === 'snapshot');
+    expect(snapshot.pending_confirmations).toMatchObject([
+      { confirmation_request_id: requestId, tool_name: 'shell', turn_id: turnId },
+    ]);
+
+    const home = tempDir();
+    const tail = spawnCli(['tail', sessionId, '--url', t.url], home);
+    const command = `metis confirm ${sessionId} ${requestId} allow|deny`;
+    await tail.waitForStdout((out) => out.includes(command));
+    expect(tail.stdout()).toContain(`session ${sessionId}:`);
+    expect(tail.stdout()).toMatch(/\? confirm shell: .*echo hi/);
+    expect(tail.stdout().includes('\u001b[')).toBe(false);
+
+    const confirm = await runCli(['confirm', sessionId, requestId!, 'allow', '--url', t.url], home);
+    expect(confirm.stderr).toBe('');
+    expect(confirm.exitCode).toBe(0);
+    expect(confirm.stdout).toBe(`${requestId}: allow`);
+    await tail.waitForStdout((out) => out.includes('■ turn done'));
+    const after = tail.stdout().slice(tail.stdout().indexOf(command));
+    expect(after).toContain('confirmation allow\n');
+    expect(after).toMatch(/✓ shell ok/);
+    expect(after).toMatch(/■ turn done: 2 model calls, 1 tools/);
+    expect(await tail.stop('SIGINT')).toBe(0);
+  }, 60_000);
+});

@@ -211,6 +211,58 @@ describe('reducer: focused behaviour', () => {
     expect(final.messages.slice(0, 2)).toEqual(projectState(afterSnapshot).messages);
   });
 
+  it('a snapshot with pending_confirmations loads them as pending; a later resolved event settles them', () => {
+    const frames = trace('snapshot-then-turn');
+    const at = frames.findIndex((f) => f.type === 'snapshot');
+    const snapshot = frames[at]!;
+    // Without the additive field (every recorded trace), the confirmations and the projection are as before.
+    expect(snapshot).not.toHaveProperty('pending_confirmations');
+    const plain = run(frames.slice(0, at + 1));
+    expect(plain.confirmations).toEqual({});
+
+    const pending = {
+      confirmation_request_id: 'conf_1',
+      tool_use_id: 'tu_1',
+      tool_name: 'shell',
+      side_effects: 'execute',
+      summary: 'echo hi',
+      turn_id: 'turn_1',
+      requested_event_id: snapshot.snapshot_at_event_id,
+      requested_at: '2026-01-01T00:00:00.000000Z',
+      expires_at: null,
+    };
+    const withPending = deepFreeze({ ...snapshot, pending_confirmations: [pending] });
+    const loaded = reduce(initialState, withPending);
+    expect(loaded.confirmations).toEqual({
+      conf_1: {
+        confirmation_request_id: 'conf_1',
+        tool_use_id: 'tu_1',
+        tool_name: 'shell',
+        summary: 'echo hi',
+        status: 'pending',
+      },
+    });
+    // Everything else is what the snapshot without the field gives.
+    expect({ ...projectState(loaded), confirmations: [] }).toEqual(projectState(plain));
+    expect(projectState(loaded).confirmations).toEqual([
+      { confirmation_request_id: 'conf_1', tool_use_id: 'tu_1', tool_name: 'shell', status: 'pending' },
+    ]);
+
+    const resolved: Frame = {
+      type: 'event',
+      event: {
+        id: `${snapshot.snapshot_at_event_id}Z`,
+        type: 'tool.confirmation_resolved',
+        session_id: snapshot.session.id,
+        turn_id: 'turn_1',
+        payload: { tool_use_id: 'tu_1', confirmation_request_id: 'conf_1', decision: 'allow', scope: 'once' },
+      },
+    };
+    expect(reduce(loaded, resolved).confirmations.conf_1!.status).toBe('allow');
+    // A later snapshot without the field keeps what the client knew (as it keeps tools and turns).
+    expect(reduce(reduce(loaded, resolved), snapshot).confirmations.conf_1!.status).toBe('allow');
+  });
+
   it("a snapshot taken mid-message carries the message's events so far; the deltas continue it", () => {
     const frames = trace('attach-mid-message');
     const at = frames.findIndex((f) => f.type === 'snapshot');

@@ -1,3 +1,4 @@
+import { microsToIso } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { Db } from '../store/database.js';
@@ -5,10 +6,27 @@ import type { RecentStreams } from './recent-streams.js';
 
 export const SNAPSHOT_MESSAGE_LIMIT = 50;
 
+/** A tool call waiting for the user's decision, as the snapshot lists it. */
+export interface PendingConfirmation {
+  readonly confirmation_request_id: string;
+  readonly tool_use_id: string;
+  readonly tool_name: string;
+  readonly side_effects: string;
+  /** `command_summary` when the tool has one, else `input_summary`. */
+  readonly summary: string;
+  readonly turn_id: string | null;
+  /** The `tool.confirmation_requested` event, and when it was emitted. */
+  readonly requested_event_id: string;
+  readonly requested_at: string;
+  readonly expires_at: string | null;
+}
+
 /**
  * The snapshot frame (streaming §3.4): the session summary with cost and turn state, the last 50
  * messages, and `snapshot_at_event_id`. A message still streaming is not in the message store yet, so
- * its events so far ride along in `in_flight_events` (an additive field clients may ignore).
+ * its events so far ride along in `in_flight_events` (an additive field clients may ignore). Tool calls
+ * waiting for a confirmation ride along in `pending_confirmations`, present only when there is one (so
+ * a snapshot without any is unchanged).
  */
 export function buildSnapshot(
   runtime: Runtime,
@@ -27,6 +45,7 @@ export function buildSnapshot(
     info.current_turn_id === null
       ? []
       : recent.inFlight(sessionId).filter((e) => snapshotAt === null || e.id <= snapshotAt);
+  const pending = pendingConfirmations(runtime, db, sessionId, snapshotAt);
   return JSON.stringify({
     type: 'snapshot',
     session: {
@@ -44,5 +63,64 @@ export function buildSnapshot(
     messages,
     snapshot_at_event_id: snapshotAt,
     in_flight_events: inFlight,
+    ...(pending.length > 0 ? { pending_confirmations: pending } : {}),
   });
+}
+
+/** The fields of `tool.confirmation_requested` read here (`tool.confirmation_resolved` has the id too). */
+interface RequestedPayload {
+  readonly confirmation_request_id: string;
+  readonly tool_use_id: string;
+  readonly tool_name: string;
+  readonly side_effects: string;
+  readonly input_summary: string;
+  readonly command_summary?: string | null;
+  readonly expires_at?: string | null;
+}
+
+/**
+ * Confirmations pending as of `snapshotAt`: requested by an event the snapshot covers, not resolved by
+ * one, and still waiting in the broker now (a cancelled turn settles its requests without a
+ * `tool.confirmation_resolved`; a restarted server forgot them). One requested after `snapshotAt`
+ * reaches the client live instead, as its `tool.confirmation_requested` event.
+ */
+function pendingConfirmations(
+  runtime: Runtime,
+  db: Db,
+  sessionId: string,
+  snapshotAt: string | null,
+): PendingConfirmation[] {
+  const waiting = new Set(runtime.confirmations.pendingIn(sessionId));
+  if (waiting.size === 0 || snapshotAt === null) return [];
+  const rows = db
+    .prepare(
+      `SELECT id, timestamp_us, turn_id, type, payload_json FROM events
+       WHERE session_id = ? AND id <= ?
+         AND type IN ('tool.confirmation_requested', 'tool.confirmation_resolved')
+       ORDER BY id`,
+    )
+    .raw()
+    .all(sessionId, snapshotAt) as [string, number, string | null, string, string][];
+  const pending = new Map<string, PendingConfirmation>();
+  for (const [id, timestampUs, turnId, type, payloadJson] of rows) {
+    const p = JSON.parse(payloadJson) as RequestedPayload;
+    const requestId = p.confirmation_request_id;
+    if (!waiting.has(requestId)) continue;
+    if (type === 'tool.confirmation_resolved') {
+      pending.delete(requestId);
+      continue;
+    }
+    pending.set(requestId, {
+      confirmation_request_id: requestId,
+      tool_use_id: p.tool_use_id,
+      tool_name: p.tool_name,
+      side_effects: p.side_effects,
+      summary: p.command_summary ?? p.input_summary,
+      turn_id: turnId,
+      requested_event_id: id,
+      requested_at: microsToIso(timestampUs),
+      expires_at: p.expires_at ?? null,
+    });
+  }
+  return [...pending.values()];
 }

@@ -1,0 +1,91 @@
+import { describe, expect, it } from 'vitest';
+import { initialState, reduce } from '../../src/client/reducer.js';
+import { renderItem } from '../../src/client/render-text.js';
+import { subscribe, waitForType } from '../helpers/protocol.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+
+/** `run:` calls the shell tool (side effects: execute), which this config asks about. */
+const ASK_EXECUTE = { tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' } } as const;
+
+/** Submits `run: echo hi` and resolves with the `tool.confirmation_requested` event, once released. */
+async function waitingTurn(t: TestServer, sessionId: string) {
+  const watcher = await subscribe(t, sessionId, { snapshot: false });
+  const turnId = await t.submit(sessionId, 'run: echo hi');
+  await waitForType(watcher.client, 'tool.confirmation_requested');
+  const requested = watcher.client.events().find((e) => e.type === 'tool.confirmation_requested')!;
+  return { watcher, turnId, requested };
+}
+
+describe('snapshot: pending_confirmations', () => {
+  it('lists a confirmation still waiting, with its request id, tool and summary', async () => {
+    const t = await startTestServer(ASK_EXECUTE);
+    const sessionId = await t.createSession();
+    const { watcher, turnId, requested } = await waitingTurn(t, sessionId);
+    const requestId: string = requested.payload.confirmation_request_id;
+    expect(t.runtime.confirmations.pendingIn(sessionId)).toEqual([requestId]);
+
+    const { snapshot } = await subscribe(t, sessionId, { snapshot: true });
+    expect(snapshot.session.current_turn_id).toBe(turnId);
+    expect(snapshot.snapshot_at_event_id >= requested.id).toBe(true);
+    expect(snapshot.pending_confirmations).toEqual([
+      {
+        confirmation_request_id: requestId,
+        tool_use_id: requested.payload.tool_use_id,
+        tool_name: 'shell',
+        side_effects: 'execute',
+        summary: requested.payload.command_summary ?? requested.payload.input_summary,
+        turn_id: turnId,
+        requested_event_id: requested.id,
+        requested_at: requested.timestamp,
+        expires_at: requested.payload.expires_at,
+      },
+    ]);
+    expect(snapshot.pending_confirmations[0].summary).toContain('echo hi');
+
+    // The reducer loads it as pending, the same entry the live event would have made.
+    const fromSnapshot = reduce(initialState, snapshot);
+    const fromEvent = reduce(initialState, { type: 'event', event: requested });
+    expect(fromSnapshot.confirmations).toEqual(fromEvent.confirmations);
+    expect(fromSnapshot.confirmations[requestId]!.status).toBe('pending');
+    // The human view prints it with the command that answers it.
+    const text = renderItem({ kind: 'frame', frame: snapshot }, fromSnapshot, sessionId, { color: false });
+    expect(text).toContain(`confirm shell: ${snapshot.pending_confirmations[0].summary}\n`);
+    expect(text).toContain(`metis confirm ${sessionId} ${requestId} allow|deny\n`);
+
+    // Answered: the turn completes, and a new snapshot has nothing pending (the field is left out).
+    const answered = await t.request('POST', `/sessions/${sessionId}/confirmations/${requestId}`, {
+      decision: 'allow',
+    });
+    expect(answered.status).toBe(200);
+    await waitForType(watcher.client, 'turn.completed');
+    const after = await subscribe(t, sessionId, { snapshot: true });
+    expect(after.snapshot).not.toHaveProperty('pending_confirmations');
+    expect(after.snapshot.session.current_turn_id).toBeNull();
+  }, 30_000);
+
+  it('leaves out a request its cancelled turn settled (no tool.confirmation_resolved was emitted)', async () => {
+    const t = await startTestServer(ASK_EXECUTE);
+    const sessionId = await t.createSession();
+    const { watcher, turnId } = await waitingTurn(t, sessionId);
+    const cancel = await t.request('POST', `/sessions/${sessionId}/turns/${turnId}/cancel`, {
+      reason: 'user_cancel',
+    });
+    expect(cancel.status).toBeLessThan(300);
+    await waitForType(watcher.client, 'turn.cancelled');
+    expect(watcher.client.events().some((e) => e.type === 'tool.confirmation_resolved')).toBe(false);
+    expect(t.runtime.confirmations.pendingIn(sessionId)).toEqual([]);
+    const { snapshot } = await subscribe(t, sessionId, { snapshot: true });
+    expect(snapshot).not.toHaveProperty('pending_confirmations');
+  }, 30_000);
+
+  it('lists only the attached session: another session waiting on its own confirmation is not in it', async () => {
+    const t = await startTestServer(ASK_EXECUTE);
+    const waiting = await t.createSession();
+    const idle = await t.createSession();
+    await waitingTurn(t, waiting);
+    const { snapshot } = await subscribe(t, idle, { snapshot: true });
+    expect(snapshot).not.toHaveProperty('pending_confirmations');
+    const { snapshot: own } = await subscribe(t, waiting, { snapshot: true });
+    expect(own.pending_confirmations).toHaveLength(1);
+  }, 30_000);
+});
