@@ -1,10 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { ServerOptions } from '../../src/core/server/server.js';
+import { purgeOldEvents } from '../../src/core/store/retention.js';
+import { insertOldEvents } from '../helpers/old-events.js';
 import {
   closedWithin,
   dropAfterEvents,
   eventIdDaysAgo,
+  eventually,
   type FilterInput,
   lastEventId,
   ofType,
@@ -16,6 +19,7 @@ import {
   waitForType,
 } from '../helpers/protocol.js';
 import { startTestServer, type TestClient, type TestServer } from '../helpers/server.js';
+import { recordServer } from '../helpers/server-record.js';
 
 /** Streaming spec §11.1 tests 3, 4, 5 (reconnect, replay bounds, expired cursors) and the §11.2 property. */
 
@@ -135,44 +139,110 @@ describe('streaming protocol: reconnect and replay (§3.6, §11.1)', () => {
     expect(kept.reply).toMatchObject({ type: 'subscribe_ack', replay_event_count: 1 }); // session.created
   });
 
-  it('11.2 property: across random drops and reconnects, the concatenated events equal a control client', async () => {
+  it('5b. cursor_expired after a prune: a cursor older than the oldest event kept for the session', async () => {
+    const t = await startTestServer(); // retention 90 days: every cursor below is inside it
+    // A session whose history spans 41 days: session.created, 40-day-old events, then 20-day-old ones.
+    const sessionId = 'sess_pruned_history';
+    const [created] = insertOldEvents(t.context.db, { sessionId, ageDays: 41, type: 'session.created' });
+    const old = insertOldEvents(t.context.db, { sessionId, ageDays: 40, count: 3 });
+    const recent = insertOldEvents(t.context.db, {
+      sessionId,
+      ageDays: 20,
+      type: 'turn.completed',
+      count: 2,
+    });
+    await t.attach(sessionId); // the first attach resumes the session (session.resumed, now)
+    await t.context.flush();
+    const stored = () => t.context.store.sessionEvents(sessionId).map((e) => e.id);
+    const attempt = async (since: string) =>
+      subscribeReply(await t.attach(sessionId), { filter: 'preset:full', since, snapshot: false });
+    const replays = async (since: string) =>
+      expect(await attempt(since), since).toMatchObject({
+        type: 'subscribe_ack',
+        replay_event_count: stored().filter((id) => id > since).length,
+      });
+
+    // Before the prune every one of these cursors replays.
+    expect(stored()).toHaveLength(7);
+    for (const since of [created!, old[0]!, old[2]!]) await replays(since);
+
+    const result = await purgeOldEvents({ dbPath: t.context.dbPath, days: 30 });
+    expect(result.rows_deleted).toBe(4);
+    const kept = stored();
+    expect(kept.slice(0, 2)).toEqual(recent);
+    expect(kept).toHaveLength(3);
+
+    // Cursors older than the oldest kept event: events after them are gone, so replay cannot fill the gap.
+    for (const since of [created!, old[0]!, old[2]!, eventIdDaysAgo(25)]) {
+      const reply = await attempt(since);
+      expect(reply, since).toMatchObject({ type: 'subscribe_error', code: 'cursor_expired' });
+      expect(reply.message).toMatch(/snapshot/);
+    }
+    // A cursor at a kept event still replays what follows it.
+    await replays(recent[0]!);
+    // The client's way out: a snapshot on the same connection.
+    const client = await t.attach(sessionId);
+    expect(
+      await subscribeReply(client, { filter: 'preset:full', since: old[1], snapshot: false }),
+    ).toMatchObject({ code: 'cursor_expired' });
+    const fresh = await subscribeOn(client, { snapshot: true });
+    expect(fresh.snapshot.session.id).toBe(sessionId);
+  });
+
+  it('11.2 property: across random drops, reconnects and late subscribes, the concatenated events equal the server record', async () => {
     const t = await startTestServer({
       scripted: { token_delay_ms: 0, slow_token_delay_ms: 1, slow_tokens: 40 },
     });
+    // The reference is the server's own record of the session (committed bus events and published
+    // streaming events in id order), not another client: a bug that hits every connection shows.
+    const record = recordServer(t);
     const scripts = [
-      ['time', 'hello'],
-      ['slow: waves'],
-      ['think: knots', 'run: echo hi'],
-      ['hello', 'slow: sand'],
+      ['time', 'hello', 'slow: waves'],
+      ['slow: waves', 'hello'],
+      ['think: knots', 'run: echo hi', 'hello'],
+      ['hello', 'slow: sand', 'time'],
     ];
+    const point = fc.record({
+      after: fc.integer({ min: 1, max: 40 }),
+      pauseMs: fc.integer({ min: 0, max: 15 }),
+      // Turns that finish between the attach and the subscribe: the connection buffers them meanwhile.
+      waitTurns: fc.integer({ min: 0, max: 2 }),
+    });
     await fc.assert(
       fc.asyncProperty(
         fc.constantFrom(...scripts),
         fc.constantFrom<FilterInput>('preset:full', 'preset:chat'),
-        fc.array(
-          fc.record({ after: fc.integer({ min: 1, max: 40 }), pauseMs: fc.integer({ min: 0, max: 15 }) }),
-          {
-            maxLength: 4,
-          },
-        ),
-        async (script, filter, drops) => {
+        fc.integer({ min: 0, max: 1 }),
+        fc.array(point, { maxLength: 4 }),
+        async (script, filter, firstWaitTurns, drops) => {
           const sessionId = await t.createSession();
-          const { client: control } = await subscribe(t, sessionId, { filter });
+          let turnsDone = 0;
+          let finished = false;
           const connections: TestClient[] = [];
-          const open = async (since: string | null, drop: { after: number } | undefined) => {
+          const open = async (
+            since: string | null,
+            drop: { after: number } | undefined,
+            waitTurns: number,
+          ) => {
             const client = await t.attach(sessionId);
             if (drop) dropAfterEvents(client, drop.after);
             connections.push(client);
+            const target = turnsDone + waitTurns;
+            expect(await eventually(() => turnsDone >= target || finished, 20_000)).toBe(true);
             return subscribeOn(client, { filter, since, snapshot: since === null });
           };
-          const initial = await open(null, drops[0]);
-          const from: string = initial.snapshot.snapshot_at_event_id;
-
-          let finished = false;
           const driver = (async () => {
-            for (const message of script) await runTurn(t, sessionId, control, message);
+            for (const message of script) {
+              const turnId = await t.submit(sessionId, message);
+              await record.waitFor((e) => e.type === 'turn.completed' && e.turn_id === turnId);
+              turnsDone += 1;
+            }
             finished = true;
           })();
+          const initial = await open(null, drops[0], firstWaitTurns);
+          const from: string = initial.snapshot.snapshot_at_event_id;
+          const types: string[] | null = initial.ack.resolved_filter.event_types;
+
           let cursor = from;
           for (let i = 0; i < drops.length; i += 1) {
             const current = connections.at(-1)!;
@@ -183,18 +253,20 @@ describe('streaming protocol: reconnect and replay (§3.6, §11.1)', () => {
             if (ended === 'done' && (await sync(current))) break; // no more events: this drop never comes
             cursor = lastEventId(current) ?? cursor;
             await new Promise((resolve) => setTimeout(resolve, drops[i]!.pauseMs));
-            await open(cursor, drops[i + 1]);
+            await open(cursor, drops[i + 1], drops[i]!.waitTurns);
           }
           await driver;
           expect(finished).toBe(true);
+          await t.context.flush();
           // If the last planned drop hit after the driver finished, reconnect once more to catch up.
           if (!(await sync(connections.at(-1)!))) {
-            await open(lastEventId(connections.at(-1)!) ?? cursor, undefined);
+            await open(lastEventId(connections.at(-1)!) ?? cursor, undefined, 0);
             expect(await sync(connections.at(-1)!)).toBe(true);
           }
+          const expected = record.of(sessionId, types).filter((e) => e.id > from);
           const concatenated = connections.flatMap((c) => c.events());
-          expect(concatenated).toEqual(control.events().filter((e) => e.id > from));
-          for (const client of [control, ...connections]) client.ws.terminate();
+          expect(concatenated).toEqual(expected);
+          for (const client of connections) client.ws.terminate();
         },
       ),
       { numRuns: 20 },

@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { SYSTEM_SESSION_ID } from '../../src/core/events/envelope.js';
+import { captureLogs, settleLogs } from '../helpers/log-capture.js';
 import {
   closedWithin,
   eventually,
@@ -10,6 +12,7 @@ import {
   waitForEvents,
 } from '../helpers/protocol.js';
 import { startTestServer, type TestClient } from '../helpers/server.js';
+import { recordServer } from '../helpers/server-record.js';
 
 /** Streaming spec §11.1 tests 11 (slow client closure, §8) and 15 (heartbeats, §3.8). */
 
@@ -62,6 +65,62 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
   });
 
+  it('11b. the byte cap: a client that stops reading is closed with 1008 and the §8.2 reason once max_queue_bytes overflows, far below the event cap', async () => {
+    const maxQueueEvents = 1_000_000; // out of reach: only the byte cap can close anyone here
+    const maxQueueBytes = 256 * 1024;
+    const logs = captureLogs('warn');
+    const t = await startTestServer(
+      { scripted: { slow_token_delay_ms: 0, slow_tokens: 2000 } },
+      { stream: { maxQueueEvents, maxQueueBytes, socketHighWaterMark: 1024 }, logger: logs.logger },
+    );
+    const sessionId = await t.createSession();
+    const { client: stalled } = await subscribe(t, sessionId);
+    const { client: healthy } = await subscribe(t, sessionId);
+    const socket = (stalled.ws as any)._socket;
+    socket.pause();
+
+    const turns: string[] = [];
+    while (t.server.hub.connectionCount() === 2 && turns.length < 40) {
+      const turnId = await t.submit(sessionId, `slow: bytes ${turns.length}`);
+      turns.push(turnId);
+      await waitForEvents(healthy, (e) => e.type === 'turn.completed' && e.turn_id === turnId, 1, 30_000);
+    }
+    expect(await eventually(() => t.server.hub.connectionCount() === 1)).toBe(true);
+    socket.resume();
+    const { code, reason } = await closedWithin(stalled);
+    expect(code).toBe(1008);
+    expect(JSON.parse(reason)).toEqual({
+      code: 'client_too_slow',
+      message: 'Outbound queue overflowed; reconnect with replay.',
+    });
+    // The event cap cannot have been the cause: the whole flood is a small fraction of it.
+    const events = healthy.events();
+    expect(events.length).toBeLessThan(maxQueueEvents / 10);
+    // The server's own account of the close: fewer frames queued than even the default event cap (1000),
+    // and they are the ones the stalled client never got.
+    await settleLogs();
+    const closes = logs.records.filter((r) => r.msg.startsWith('client too slow'));
+    expect(closes).toHaveLength(1);
+    const queued = closes[0]!.queued as number;
+    expect(queued).toBeGreaterThan(0);
+    expect(queued).toBeLessThan(1000);
+    const got = stalled.events();
+    expect(got).toEqual(events.slice(0, got.length));
+    // The frames queued at the close are the first ones it missed: their bytes crossed the bound with
+    // the last of them, not before.
+    const missed = events.slice(got.length, got.length + queued);
+    const bytes = (e: any) => {
+      const length = Buffer.byteLength(`{"type":"event","event":${JSON.stringify(e)}}`);
+      return length + (length < 126 ? 2 : length < 65_536 ? 4 : 10);
+    };
+    const total = missed.reduce((sum, e) => sum + bytes(e), 0);
+    expect(total).toBeGreaterThan(maxQueueBytes);
+    expect(total - bytes(missed.at(-1))).toBeLessThanOrEqual(maxQueueBytes);
+    // The healthy reader was not touched by the byte cap and got every turn.
+    expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
+    expect(ofType(events, 'turn.completed').map((e) => e.turn_id)).toEqual(turns);
+  });
+
   it('15. heartbeat: idle clients get pings; a client answering pongs stays, a silent one is closed after 3', async () => {
     const t = await startTestServer({}, { stream: { heartbeatIntervalMs: 50 } });
     const sessionId = await t.createSession();
@@ -87,5 +146,66 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     expect(answering.ws.readyState).toBe(answering.ws.OPEN);
     // Either side can drive heartbeats: a client ping gets a pong with the same nonce.
     expect(await sync(answering)).toBe(true);
+  });
+
+  it('disconnect (§3.6): each subscribed client that goes away is logged as bus.subscriber_unregistered, once', async () => {
+    const t = await startTestServer();
+    const record = recordServer(t);
+    const sessionId = await t.createSession();
+    const meta = (type: string) =>
+      record
+        .of(SYSTEM_SESSION_ID, [type])
+        .filter((e) => String(e.payload.subscription_name).endsWith(`:${sessionId}`));
+    const registered = async (count: number) => {
+      await record.waitFor(() => meta('bus.subscriber_registered').length >= count);
+      return meta('bus.subscriber_registered')[count - 1].payload.subscription_name as string;
+    };
+    const unregistered = async (name: string) => {
+      const event = await record.waitFor(
+        (e) => e.type === 'bus.subscriber_unregistered' && e.payload.subscription_name === name,
+      );
+      return JSON.parse(JSON.stringify(event));
+    };
+
+    const { client: polite } = await subscribe(t, sessionId);
+    const politeName = await registered(1);
+    const { client: abrupt } = await subscribe(t, sessionId);
+    const abruptName = await registered(2);
+    const { client: remaining } = await subscribe(t, sessionId);
+    const remainingName = await registered(3);
+    const neverSubscribed = await t.attach(sessionId);
+    expect(t.server.hub.connectionCount()).toBe(4);
+    await t.context.flush();
+    expect(meta('bus.subscriber_unregistered')).toEqual([]);
+
+    polite.close(); // a close handshake
+    expect(await unregistered(politeName)).toMatchObject({
+      session_id: SYSTEM_SESSION_ID,
+      type: 'bus.subscriber_unregistered',
+      payload: { subscription_name: politeName, reason: 'client_disconnect' },
+    });
+    abrupt.ws.terminate(); // no close frame: the socket just goes away
+    expect((await unregistered(abruptName)).payload.reason).toBe('client_disconnect');
+    // A connection that never subscribed was never registered, so nothing is unregistered for it.
+    neverSubscribed.ws.terminate();
+    expect(await eventually(() => t.server.hub.connectionCount() === 1)).toBe(true);
+    await t.context.flush();
+    expect(meta('bus.subscriber_unregistered').map((e) => e.payload.subscription_name)).toEqual([
+      politeName,
+      abruptName,
+    ]);
+    // The meta-event is persisted like any bus event, and the client still attached is unaffected.
+    const stored = t.context.store
+      .sessionEvents(SYSTEM_SESSION_ID)
+      .filter((e) => e.type === 'bus.subscriber_unregistered')
+      .map((e) => e.payload.subscription_name);
+    expect(stored).toEqual(expect.arrayContaining([politeName, abruptName]));
+    expect(await sync(remaining)).toBe(true);
+
+    // A server shutdown unregisters the last one, with its own reason.
+    await t.server.close();
+    expect((await unregistered(remainingName)).payload.reason).toBe('shutdown');
+    await t.context.flush();
+    expect(meta('bus.subscriber_unregistered')).toHaveLength(3);
   });
 });

@@ -1,5 +1,11 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { type ClientItem, MetisClient } from '../../src/client/client.js';
+import { initialState, reduce } from '../../src/client/reducer.js';
+import { conformanceRoutes } from '../../src/core/server/conformance-hooks.js';
+import type { ExtraRoute } from '../../src/core/server/server.js';
+import type { TraceContext } from '../../src/core/store/trace-context.js';
 import {
+  eventually,
   ofType,
   reconstruct,
   shapeOf,
@@ -138,6 +144,74 @@ describe('streaming protocol: the stream (§11.1)', () => {
     );
   });
 
+  it('2b. snapshot: more than 50 messages → the newest 50 in order; cost_so_far_usd = Σ llm.call_completed cost_usd', async () => {
+    const price = {
+      input_per_mtok: 3,
+      output_per_mtok: 15,
+      cached_input_per_mtok: 0,
+      cache_creation_per_mtok: 0,
+    };
+    const t = await startTestServer({ pricing: { 'scripted:*': price } });
+    const sessionId = await t.createSession();
+    const { client } = await subscribe(t, sessionId);
+    // A tool turn (user, assistant tool_use, tool result, assistant) then 24 plain turns: 52 messages,
+    // so the cap of 50 cuts through the first turn.
+    const script = ['time', ...Array.from({ length: 24 }, (_, i) => `hello ${i} ${'la '.repeat(i)}`)];
+    const turnIds: string[] = [];
+    for (const message of script) {
+      const turnId = await t.submit(sessionId, message);
+      await turnDone(client, turnId);
+      turnIds.push(turnId);
+    }
+    // Another session's spend must not count.
+    const other = await t.createSession();
+    const { client: otherClient } = await subscribe(t, other);
+    await turnDone(otherClient, await t.submit(other, 'time'));
+
+    // The conversation as the stream told it, in order.
+    const events = client.events();
+    const expected: Record<string, unknown>[] = [];
+    script.forEach((message, i) => {
+      const turnId = turnIds[i]!;
+      expected.push({ role: 'user', turn_id: turnId, content: [{ type: 'text', text: message }] });
+      let results: { type: string; tool_use_id: string }[] = [];
+      for (const e of events.filter((event) => event.turn_id === turnId)) {
+        if (e.type === 'message.complete') {
+          const { message_id: id, final_content: content } = e.payload;
+          expected.push({ id, role: 'assistant', turn_id: turnId, content, status: 'complete' });
+        } else if (e.type === 'tool.completed') {
+          results.push({ type: 'tool_result', tool_use_id: e.payload.tool_use_id });
+        } else if (e.type === 'llm.call_started' && results.length > 0) {
+          expected.push({ role: 'tool', turn_id: turnId, content: results });
+          results = [];
+        }
+      }
+    });
+    expect(expected).toHaveLength(52);
+
+    const { snapshot } = await subscribe(t, sessionId);
+    expect(snapshot.messages).toHaveLength(50);
+    expect(snapshot.messages).toMatchObject(expected.slice(-50));
+    expect(snapshot.messages[0]).toMatchObject({ role: 'tool', turn_id: turnIds[0] });
+    const ids: string[] = snapshot.messages.map((m: any) => m.id);
+    expect(new Set(ids).size).toBe(50);
+    expect(snapshot.session.turn_count).toBe(script.length);
+
+    // The cost is the session's own spend as the server recorded it.
+    await t.context.flush();
+    const calls = t.context.store
+      .sessionEvents(sessionId)
+      .filter((e) => e.type === 'llm.call_completed')
+      .map((e) => ({ payload: { cost_usd: Number(e.payload.cost_usd) } }));
+    expect(calls).toHaveLength(script.length + 1); // the tool turn calls the model twice
+    const spent = calls.reduce((sum, e) => sum + e.payload.cost_usd, 0);
+    expect(spent).toBeGreaterThan(0);
+    expect(snapshot.session.cost_so_far_usd).toBeCloseTo(spent, 7);
+    expect(ofType(events, 'llm.call_completed').map((e) => e.payload.cost_usd)).toEqual(
+      calls.map((e) => e.payload.cost_usd),
+    );
+  });
+
   it('6. two clients with the same filter receive identical event sequences', async () => {
     const t = await startTestServer();
     const sessionId = await t.createSession();
@@ -237,62 +311,101 @@ describe('streaming protocol: the stream (§11.1)', () => {
     expect([...seen].sort()).toEqual([...types].sort());
   });
 
-  it('14. forward compatibility: an unknown event type is skipped without raising', async () => {
-    // The server only emits types of its two closed families, so the unknown event is injected on the
-    // client side, into a stream recorded from the real server. `reduceFrame` stands in for the client
-    // library's reducer (src/client); the client library issue will replace it with the real one.
-    const t = await startTestServer();
+  it('14. forward compatibility: the server streams an unknown event type; the client library skips and counts it, the stream goes on', async () => {
+    // The `--conformance` hook (POST /_conformance/unknown) makes the server stream an event of a type
+    // no catalog has, through the server's hub, as a newer server would send a type this client lacks.
+    let trace: TraceContext | null = null;
+    const hooks: ExtraRoute = (request, response, path, hub) =>
+      conformanceRoutes(trace!, {
+        heartbeatIntervalMs: 30_000,
+        maxQueueEvents: 1000,
+        replayCap: 10_000,
+        faults: [],
+      })(request, response, path, hub);
+    const t = await startTestServer(
+      { scripted: { slow_token_delay_ms: 3, slow_tokens: 60 } },
+      { extraRoutes: [hooks] },
+    );
+    trace = t.context;
     const sessionId = await t.createSession();
-    const { client, ack } = await subscribe(t, sessionId);
-    const KNOWN_TYPES = new Set<string>(ack.resolved_filter.event_types);
-    type ChatState = { messages: Map<string, string>; turns: string[] };
-    const reduceFrame = (state: ChatState, frame: any, debug: string[]): ChatState => {
-      if (frame.type !== 'event') return state;
-      const event = frame.event;
-      switch (event.type) {
-        case 'message.start':
-          state.messages.set(event.payload.message_id, '');
-          return state;
-        case 'text.delta': {
-          const id = event.payload.message_id;
-          state.messages.set(id, state.messages.get(id)! + event.payload.text);
-          return state;
+    // An explicit filter with every type: a preset lists this server's types, which a future one is not.
+    const client = new MetisClient({
+      url: t.url,
+      sessionId,
+      filter: { event_types: null, actors: null, include_worker_sessions: false },
+      snapshot: true,
+      backoff: { minMs: 10, maxMs: 100 },
+    });
+    onTestFinished(() => client.close());
+    const items: ClientItem[] = [];
+    let state = initialState;
+    let thrown: unknown = null;
+    const iterating = (async () => {
+      try {
+        for await (const item of client) {
+          items.push(item);
+          if (item.kind === 'frame') state = reduce(state, item.frame);
         }
-        case 'turn.completed':
-          state.turns.push(event.turn_id);
-          return state;
-        default:
-          if (!KNOWN_TYPES.has(event.type)) debug.push(`skipping unknown event type ${event.type}`);
-          return state;
+      } catch (error) {
+        thrown = error;
       }
-    };
-    const turnId = await t.submit(sessionId, 'hello future');
-    await turnDone(client, turnId);
+    })();
+    const events = () =>
+      items.flatMap((i) => (i.kind === 'frame' && i.frame.type === 'event' ? [i.frame.event as any] : []));
+    const received = (predicate: (e: any) => boolean, count = 1) =>
+      eventually(() => events().filter(predicate).length >= count, 15_000);
 
-    const recorded = client.frames.filter((f) => f.type === 'event');
-    const firstDelta = recorded.findIndex((f) => f.event.type === 'text.delta');
-    const unknown = {
-      type: 'event',
-      event: {
-        ...recorded[firstDelta].event,
-        id: `${recorded[firstDelta].event.id}0`,
-        type: 'hologram.delta',
-        payload: { message_id: null, projection: { beams: 3 } },
-      },
-    };
-    const withUnknown = [...recorded.slice(0, firstDelta + 1), unknown, ...recorded.slice(firstDelta + 1)];
-    const fold = (frames: any[], debug: string[]) =>
-      frames.reduce((state, frame) => reduceFrame(state, frame, debug), {
-        messages: new Map<string, string>(),
-        turns: [] as string[],
-      });
-    const debug: string[] = [];
-    const expected = fold(recorded, []);
-    expect(() => fold(withUnknown, debug)).not.toThrow();
-    expect(fold(withUnknown, [])).toEqual(expected);
-    expect([...expected.messages.values()]).toEqual(['You said: hello future']);
-    expect(expected.turns).toEqual([turnId]);
-    expect(debug).toEqual(['skipping unknown event type hologram.delta']);
+    expect(await eventually(() => items.some((i) => i.kind === 'frame' && i.frame.type === 'snapshot'))).toBe(
+      true,
+    );
+    // Mid-message: the unknown event lands between text deltas of a streaming assistant message.
+    const slowTurn = await t.submit(sessionId, 'slow: comets');
+    expect(await received((e) => e.type === 'text.delta' && e.turn_id === slowTurn, 5)).toBe(true);
+    const injected = await t.request('POST', '/_conformance/unknown', { session_id: sessionId });
+    expect(injected.status).toBe(200);
+    const unknownId: string = injected.body.event_id;
+    expect(await received((e) => e.type === 'turn.completed' && e.turn_id === slowTurn)).toBe(true);
+    const nextTurn = await t.submit(sessionId, 'hello after the future');
+    expect(await received((e) => e.type === 'turn.completed' && e.turn_id === nextTurn)).toBe(true);
+
+    // The server did send it, as an ordinary event frame, once.
+    const all = events();
+    const unknown = all.filter((e) => e.type === 'conformance.future_type');
+    expect(unknown).toHaveLength(1);
+    expect(unknown[0]).toMatchObject({ id: unknownId, session_id: sessionId });
+    const at = all.indexOf(unknown[0]);
+    const slowDeltas = (list: any[]) => list.filter((e) => e.type === 'text.delta' && e.turn_id === slowTurn);
+    expect(slowDeltas(all.slice(0, at)).length).toBeGreaterThanOrEqual(5);
+    expect(slowDeltas(all.slice(at + 1)).length).toBeGreaterThan(0);
+    expect(all.slice(at + 1).some((e) => e.type === 'message.complete' && e.turn_id === slowTurn)).toBe(true);
+
+    // The client skipped and counted it, did not raise, and stayed on the same connection.
+    expect(thrown).toBeNull();
+    expect(state.unknownSkipped).toBe(1);
+    expect(client.failure).toBeNull();
+    const statuses = items.flatMap((i) => (i.kind === 'status' ? [i.status] : []));
+    expect(statuses).toEqual(['connecting', 'connected']);
+    // Everything after it still applied: the slow message rebuilt from deltas on both sides of the
+    // unknown event equals final_content, and the next turn's messages are there.
+    expect(state.mismatches).toBe(0);
+    expect(state.lastEventId).toBe(all.at(-1).id);
+    expect(state.turns[slowTurn]?.status).toBe('completed');
+    expect(state.turns[nextTurn]?.status).toBe('completed');
+    const answers = state.messages.filter((m) => m.role === 'assistant');
+    expect(answers.map((m) => [m.turn_id, m.status])).toEqual([
+      [slowTurn, 'complete'],
+      [nextTurn, 'complete'],
+    ]);
+    expect(answers[1]!.blocks).toEqual([{ type: 'text', text: 'You said: hello after the future' }]);
+    // Skipping is all it did: the same frames without it reduce to the same state.
+    const frames = items.flatMap((i) => (i.kind === 'frame' ? [i.frame] : []));
+    const without = frames
+      .filter((f) => f.type !== 'event' || f.event.id !== unknownId)
+      .reduce(reduce, initialState);
+    expect(without).toEqual({ ...state, unknownSkipped: 0 });
+
+    client.close();
+    await iterating;
   });
 
   it('16. the snapshot/replay seam: events arriving around subscribe appear exactly once', async () => {
