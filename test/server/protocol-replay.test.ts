@@ -189,6 +189,29 @@ describe('streaming protocol: reconnect and replay (§3.6, §11.1)', () => {
     expect(fresh.snapshot.session.id).toBe(sessionId);
   });
 
+  it('5c. cursor_expired when a kept audit event is older than the events a prune deleted after the cursor', async () => {
+    const t = await startTestServer();
+    const sessionId = 'sess_audit_kept';
+    insertOldEvents(t.context.db, { sessionId, ageDays: 41, type: 'session.created' });
+    // Audit types are never pruned: this one stays, older than the events deleted after the cursor.
+    insertOldEvents(t.context.db, { sessionId, ageDays: 40.5, type: 'tool.confirmation_resolved' });
+    const [a, b, c] = insertOldEvents(t.context.db, { sessionId, ageDays: 40, count: 3 });
+    insertOldEvents(t.context.db, { sessionId, ageDays: 20, type: 'turn.completed', count: 2 });
+    await t.context.flush();
+    const result = await purgeOldEvents({ dbPath: t.context.dbPath, days: 30 });
+    expect(result.rows_deleted).toBeGreaterThanOrEqual(3);
+    const kept = t.context.store.sessionEvents(sessionId).map((e) => e.id);
+    expect(kept).not.toContain(b);
+    expect(kept).not.toContain(c);
+    // B and C are gone: a replay after A would skip them without a word, so the cursor is expired.
+    const reply = await subscribeReply(await t.attach(sessionId), {
+      filter: 'preset:full',
+      since: a,
+      snapshot: false,
+    });
+    expect(reply).toMatchObject({ type: 'subscribe_error', code: 'cursor_expired' });
+  });
+
   it('11.2 property: across random drops, reconnects and late subscribes, the concatenated events equal the server record', async () => {
     const t = await startTestServer({
       scripted: { token_delay_ms: 0, slow_token_delay_ms: 1, slow_tokens: 40 },

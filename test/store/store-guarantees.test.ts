@@ -193,14 +193,17 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
     ).toHaveLength(10);
   });
 
-  it("serves the streaming cursor's oldest-kept lookup from the primary key", async () => {
+  it("serves the streaming cursor's lookups (last sweep, oldest kept) from indexes", async () => {
     const { context, ids } = await populatedStore();
     const calls = await capturePrepared(context.db, () =>
       cursorExpired(context.store, 'sess_0', ids.at(-1)!, 30),
     );
-    expect(calls).toHaveLength(1);
-    const [call] = calls;
-    expectPlan('getOldestKept', queryPlan(context.db, call!.source, call!.params), {
+    expect(calls).toHaveLength(2);
+    const [sweep, oldest] = calls;
+    const sweepPlan = queryPlan(context.db, sweep!.source, sweep!.params);
+    expect(sweepPlan.join('\n')).toMatch(/SEARCH events USING INDEX idx_events_type_timestamp \(type=\?\)/);
+    expect(sweepPlan).not.toContain('USE TEMP B-TREE FOR ORDER BY');
+    expectPlan('getOldestKept', queryPlan(context.db, oldest!.source, oldest!.params), {
       access: 'search',
       tempSort: false,
     });

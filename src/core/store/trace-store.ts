@@ -135,6 +135,21 @@ export class TraceStore {
     );
   }
 
+  /**
+   * The cutoff of the newest retention sweep (`trace.swept.cutoff_timestamp`) in unix ms, or null when
+   * the store was never pruned: every non-audit event older than it is gone.
+   */
+  lastSweepCutoffMs(): number | null {
+    const cutoff = this.db
+      .prepare(
+        `SELECT json_extract(payload_json, '$.cutoff_timestamp') FROM events
+         WHERE type = 'trace.swept' ORDER BY timestamp_us DESC LIMIT 1`,
+      )
+      .pluck()
+      .get() as string | undefined;
+    return cutoff === undefined ? null : Date.parse(cutoff);
+  }
+
   /** Oldest event kept for a session, for `cursor_expired` after a prune. */
   oldestEventId(sessionId: string): string | null {
     return (this.oldestInSessionStatement.get(sessionId) as string | undefined) ?? null;
