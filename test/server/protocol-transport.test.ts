@@ -65,6 +65,22 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
   });
 
+  it('11c. the byte cap never closes a client that keeps reading, even for one frame bigger than the cap', async () => {
+    const maxQueueBytes = 16 * 1024;
+    const t = await startTestServer(
+      { scripted: { slow_token_delay_ms: 0, slow_tokens: 2000 } },
+      { stream: { maxQueueEvents: 1000, maxQueueBytes } },
+    );
+    const sessionId = await t.createSession();
+    const { client } = await subscribe(t, sessionId);
+    const turnId = await t.submit(sessionId, 'slow: one long answer');
+    await waitForEvents(client, (e) => e.type === 'turn.completed' && e.turn_id === turnId, 1, 30_000);
+    const complete = client.frames.find((f) => f.type === 'event' && f.event.type === 'message.complete');
+    // The final message alone is larger than the whole byte cap, and the client still got it.
+    expect(Buffer.byteLength(JSON.stringify(complete))).toBeGreaterThan(maxQueueBytes);
+    expect(t.server.hub.connectionCount()).toBe(1);
+  });
+
   it('11b. the byte cap: a client that stops reading is closed with 1008 and the §8.2 reason once max_queue_bytes overflows, far below the event cap', async () => {
     const maxQueueEvents = 1_000_000; // out of reach: only the byte cap can close anyone here
     const maxQueueBytes = 256 * 1024;

@@ -349,9 +349,12 @@ export class ClientConnection implements StreamTarget {
     this.queue.push(frame);
     this.queuedBytes += frame.length;
     let queued = this.queue.length - this.queueHead;
-    // A burst (one large committed batch) writes through at once while the socket takes it, so only a
-    // client that really stopped reading reaches the bound.
-    if (queued > this.deps.options.maxQueueEvents / 2) {
+    // A burst (one large committed batch, or one frame near the byte cap) writes through at once while
+    // the socket takes it, so only a client that really stopped reading reaches either bound.
+    if (
+      queued > this.deps.options.maxQueueEvents / 2 ||
+      this.queuedBytes > this.deps.options.maxQueueBytes / 2
+    ) {
       this.flush();
       queued = this.queue.length - this.queueHead;
     }
