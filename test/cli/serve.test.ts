@@ -1,79 +1,11 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { execa, type ResultPromise } from 'execa';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { subscribeOn, waitForType } from '../helpers/protocol.js';
-import { runCli } from '../helpers/run-cli.js';
+import { runCli, serveCli } from '../helpers/run-cli.js';
 import { openClient } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
-
-const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
-const ROOT = join(import.meta.dirname, '../..');
-
-interface Serve {
-  readonly process: ResultPromise;
-  readonly pid: number;
-  readonly url: string;
-  stdout(): string;
-  stderr(): string;
-  /** Sends a signal to this child (by its pid) and resolves with its exit code once it exited. */
-  stop(signal: NodeJS.Signals): Promise<number | undefined>;
-}
-
-/**
- * `metis serve --port 0 --json --db <dbPath>` from source as a real child process; resolves once it
- * printed its URL. SIGKILLed when the test finishes if it still runs.
- */
-async function serve(home: string, dbPath: string): Promise<Serve> {
-  const child = execa(
-    process.execPath,
-    ['--import', 'tsx', ENTRY, 'serve', '--port', '0', '--json', '--db', dbPath],
-    {
-      cwd: ROOT,
-      reject: false,
-      stdin: 'ignore',
-      env: { METIS_HOME: home, NODE_ENV: 'test', NO_COLOR: '1' },
-    },
-  );
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (chunk) => {
-    out += String(chunk);
-  });
-  child.stderr!.on('data', (chunk) => {
-    err += String(chunk);
-  });
-  let exited = false;
-  const done = child.then((result) => {
-    exited = true;
-    return result;
-  });
-  onTestFinished(async () => {
-    if (!exited) {
-      child.kill('SIGKILL');
-      await done;
-    }
-  });
-  const deadline = Date.now() + 30_000;
-  while (!out.includes('\n')) {
-    if (exited) throw new Error(`metis serve exited early:\n${out}\n${err}`);
-    if (Date.now() > deadline) throw new Error(`timed out waiting for metis serve:\n${out}\n${err}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  const { url } = JSON.parse(out.split('\n')[0]!) as { url: string };
-  return {
-    process: child,
-    pid: child.pid!,
-    url,
-    stdout: () => out,
-    stderr: () => err,
-    stop: async (signal) => {
-      if (!exited) child.kill(signal);
-      return (await done).exitCode;
-    },
-  };
-}
 
 /** JSON request against a server; returns status and parsed body. */
 async function request(url: string, method: string, path: string, body?: unknown) {
@@ -99,7 +31,7 @@ describe('metis serve: the database lock', () => {
   it('a second `metis serve` on the same database refuses to start and names the first one’s pid', async () => {
     const home = tempDir();
     const dbPath = join(home, 'metis.db');
-    const first = await serve(home, dbPath);
+    const first = await serveCli(home, ['--db', dbPath]);
     // The lock file holds the first server's pid (the child itself: node runs the CLI in-process).
     expect(readFileSync(`${dbPath}.lock`, 'utf8').trim()).toBe(String(first.pid));
 
@@ -124,7 +56,7 @@ describe('metis serve: graceful shutdown with a turn in flight', () => {
     async (signal) => {
       const home = tempDir();
       const dbPath = join(home, 'metis.db');
-      const server = await serve(home, dbPath);
+      const server = await serveCli(home, ['--db', dbPath]);
       expect(existsSync(`${dbPath}.lock`)).toBe(true);
 
       const created = await request(server.url, 'POST', '/sessions', { workspace_path: home });
@@ -183,7 +115,7 @@ describe('metis serve: graceful shutdown with a turn in flight', () => {
       }
 
       // The lock is released: a new server on the same database starts and serves the old session.
-      const again = await serve(home, dbPath);
+      const again = await serveCli(home, ['--db', dbPath]);
       expect(readFileSync(`${dbPath}.lock`, 'utf8').trim()).toBe(String(again.pid));
       const resumed = await request(again.url, 'GET', `/sessions/${sessionId}`);
       expect(resumed.status).toBe(200);

@@ -1,10 +1,10 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { execa, type ResultPromise } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Frame } from '../../src/client/reducer.js';
 import { eventually } from '../helpers/protocol.js';
+import { type CliChild, runCli, serveCli, spawnCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /*
@@ -12,87 +12,8 @@ import { tempDir } from '../helpers/tmp.js';
  * them and on `tail` and `send --follow`: each a real child process against a real `metis serve`.
  */
 
-const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
-const ROOT = join(import.meta.dirname, '../..');
 const TOKEN = 'test-bearer-token-0123456789abcdef';
 const ID = (prefix: string) => new RegExp(`^${prefix}_[0-9A-HJKMNP-TV-Z]{26}$`);
-
-/** The environment of every child: $METIS_TOKEN and $METIS_URL of the test runner never leak in. */
-function envFor(home: string, extra: Record<string, string> = {}): Record<string, string> {
-  return { METIS_HOME: home, NODE_ENV: 'test', NO_COLOR: '1', METIS_TOKEN: '', METIS_URL: '', ...extra };
-}
-
-interface Result {
-  readonly exitCode: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs `metis <args>` to completion. */
-async function cli(args: readonly string[], home: string, env: Record<string, string> = {}): Promise<Result> {
-  const result = await execa(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
-    cwd: ROOT,
-    reject: false,
-    stdin: 'ignore',
-    env: envFor(home, env),
-  });
-  return { exitCode: result.exitCode ?? -1, stdout: String(result.stdout), stderr: String(result.stderr) };
-}
-
-interface Child {
-  stdout(): string;
-  stderr(): string;
-  waitForStdout(check: (stdout: string) => boolean, timeoutMs?: number): Promise<void>;
-  /** Resolves with the exit code once the child ended by itself. */
-  exited(): Promise<number | undefined>;
-  stop(signal: NodeJS.Signals): Promise<number | undefined>;
-}
-
-/** `metis <args>` as a long-running child, its output collected as it comes; killed after the test. */
-function spawn(args: readonly string[], home: string, env: Record<string, string> = {}): Child {
-  const child: ResultPromise = execa(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
-    cwd: ROOT,
-    reject: false,
-    stdin: 'ignore',
-    env: envFor(home, env),
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (chunk) => {
-    out += String(chunk);
-  });
-  child.stderr!.on('data', (chunk) => {
-    err += String(chunk);
-  });
-  let ended = false;
-  const done = child.then((result) => {
-    ended = true;
-    return result;
-  });
-  onTestFinished(async () => {
-    if (!ended) {
-      child.kill('SIGKILL');
-      await done;
-    }
-  });
-  return {
-    stdout: () => out,
-    stderr: () => err,
-    waitForStdout: async (check, timeoutMs = 20_000) => {
-      const deadline = Date.now() + timeoutMs;
-      while (!check(out)) {
-        if (ended) throw new Error(`metis ${args[0]} exited early:\n${out}\n${err}`);
-        if (Date.now() > deadline) throw new Error(`timed out waiting for metis ${args[0]}:\n${out}\n${err}`);
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-    },
-    exited: async () => (await done).exitCode,
-    stop: async (signal) => {
-      if (!ended) child.kill(signal);
-      return (await done).exitCode;
-    },
-  };
-}
 
 interface Served {
   readonly url: string;
@@ -111,9 +32,8 @@ async function serve(config: Record<string, unknown>, token?: string): Promise<S
   const dbPath = join(home, 'metis.db');
   const configPath = join(home, 'metis.config.json');
   writeFileSync(configPath, JSON.stringify(config));
-  const server = spawn(['serve', '--port', '0', '--json', '--db', dbPath, '--config', configPath], home);
-  await server.waitForStdout((out) => out.includes('\n'));
-  const { url } = JSON.parse(server.stdout().split('\n')[0]!) as { url: string };
+  const server = await serveCli(home, ['--db', dbPath, '--config', configPath]);
+  const { url } = server;
   onTestFinished(async () => {
     expect(await server.stop('SIGTERM')).toBe(0);
   });
@@ -164,28 +84,28 @@ describe('--token and $METIS_TOKEN against a server with server.bearer_token', (
     const s = await serve({ server: { bearer_token: TOKEN } }, TOKEN);
     const sessionId = await s.createSession();
 
-    const without = await cli(['sessions', '--json', '--url', s.url], s.home);
+    const without = await runCli(['sessions', '--json', '--url', s.url], s.home);
     expect(without.exitCode).toBe(1);
     expect(without.stdout).toBe('');
     expect(without.stderr).toContain('error: missing or wrong bearer token (METIS_ERR_UNAUTHORIZED)');
     expect(without.stderr).toContain('hint: The server at');
     expect(without.stderr).toContain('pass --token <token> or set $METIS_TOKEN');
 
-    const wrong = await cli(
+    const wrong = await runCli(
       ['sessions', '--json', '--url', s.url, '--token', 'not-the-token-at-all'],
       s.home,
     );
     expect(wrong.exitCode).toBe(1);
     expect(wrong.stderr).toContain('refused this bearer token');
 
-    const flag = await cli(['sessions', '--json', '--url', s.url, '--token', TOKEN], s.home);
+    const flag = await runCli(['sessions', '--json', '--url', s.url, '--token', TOKEN], s.home);
     expect(flag).toMatchObject({ exitCode: 0, stderr: '' });
     expect(JSON.parse(flag.stdout).map((r: any) => r.id)).toEqual([sessionId]);
 
-    const env = await cli(['sessions', '--json', '--url', s.url], s.home, { METIS_TOKEN: TOKEN });
+    const env = await runCli(['sessions', '--json', '--url', s.url], s.home, { METIS_TOKEN: TOKEN });
     expect(env).toMatchObject({ exitCode: 0, stdout: flag.stdout });
     // --token wins over $METIS_TOKEN.
-    const both = await cli(['sessions', '--url', s.url, '--token', TOKEN], s.home, {
+    const both = await runCli(['sessions', '--url', s.url, '--token', TOKEN], s.home, {
       METIS_TOKEN: 'not-the-token-at-all',
     });
     expect(both.exitCode).toBe(0);
@@ -194,7 +114,7 @@ describe('--token and $METIS_TOKEN against a server with server.bearer_token', (
 
   it('send --new "hello" --follow --token T prints the scripted answer (handshake and upgrade carry it)', async () => {
     const s = await serve({ server: { bearer_token: TOKEN } }, TOKEN);
-    const result = await cli(
+    const result = await runCli(
       ['send', '--new', 'hello', '--follow', '--url', s.url, '--token', TOKEN],
       s.home,
     );
@@ -203,7 +123,7 @@ describe('--token and $METIS_TOKEN against a server with server.bearer_token', (
     expect(result.stdout).toContain('assistant: You said: hello\n');
     expect(result.stdout).toMatch(/■ turn done: 1 model calls, 0 tools/);
 
-    const refused = await cli(['send', '--new', 'hello', '--follow', '--url', s.url], s.home);
+    const refused = await runCli(['send', '--new', 'hello', '--follow', '--url', s.url], s.home);
     expect(refused.exitCode).toBe(1);
     expect(refused.stderr).toContain('missing or wrong bearer token');
   }, 60_000);
@@ -212,11 +132,11 @@ describe('--token and $METIS_TOKEN against a server with server.bearer_token', (
     const s = await serve({ server: { bearer_token: TOKEN } }, TOKEN);
     const sessionId = await s.createSession();
 
-    const refused = await cli(['tail', sessionId, '--url', s.url], s.home);
+    const refused = await runCli(['tail', sessionId, '--url', s.url], s.home);
     expect(refused.exitCode).toBe(1);
     expect(refused.stderr).toContain('error: missing or wrong bearer token (METIS_ERR_UNAUTHORIZED)');
 
-    const tail = spawn(['tail', sessionId, '--json', '--url', s.url], s.home, { METIS_TOKEN: TOKEN });
+    const tail = spawnCli(['tail', sessionId, '--json', '--url', s.url], s.home, { METIS_TOKEN: TOKEN });
     await tail.waitForStdout((out) => out.includes('"type":"snapshot"'));
     const turnId = (await s.request('POST', `/sessions/${sessionId}/turns`, { message: 'hi' })).turn_id;
     await tail.waitForStdout((out) =>
@@ -229,16 +149,16 @@ describe('--token and $METIS_TOKEN against a server with server.bearer_token', (
 describe('metis sessions, send, cancel, confirm against a real `metis serve`', () => {
   it('sessions: a hint when there are none; one line per session; --json prints the records', async () => {
     const s = await serve({});
-    const empty = await cli(['sessions', '--url', s.url], s.home);
+    const empty = await runCli(['sessions', '--url', s.url], s.home);
     expect(empty).toMatchObject({ exitCode: 0, stdout: 'no sessions yet: metis send --new "hello"' });
-    expect(await cli(['sessions', '--json', '--url', s.url], s.home)).toMatchObject({
+    expect(await runCli(['sessions', '--json', '--url', s.url], s.home)).toMatchObject({
       exitCode: 0,
       stdout: '[]',
     });
 
     const first = await s.createSession();
     const second = await s.createSession();
-    const human = await cli(['sessions', '--url', s.url], s.home);
+    const human = await runCli(['sessions', '--url', s.url], s.home);
     expect(human.exitCode).toBe(0);
     const lines = human.stdout.split('\n');
     // Newest first: id, status, model, creation time, workspace.
@@ -247,7 +167,7 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
       new RegExp(`^${second} {2}active {2}scripted:demo {9}\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z {2}\\S+$`),
     );
 
-    const json = await cli(['sessions', '--json', '--url', s.url], s.home);
+    const json = await runCli(['sessions', '--json', '--url', s.url], s.home);
     expect(json.exitCode).toBe(0);
     const records = JSON.parse(json.stdout) as any[];
     expect(records).toMatchObject([
@@ -259,7 +179,7 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
   it('send <session> "msg" without --follow prints "<session> <turn>" (--json: an object) and the turn runs', async () => {
     const s = await serve({ runtime: { scripted: { token_delay_ms: 0 } } });
     const sessionId = await s.createSession();
-    const plain = await cli(['send', sessionId, 'hello there', '--url', s.url], s.home);
+    const plain = await runCli(['send', sessionId, 'hello there', '--url', s.url], s.home);
     expect(plain).toMatchObject({ exitCode: 0, stderr: '' });
     const [printedSession, turnId, ...rest] = plain.stdout.split(' ');
     expect(rest).toEqual([]);
@@ -272,7 +192,7 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
       ['assistant', 'You said: hello there'],
     ]);
 
-    const json = await cli(['send', sessionId, 'again', '--json', '--url', s.url], s.home);
+    const json = await runCli(['send', sessionId, 'again', '--json', '--url', s.url], s.home);
     expect(json.exitCode).toBe(0);
     expect(JSON.parse(json.stdout)).toEqual({
       session_id: sessionId,
@@ -281,12 +201,12 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     await s.turnEnd(JSON.parse(json.stdout).turn_id);
 
     // --new without --follow: the new session on stderr, the ids on stdout.
-    const created = await cli(['send', '--new', 'hi', '--url', s.url], s.home);
+    const created = await runCli(['send', '--new', 'hi', '--url', s.url], s.home);
     expect(created.exitCode).toBe(0);
     const newSession = /^created session (sess_\w+)$/.exec(created.stderr)![1]!;
     expect(created.stdout).toMatch(new RegExp(`^${newSession} turn_\\w+$`));
 
-    const unknown = await cli(['send', 'sess_nope', 'hi', '--url', s.url], s.home);
+    const unknown = await runCli(['send', 'sess_nope', 'hi', '--url', s.url], s.home);
     expect(unknown.exitCode).toBe(1);
     expect(unknown.stderr).toContain('METIS_ERR_SESSION_NOT_FOUND');
   }, 60_000);
@@ -296,17 +216,17 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     const sessionId = await s.createSession();
 
     // Without a turn id: the session's turn in flight.
-    const sent = await cli(['send', sessionId, 'slow: a long story', '--url', s.url], s.home);
+    const sent = await runCli(['send', sessionId, 'slow: a long story', '--url', s.url], s.home);
     const turnId = sent.stdout.split(' ')[1]!;
-    const cancelled = await cli(['cancel', sessionId, '--url', s.url], s.home);
+    const cancelled = await runCli(['cancel', sessionId, '--url', s.url], s.home);
     expect(cancelled).toMatchObject({ exitCode: 0, stdout: `${turnId}: cancelling`, stderr: '' });
     expect(await s.turnEnd(turnId)).toBe('turn.cancelled');
 
     // With the turn id, and --json.
     const second = (
-      await cli(['send', sessionId, 'slow: another story', '--url', s.url], s.home)
+      await runCli(['send', sessionId, 'slow: another story', '--url', s.url], s.home)
     ).stdout.split(' ')[1]!;
-    const json = await cli(['cancel', sessionId, second, '--json', '--url', s.url], s.home);
+    const json = await runCli(['cancel', sessionId, second, '--json', '--url', s.url], s.home);
     expect(json.exitCode).toBe(0);
     expect(JSON.parse(json.stdout)).toEqual({ turn_id: second, status: 'cancelling' });
     expect(await s.turnEnd(second)).toBe('turn.cancelled');
@@ -317,10 +237,10 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     ]);
 
     // Nothing in flight any more: a clear error, exit 1.
-    const idle = await cli(['cancel', sessionId, '--url', s.url], s.home);
+    const idle = await runCli(['cancel', sessionId, '--url', s.url], s.home);
     expect(idle.exitCode).toBe(1);
     expect(idle.stderr).toContain(`error: session ${sessionId} has no turn in flight`);
-    const ended = await cli(['cancel', sessionId, second, '--url', s.url], s.home);
+    const ended = await runCli(['cancel', sessionId, second, '--url', s.url], s.home);
     expect(ended.exitCode).toBe(1);
     expect(ended.stderr).toContain('METIS_ERR_TURN_NOT_FOUND');
   }, 60_000);
@@ -329,7 +249,7 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     // runtime.tool_confirmation.execute defaults to "ask": `run:` makes the scripted model call shell.
     const s = await serve({ runtime: { scripted: { token_delay_ms: 0 } } });
     const sessionId = await s.createSession();
-    const requested = async (follow: Child) => {
+    const requested = async (follow: CliChild) => {
       await follow.waitForStdout((out) =>
         eventsOf(out).some((e) => e.type === 'tool.confirmation_requested'),
       );
@@ -338,13 +258,13 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
       return event.payload.confirmation_request_id as string;
     };
 
-    const allowTurn = spawn(
+    const allowTurn = spawnCli(
       ['send', sessionId, 'run: echo confirmed', '--follow', '--json', '--url', s.url],
       s.home,
     );
     const allowId = await requested(allowTurn);
     expect(allowId).toMatch(ID('conf'));
-    const allowed = await cli(['confirm', sessionId, allowId, 'allow', '--url', s.url], s.home);
+    const allowed = await runCli(['confirm', sessionId, allowId, 'allow', '--url', s.url], s.home);
     expect(allowed).toMatchObject({ exitCode: 0, stdout: `${allowId}: allow`, stderr: '' });
     expect(await allowTurn.exited()).toBe(0);
     const allowEvents = eventsOf(allowTurn.stdout());
@@ -355,20 +275,20 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     expect(allowEvents.at(-1)!.type).toBe('turn.completed');
 
     // The same request again: already answered.
-    const again = await cli(['confirm', sessionId, allowId, 'allow', '--url', s.url], s.home);
+    const again = await runCli(['confirm', sessionId, allowId, 'allow', '--url', s.url], s.home);
     expect(again.exitCode).toBe(1);
     expect(again.stderr).toContain('METIS_ERR_CONFIRMATION_NOT_FOUND');
 
-    const denyTurn = spawn(
+    const denyTurn = spawnCli(
       ['send', sessionId, 'run: echo denied', '--follow', '--json', '--url', s.url],
       s.home,
     );
     const denyId = await requested(denyTurn);
     // Neither allow nor deny: refused before any request.
-    const bad = await cli(['confirm', sessionId, denyId, 'maybe', '--url', s.url], s.home);
+    const bad = await runCli(['confirm', sessionId, denyId, 'maybe', '--url', s.url], s.home);
     expect(bad.exitCode).toBe(2);
     expect(bad.stderr).toContain('decision: "maybe" is not allow or deny');
-    const denied = await cli(['confirm', sessionId, denyId, 'deny', '--json', '--url', s.url], s.home);
+    const denied = await runCli(['confirm', sessionId, denyId, 'deny', '--json', '--url', s.url], s.home);
     expect(denied.exitCode).toBe(0);
     expect(JSON.parse(denied.stdout)).toEqual({ confirmation_request_id: denyId, decision: 'deny' });
     expect(await denyTurn.exited()).toBe(0);

@@ -1,84 +1,14 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { execa, type ResultPromise } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
 import { filterFrom } from '../../src/commands/tail.js';
 import { PRESETS } from '../../src/core/events/presets.js';
 import { STREAMING } from '../../src/core/events/streaming.js';
 import { eventually } from '../helpers/protocol.js';
-import { runCli } from '../helpers/run-cli.js';
+import { runCli, serveCli, spawnCli } from '../helpers/run-cli.js';
 import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
-
-const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
-const ROOT = join(import.meta.dirname, '../..');
-
-interface Cli {
-  readonly process: ResultPromise;
-  readonly pid: number;
-  stdout(): string;
-  stderr(): string;
-  /** Resolves once stdout satisfies `check` (rejects when the process ends first or on timeout). */
-  waitForStdout(check: (stdout: string) => boolean, timeoutMs?: number): Promise<void>;
-  /** Sends a signal to this child (by its pid) and waits for it to exit; resolves with its exit code. */
-  stop(signal: NodeJS.Signals): Promise<number | undefined>;
-}
-
-/** `metis <args>` from source as a long-running child process, its output collected as it comes. */
-function spawnCli(args: readonly string[], home: string): Cli {
-  const child = execa(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
-    cwd: ROOT,
-    reject: false,
-    stdin: 'ignore',
-    env: { METIS_HOME: home, NODE_ENV: 'test', NO_COLOR: '1' },
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (chunk) => {
-    out += String(chunk);
-  });
-  child.stderr!.on('data', (chunk) => {
-    err += String(chunk);
-  });
-  let exited = false;
-  const done = child.then((result) => {
-    exited = true;
-    return result;
-  });
-  onTestFinished(async () => {
-    if (!exited) {
-      child.kill('SIGKILL');
-      await done;
-    }
-  });
-  return {
-    process: child,
-    pid: child.pid!,
-    stdout: () => out,
-    stderr: () => err,
-    waitForStdout: async (check, timeoutMs = 20_000) => {
-      const deadline = Date.now() + timeoutMs;
-      while (!check(out)) {
-        if (exited) throw new Error(`metis ${args[0]} exited early:\n${out}\n${err}`);
-        if (Date.now() > deadline) throw new Error(`timed out waiting for metis ${args[0]}:\n${out}\n${err}`);
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-    },
-    stop: async (signal) => {
-      if (!exited) child.kill(signal);
-      return (await done).exitCode;
-    },
-  };
-}
-
-/** `metis serve --port P --json --db D` as a child; resolves once it printed its URL. */
-async function serve(home: string, dbPath: string, port = 0): Promise<Cli & { url: string; port: number }> {
-  const cli = spawnCli(['serve', '--port', String(port), '--json', '--db', dbPath], home);
-  await cli.waitForStdout((out) => out.includes('\n'));
-  const { url } = JSON.parse(cli.stdout().split('\n')[0]!) as { url: string };
-  return Object.assign(cli, { url, port: Number(new URL(url).port) });
-}
 
 const ID = /\b(evt|sess|turn|msg|tu|req|conf|conn|sub)_[0-9A-HJKMNP-TV-Z]{26}\b/g;
 
@@ -222,7 +152,7 @@ describe('metis tail: filter and Ctrl-C', () => {
 describe('metis send and tail against a real `metis serve` (end to end)', () => {
   it('send --new "hello" --follow prints the scripted answer', async () => {
     const home = tempDir();
-    const server = await serve(home, join(home, 'metis.db'));
+    const server = await serveCli(home, ['--db', join(home, 'metis.db')]);
     const result = await runCli(['send', '--new', 'hello', '--follow', '--url', server.url], home);
     expect(result.stderr).toMatch(/^created session sess_\w+$/m);
     expect(result.exitCode).toBe(0);
@@ -234,7 +164,7 @@ describe('metis send and tail against a real `metis serve` (end to end)', () => 
   it('tail --json survives a server restart and loses no event', async () => {
     const home = tempDir();
     const dbPath = join(home, 'metis.db');
-    const first = await serve(home, dbPath);
+    const first = await serveCli(home, ['--db', dbPath]);
     const post = async (url: string, path: string, body: unknown) =>
       (await (
         await fetch(`${url}${path}`, {
@@ -261,7 +191,7 @@ describe('metis send and tail against a real `metis serve` (end to end)', () => 
     expect(await eventually(ended(turn1), 20_000)).toBe(true);
     expect(await first.stop('SIGTERM')).toBe(0);
 
-    const second = await serve(home, dbPath, first.port);
+    const second = await serveCli(home, ['--db', dbPath], first.port);
     expect(second.port).toBe(first.port);
     // Submitted at once: the tail is probably still reconnecting and gets this turn by replay.
     const turn2 = (await post(second.url, `/sessions/${sessionId}/turns`, { message: 'after the restart' }))
