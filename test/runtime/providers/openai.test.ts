@@ -50,6 +50,23 @@ const texts = (events: MetisEvent[], type: string) => byType(events, type).map((
 const HEAD = ['session.created', 'turn.started', 'route.decided', 'llm.call_started', 'message.start'];
 const FAILED_TAIL = ['message.complete', 'llm.call_failed', 'turn.completed'];
 const TEXT_TURN = [...HEAD, 'text.delta*', 'message.complete', 'llm.call_completed', 'turn.completed'];
+const HELLO = [{ type: 'text', text: 'Hello from GPT.' }];
+const ERROR_FIRST: ReplayResponse = { fixture: 'openai-error-first.sse' };
+
+/** The message rows of a session as [role, status, content], in order. */
+const rows = (ctx: Context) =>
+  ctx.h.runtime.sessions.messages(ctx.sessionId).map((m) => [m.role, m.status, m.content]);
+
+/** Every streaming event of the call belongs to the one message its single message.start opened. */
+function expectOneMessage(events: MetisEvent[]): void {
+  const starts = byType(events, 'message.start');
+  expect(starts).toHaveLength(1);
+  expect(byType(events, 'message.complete')).toHaveLength(1);
+  const streamed = events.filter((e) => /^(message|text|thinking|tool\.use_)/.test(e.type));
+  expect(new Set(streamed.map((e) => e.payload.message_id))).toEqual(
+    new Set([starts[0]!.payload.message_id]),
+  );
+}
 
 describe('openai adapter through the openai SDK against a replay server', () => {
   it('plain text: deltas, include_usage usage with cached tokens, cost, request shape, persisted message', async () => {
@@ -277,6 +294,45 @@ describe('openai adapter through the openai SDK against a replay server', () => 
     expect(ctx.h.runtime.sessions.messages(ctx.sessionId)[1]).toMatchObject({ status: 'error' });
   });
 
+  it('an error chunk before any token of a 200 stream is retried: one message reaches the client', async () => {
+    const ctx = await setup([ERROR_FIRST, { fixture: 'openai-text.sse' }]);
+    const { outcome, events } = await turn(ctx, 'Say hello');
+    expect(outcome.status).toBe('completed');
+    expect(ctx.server.requests).toHaveLength(2);
+    expect(ctx.server.requests[1]!.body).toEqual(ctx.server.requests[0]!.body);
+    expect(await ctx.server.outcome(0)).toBe('completed');
+    // Nothing of the failed attempt leaks: one message.start … message.complete, one call, no failure.
+    expect(shape(events)).toEqual(TEXT_TURN);
+    expectOneMessage(events);
+    expect(byType(events, 'llm.call_started')).toHaveLength(1);
+    expect(byType(events, 'llm.call_failed')).toHaveLength(0);
+    expect(texts(events, 'text.delta')).toEqual(['Hello', ' from', ' GPT.']);
+    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'end_turn', final_content: HELLO });
+    // llm.call_completed has no retry_count (bus §6.3): a retry that succeeds is invisible.
+    expect(one(events, 'llm.call_completed')).toMatchObject({ stop_reason: 'end_turn', input_tokens: 30 });
+    expect(rows(ctx)).toEqual([
+      ['user', 'complete', [{ type: 'text', text: 'Say hello' }]],
+      ['assistant', 'complete', HELLO],
+    ]);
+  });
+
+  it('an error chunk before any token on every attempt fails as server_error with retry_count = max_retries', async () => {
+    const ctx = await setup([ERROR_FIRST, ERROR_FIRST, { fixture: 'openai-text.sse' }], { max_retries: 1 });
+    const { outcome, events } = await turn(ctx, 'Say hello');
+    expect(outcome.status).toBe('failed');
+    expect(ctx.server.requests).toHaveLength(2);
+    expect(shape(events)).toEqual([...HEAD, ...FAILED_TAIL]);
+    expectOneMessage(events);
+    const failed = one(events, 'llm.call_failed');
+    expect(failed).toMatchObject({ provider: 'openai', error_class: 'server_error', retry_count: 1 });
+    expect(failed.error_message_redacted).toContain('overloaded');
+    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'error', final_content: [] });
+    expect(rows(ctx)).toEqual([
+      ['user', 'complete', [{ type: 'text', text: 'Say hello' }]],
+      ['assistant', 'error', []],
+    ]);
+  });
+
   it('a 429 with retry-after is retried after the wait; beyond max_retries it fails with retry_count 1', async () => {
     const limited: ReplayResponse = {
       status: 429,
@@ -293,16 +349,30 @@ describe('openai adapter through the openai SDK against a replay server', () => 
       950,
     );
     expect(shape(events)).toEqual(TEXT_TURN);
+    expectOneMessage(events);
+    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'end_turn', final_content: HELLO });
+    expect(byType(events, 'llm.call_failed')).toHaveLength(0);
+    // The rejected attempt left nothing in the store: one complete answer.
+    expect(rows(ctx)).toEqual([
+      ['user', 'complete', [{ type: 'text', text: 'Say hello' }]],
+      ['assistant', 'complete', HELLO],
+    ]);
 
     const quick = { ...limited, headers: { 'retry-after': '0' } };
     const again = await setup([quick, quick, quick], { max_retries: 1 });
     const failed = await turn(again, 'Say hello');
+    expect(failed.outcome.status).toBe('failed');
     expect(shape(failed.events)).toEqual([...HEAD, ...FAILED_TAIL]);
     expect(one(failed.events, 'llm.call_failed')).toMatchObject({
       error_class: 'rate_limit',
       retry_count: 1,
     });
+    expect(one(failed.events, 'message.complete')).toMatchObject({ stop_reason: 'error', final_content: [] });
     expect(again.server.requests).toHaveLength(2);
+    expect(rows(again)).toEqual([
+      ['user', 'complete', [{ type: 'text', text: 'Say hello' }]],
+      ['assistant', 'error', []],
+    ]);
   });
 
   it('HTTP errors map to auth and context_overflow without retries', async () => {
@@ -329,16 +399,38 @@ describe('openai adapter through the openai SDK against a replay server', () => 
       },
     ]);
     const first = await turn(ctx, 'Hello');
+    expect(first.outcome.status).toBe('failed');
+    expect(shape(first.events)).toEqual([...HEAD, ...FAILED_TAIL]);
     const auth = one(first.events, 'llm.call_failed');
-    expect(auth).toMatchObject({ error_class: 'auth', retry_count: 0 });
+    expect(auth).toMatchObject({ provider: 'openai', error_class: 'auth', retry_count: 0 });
     expect(auth.error_message_redacted).not.toContain(KEY);
     const second = await turn(ctx, 'Hello again');
+    expect(second.outcome.status).toBe('failed');
+    expect(shape(second.events)).toEqual([
+      ...HEAD,
+      ...FAILED_TAIL,
+      'turn.started',
+      'route.decided',
+      'llm.call_started',
+      'message.start',
+      ...FAILED_TAIL,
+    ]);
     expect(one(second.events, 'llm.call_failed', 1)).toMatchObject({
       error_class: 'context_overflow',
       retry_count: 0,
     });
+    expect(byType(second.events, 'message.complete').map((e) => e.payload)).toMatchObject([
+      { stop_reason: 'error', final_content: [] },
+      { stop_reason: 'error', final_content: [] },
+    ]);
     expect(ctx.server.requests).toHaveLength(2);
     expect(JSON.stringify(ctx.h.frames)).not.toContain(KEY);
+    expect(rows(ctx)).toEqual([
+      ['user', 'complete', [{ type: 'text', text: 'Hello' }]],
+      ['assistant', 'error', []],
+      ['user', 'complete', [{ type: 'text', text: 'Hello again' }]],
+      ['assistant', 'error', []],
+    ]);
   });
 
   it('a stream cut off without a finish_reason fails as network, keeping the partial text', async () => {
@@ -396,7 +488,11 @@ describe('openai adapter through the openai SDK against a replay server', () => 
     const { outcome, events } = await turn(ctx, 'Time and notes, please');
     expect(outcome.status).toBe('cancelled');
     expect(await ctx.server.outcome(0)).toBe('client_closed');
-    expect(shape(events).slice(-7)).toEqual([
+    expect(shape(events)).toEqual([
+      ...HEAD,
+      'text.delta*',
+      'tool.use_start',
+      'tool.use_input_delta*',
       'tool.use_start',
       'tool.use_input_delta*',
       'tool.use_end',
@@ -405,13 +501,34 @@ describe('openai adapter through the openai SDK against a replay server', () => 
       'llm.call_failed',
       'turn.cancelled',
     ]);
+    expectOneMessage(events);
     expect(byType(events, 'tool.use_end').map((e) => [e.payload.tool_use_id, e.payload.final_input])).toEqual(
       [
         ['call_Clock', {}],
         ['call_Notes', {}],
       ],
     );
+    const partial = [
+      { type: 'text', text: 'Checking both.' },
+      { type: 'tool_use', id: 'call_Clock', name: 'current_time', input: {} },
+      { type: 'tool_use', id: 'call_Notes', name: 'read_file', input: {} },
+    ];
+    expect(one(events, 'message.complete')).toMatchObject({
+      stop_reason: 'cancelled',
+      final_content: partial,
+    });
+    expect(one(events, 'llm.call_failed')).toMatchObject({ error_class: 'cancelled', retry_count: 0 });
+    expect(one(events, 'turn.cancelled')).toMatchObject({ reason: 'user_cancel', partial_llm_calls: 1 });
     expect(byType(events, 'tool.called')).toHaveLength(0);
+    // The store holds the partial message as cancelled, with both calls, and no tool message or tool call.
+    expect(rows(ctx)).toEqual([
+      ['user', 'complete', [{ type: 'text', text: 'Time and notes, please' }]],
+      ['assistant', 'cancelled', partial],
+    ]);
+    const toolCalls = ctx.h.context.db
+      .prepare('SELECT id FROM tool_calls WHERE session_id = ?')
+      .all(ctx.sessionId);
+    expect(toolCalls).toEqual([]);
   });
 
   it('an openai-compatible local server (ollama) needs no key', async () => {
