@@ -342,8 +342,14 @@ describe('runtime edges', () => {
       filter: { event_types: ['tool.confirmation_requested'] },
       handler: (event) => {
         const answer = answers.shift();
+        // A session-scoped deny would be remembered (docs/decisions.md): deny once, allow for the session.
         if (answer)
-          h.runtime.confirm(session.id, String(event.payload.confirmation_request_id), answer, 'session');
+          h.runtime.confirm(
+            session.id,
+            String(event.payload.confirmation_request_id),
+            answer,
+            answer === 'deny' ? 'once' : 'session',
+          );
       },
     });
     for (let i = 0; i < 4; i += 1) await h.settle(h.runtime.submitTurn(session.id, 'run: echo hi').done);

@@ -9,9 +9,35 @@ import { byType, type RuntimeHarness, shape, startRuntime } from '../helpers/run
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
 const ROUNDS = 8;
+/** §6.2.3 rounds per observable point of the seam (three points). */
+const SEAM_ROUNDS_PER_POINT = 4;
+/** §6.2.4 rounds; the scripted model runs at zero delay, so these are fast. */
+const FOLLOW_UP_ROUNDS = 16;
 
 function randomInt(max: number): number {
   return Math.floor(Math.random() * max);
+}
+
+/** A Fisher-Yates shuffle of a copy. */
+function shuffled<T>(items: readonly T[]): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i -= 1) {
+    const j = randomInt(i + 1);
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
+
+/** How many text.delta events the second model call of an uncancelled `time` turn streams. */
+async function secondCallDeltas(): Promise<number> {
+  const h = startRuntime();
+  const session = h.runtime.createSession({ workspacePath: h.workspace });
+  await h.settle(h.runtime.submitTurn(session.id, 'time').done);
+  const frames = h.framesOf(session.id);
+  const second = byType(frames, 'message.start')[1]!;
+  const count = byType(frames, 'text.delta').filter((e) => e.parent_event_id === second.id).length;
+  await h.runtime.close();
+  return count;
 }
 
 /** Catalog events (persisted) of a session, in id order. */
@@ -150,63 +176,166 @@ describe('cancellation (streaming spec §6.2)', () => {
     }
   });
 
-  it('at the seam (§6.2.3, test 8b): pending tools fail as cancelled and never run', async () => {
-    for (let round = 0; round < ROUNDS; round += 1) {
+  it('at the seam (§6.2.3, test 8b): cancelled at a random point between llm.call_completed and execute(), pending tools fail as cancelled and never run', async () => {
+    // The points of the window a canceller can observe: the bus delivering llm.call_completed, the bus
+    // delivering tool.called, and the dispatcher about to enter execute() (the beforeExecute hook).
+    // The hook holds execute() until the bus has delivered tool.called, so each point lies inside the
+    // window whatever the timing: the cancel always follows an observed event, never a timer.
+    const points = ['llm.call_completed', 'tool.called', 'beforeExecute'] as const;
+    const schedule = shuffled(
+      points.flatMap((point) => Array.from({ length: SEAM_ROUNDS_PER_POINT }, () => point)),
+    );
+    expect(schedule.length).toBeGreaterThanOrEqual(10);
+    for (const point of schedule) {
       let h!: RuntimeHarness;
       let sessionId = '';
       let turnId = '';
-      h = startRuntime({}, { beforeToolExecute: async () => void h.runtime.cancelTurn(sessionId, turnId) });
+      const results: string[] = [];
+      const cancel = () => results.push(h.runtime.cancelTurn(sessionId, turnId));
+      let toolCalledSeen!: () => void;
+      const toolCalledDelivered = new Promise<void>((resolve) => {
+        toolCalledSeen = resolve;
+      });
+      h = startRuntime(
+        {},
+        {
+          beforeToolExecute: async () => {
+            await toolCalledDelivered;
+            if (point === 'beforeExecute') cancel();
+          },
+        },
+      );
+      h.context.bus.subscribe({
+        name: 'seam-canceller',
+        fastPath: true,
+        filter: { event_types: ['llm.call_completed', 'tool.called'] },
+        handler: (event) => {
+          if (event.session_id !== sessionId) return;
+          if (event.type === point) cancel();
+          if (event.type === 'tool.called') toolCalledSeen();
+        },
+      });
       const session = h.runtime.createSession({ workspacePath: h.workspace });
       sessionId = session.id;
       const marker = join(h.workspace, 'ran.txt');
       const submitted = h.runtime.submitTurn(session.id, `run: touch ${marker}`);
       turnId = submitted.turnId;
-      await submitted.done;
+      const outcome = await submitted.done;
       await h.context.flush();
-      const events = persisted(h, session.id);
-      expect(events.map((e) => e.type).slice(-4)).toEqual([
+      expect(results, point).toEqual(['cancelling']);
+      expect(outcome.status, point).toBe('cancelled');
+      expect(shape(h.framesOf(session.id)), point).toEqual([
+        'session.created',
+        'turn.started',
+        'route.decided',
+        'llm.call_started',
+        'message.start',
+        'text.delta*',
+        'tool.use_start',
+        'tool.use_input_delta*',
+        'tool.use_end',
+        'message.complete',
         'llm.call_completed',
         'tool.called',
         'tool.failed',
         'turn.cancelled',
       ]);
-      expect(byType(events, 'tool.failed')[0]!.payload.error_class).toBe('cancelled');
-      expect(existsSync(marker)).toBe(false);
+      const events = persisted(h, session.id);
+      expect(byType(events, 'tool.failed')[0]!.payload).toMatchObject({
+        error_class: 'cancelled',
+        error_message: 'the turn was cancelled before this tool ran',
+      });
+      expect(byType(events, 'turn.cancelled')[0]!.payload).toMatchObject({
+        reason: 'user_cancel',
+        partial_llm_calls: 1,
+        partial_tool_calls: 1,
+      });
+      expect(existsSync(marker), point).toBe(false);
+      const toolUseId = String(byType(events, 'tool.called')[0]!.payload.tool_use_id);
+      expect(h.runtime.sessions.toolCall(toolUseId)!.status).toBe('cancelled');
       expectToolCancelParents(events);
       await h.runtime.close();
     }
   });
 
-  it('during a follow-up call (§6.2.4): the second call ends like §6.2.1', async () => {
-    for (let round = 0; round < ROUNDS; round += 1) {
-      const h = startRuntime({ scripted: { token_delay_ms: 2 } });
+  it('during a follow-up call (§6.2.4): cancelled at a random text.delta of the second call (or before its first), it ends like §6.2.1', async () => {
+    // The second call's deltas, from one uncancelled turn (the scripted model is deterministic).
+    const deltas = await secondCallDeltas();
+    expect(deltas).toBeGreaterThanOrEqual(2);
+    // cancelAt 0 cancels at the second call's message.start, before its first delta; k > 0 cancels
+    // as the k-th delta arrives, the last one included (the stream has nothing left to send, but
+    // message.complete is not out yet). The first rounds pin both ends, the rest are random.
+    const picks = [0, deltas, deltas - 1];
+    for (let round = 0; round < FOLLOW_UP_ROUNDS; round += 1) {
+      const cancelAt = picks[round] ?? randomInt(deltas + 1);
+      const h = startRuntime();
       const session = h.runtime.createSession({ workspacePath: h.workspace });
       let starts = 0;
+      let secondDeltas = 0;
       let turnId = '';
+      const results: string[] = [];
       h.runtime.streaming.subscribe((event) => {
-        if (event.type === 'message.start' && ++starts === 2) h.runtime.cancelTurn(session.id, turnId);
+        if (event.session_id !== session.id) return;
+        if (event.type === 'message.start') starts += 1;
+        if (starts !== 2) return;
+        const hit =
+          (event.type === 'message.start' && cancelAt === 0) ||
+          (event.type === 'text.delta' && ++secondDeltas === cancelAt);
+        if (hit) results.push(h.runtime.cancelTurn(session.id, turnId));
       });
       const submitted = h.runtime.submitTurn(session.id, 'time');
       turnId = submitted.turnId;
-      await submitted.done;
+      const outcome = await submitted.done;
       await h.context.flush();
-      const events = persisted(h, session.id);
-      expect(events.map((e) => e.type).slice(-5)).toEqual([
+      const label = `cancel at ${cancelAt} of ${deltas}`;
+      expect(results, label).toEqual(['cancelling']);
+      expect(outcome.status, label).toBe('cancelled');
+      const frames = h.framesOf(session.id);
+      expect(shape(frames), label).toEqual([
+        'session.created',
+        'turn.started',
+        'route.decided',
+        'llm.call_started',
+        'message.start',
+        'text.delta*',
+        'tool.use_start',
+        'tool.use_input_delta*',
+        'tool.use_end',
+        'message.complete',
+        'llm.call_completed',
         'tool.called',
         'tool.completed',
         'llm.call_started',
+        'message.start',
+        ...(cancelAt > 0 ? ['text.delta*'] : []),
+        'message.complete',
         'llm.call_failed',
         'turn.cancelled',
       ]);
-      expect(byType(h.framesOf(session.id), 'message.complete').map((e) => e.payload.stop_reason)).toEqual([
-        'tool_use',
-        'cancelled',
-      ]);
+      const secondStart = byType(frames, 'message.start')[1]!;
+      const secondText = byType(frames, 'text.delta').filter((e) => e.parent_event_id === secondStart.id);
+      expect(secondText, label).toHaveLength(cancelAt);
+      const complete = byType(frames, 'message.complete')[1]!;
+      expect(complete.parent_event_id).toBe(secondStart.id);
+      expect(complete.payload.stop_reason).toBe('cancelled');
+      const text = secondText.map((e) => e.payload.text).join('');
+      expect(complete.payload.final_content).toEqual(cancelAt > 0 ? [{ type: 'text', text }] : []);
+      expect(byType(frames, 'message.complete')[0]!.payload.stop_reason).toBe('tool_use');
+      const events = persisted(h, session.id);
       const turn = byType(events, 'turn.started')[0]!;
       const secondCall = byType(events, 'llm.call_started')[1]!;
       expect(secondCall.parent_event_id).toBe(byType(events, 'tool.completed')[0]!.id);
+      expect(secondStart.parent_event_id).toBe(secondCall.id);
       expect(byType(events, 'llm.call_failed')[0]!.parent_event_id).toBe(secondCall.id);
+      expect(byType(events, 'llm.call_failed')[0]!.payload.error_class).toBe('cancelled');
       expect(byType(events, 'turn.cancelled')[0]!.parent_event_id).toBe(turn.id);
+      expect(byType(events, 'turn.cancelled')[0]!.payload).toMatchObject({
+        reason: 'user_cancel',
+        partial_llm_calls: 2,
+        partial_tool_calls: 1,
+      });
+      const assistants = h.runtime.sessions.messages(session.id).filter((m) => m.role === 'assistant');
+      expect(assistants.map((m) => m.status)).toEqual(['complete', 'cancelled']);
       await h.runtime.close();
     }
   });

@@ -19,7 +19,10 @@ export interface DispatchRequest {
   readonly messageId: string;
   readonly workspacePath: string;
   readonly signal: AbortSignal;
-  /** Tool names the user allowed for the rest of the session (`scope: session`). */
+  /**
+   * Tool names the user allowed for the rest of the session (`scope: session`). The set is the
+   * session's own, so it also keys the tools denied for the session (see `ToolDispatcher`).
+   */
   readonly sessionAllowed: Set<string>;
   /** Test and conformance hook: runs after `tool.called`, before a tool's execution starts. */
   readonly beforeExecute?: () => Promise<void>;
@@ -51,6 +54,12 @@ interface Scheduled {
 export class ToolDispatcher {
   private readonly tools: Map<string, Tool>;
   private readonly logger: Logger;
+  /**
+   * Tool names the user denied for the rest of a session (`decision: deny, scope: session`, bus §6.4),
+   * keyed by that session's `sessionAllowed` set: the memory lives exactly as long as the allowed one
+   * (a resumed session starts with neither) and needs no cleanup when a session ends.
+   */
+  private readonly sessionDenied = new WeakMap<Set<string>, Set<string>>();
 
   constructor(
     tools: readonly Tool[],
@@ -190,6 +199,9 @@ export class ToolDispatcher {
     if (effects !== 'write' && effects !== 'execute' && effects !== 'network') return null;
     const policy = this.config.tool_confirmation[effects];
     if (policy === 'allow' || request.sessionAllowed.has(call.tool.name)) return null;
+    if (this.sessionDenied.get(request.sessionAllowed)?.has(call.tool.name)) {
+      return { errorClass: 'user_denied', message: `the user denied ${call.tool.name} for this session` };
+    }
     if (policy === 'deny')
       return { errorClass: 'user_denied', message: `${effects} tools are denied by policy` };
 
@@ -212,6 +224,8 @@ export class ToolDispatcher {
       this.config.confirmation_timeout_ms,
       request.signal,
     );
+    // A cancelled turn closes the request without tool.confirmation_resolved: its decision values are
+    // allow, deny and timeout (bus §6.4); tool.failed(cancelled) and turn.cancelled end it instead.
     if (answer.decision === 'cancelled') {
       return { errorClass: 'cancelled', message: 'the turn was cancelled while waiting for confirmation' };
     }
@@ -225,6 +239,11 @@ export class ToolDispatcher {
     if (answer.decision === 'allow') {
       if (answer.scope === 'session') request.sessionAllowed.add(call.tool.name);
       return null;
+    }
+    if (answer.decision === 'deny' && answer.scope === 'session') {
+      const denied = this.sessionDenied.get(request.sessionAllowed) ?? new Set<string>();
+      denied.add(call.tool.name);
+      this.sessionDenied.set(request.sessionAllowed, denied);
     }
     return answer.decision === 'deny'
       ? { errorClass: 'user_denied', message: 'the user denied this tool call' }

@@ -207,6 +207,8 @@ export class TurnRunner {
       conversation.push({ role: 'assistant', content: call.content });
       const toolUses = call.content.filter((b) => b.type === 'tool_use');
       if (call.stopReason !== 'tool_use' || toolUses.length === 0 || totals.llmCalls >= MAX_LLM_CALLS) {
+        // Cancelled after the last call completed: the cancel was accepted, so the turn ends cancelled.
+        if (signal.aborted) return cancelled(finalText);
         return completed(call.stopReason, finalText, 'completed');
       }
       const dispatched = await this.dispatcher.dispatch({
@@ -282,6 +284,9 @@ export class TurnRunner {
       for (;;) {
         const next = await generator.next();
         if (next.done) {
+          // A cancel that came with the last chunk finds the stream finished, but message.complete is
+          // not out yet: to the client it is still a cancel mid-message (§6.2.1).
+          if (signal.aborted) throw new AdapterError('cancelled', 'the turn was cancelled');
           result = next.value;
           break;
         }
