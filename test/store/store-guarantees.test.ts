@@ -33,8 +33,7 @@ type TraceStoreStatements = Record<
   | 'lastSeqStatement'
   | 'lastIdStatement'
   | 'eventByIdStatement'
-  | 'chainStatement'
-  | 'oldestInSessionStatement',
+  | 'chainStatement',
   Statement
 >;
 
@@ -166,7 +165,6 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
       ['lastSeqStatement', ['sess_3'], { access: 'search', tempSort: false }],
       ['lastIdStatement', [], { access: 'search', tempSort: false }],
       ['eventByIdStatement', [middle], { access: 'search', tempSort: false }],
-      ['oldestInSessionStatement', ['sess_4'], { access: 'search', tempSort: false }],
     ];
     // Every statement the store prepares is covered: a new one must come with its plan check.
     const prepared = Object.entries(statements)

@@ -30,7 +30,6 @@ export class TraceStore {
   private readonly lastIdStatement;
   private readonly eventByIdStatement;
   private readonly chainStatement;
-  private readonly oldestInSessionStatement;
 
   constructor(readonly db: Db) {
     // json_each lets one prepared statement take any number of sessions, types and actors; a null
@@ -78,9 +77,6 @@ export class TraceStore {
          SELECT ${EVENT_COLUMNS} FROM chain JOIN events USING (id) ORDER BY chain.depth`,
       )
       .raw();
-    this.oldestInSessionStatement = db
-      .prepare('SELECT id FROM events WHERE session_id = ? ORDER BY id LIMIT 1')
-      .pluck();
   }
 
   /** Events after a cursor, in id order, capped at `limit` (streaming spec §3.6). */
@@ -148,10 +144,5 @@ export class TraceStore {
       .pluck()
       .get() as string | undefined;
     return cutoff === undefined ? null : Date.parse(cutoff);
-  }
-
-  /** Oldest event kept for a session, for `cursor_expired` after a prune. */
-  oldestEventId(sessionId: string): string | null {
-    return (this.oldestInSessionStatement.get(sessionId) as string | undefined) ?? null;
   }
 }
