@@ -1,21 +1,10 @@
 import { describeEventTypes, type TypeDescription } from '../core/events/describe.js';
+import { table } from './text-table.js';
 
 export interface CatalogOptions {
   json?: boolean;
   domain?: string;
   type?: string;
-}
-
-function table(rows: readonly string[][]): string {
-  const widths = rows[0]!.map((_, col) => Math.max(...rows.map((r) => r[col]!.length)));
-  return rows
-    .map((r) =>
-      r
-        .map((cell, col) => cell.padEnd(widths[col]!))
-        .join('  ')
-        .trimEnd(),
-    )
-    .join('\n');
 }
 
 function printFields(description: TypeDescription): void {

@@ -6,6 +6,7 @@ import { silentLogger } from '../core/logger.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import type { TraceQuery } from '../plugins/define-plugin.js';
 import type { PluginStatus } from '../plugins/plugin-host.js';
+import { table } from './text-table.js';
 
 export interface PluginsOptions {
   json?: boolean;
@@ -82,18 +83,6 @@ function describeFilter(filter: Record<string, unknown>): string {
       return `${k}=${shown.join(',')}`;
     });
   return parts.length > 0 ? parts.join(' ') : 'all events';
-}
-
-function table(rows: readonly string[][]): string {
-  const widths = rows[0]!.map((_, col) => Math.max(...rows.map((r) => r[col]!.length)));
-  return rows
-    .map((r) =>
-      r
-        .map((cell, col) => cell.padEnd(widths[col]!))
-        .join('  ')
-        .trimEnd(),
-    )
-    .join('\n');
 }
 
 /**
