@@ -5,8 +5,8 @@
  *      raw better-sqlite3 INSERT in its own transaction on an identical table (spec: p95 < 1 ms);
  *   2. group-commit throughput through the bus with ~300-byte payloads and every index, against raw
  *      inserts of the same rows in transactions of 1,000 (target ≥ 0.8× raw);
- *   3. replay of 10,000 events of one session out of 1,000,000 in 50 interleaved sessions, frames built
- *      with rowToJson, warm and cold, against the spec's §7.1 rowid layout (target ≤ 30 ms warm);
+ *   3. replay of 10,000 events of one session out of 1,000,000 in 50 interleaved sessions, as the server
+ *      replays (TraceStore.replayJson, then the event frame around each envelope), warm and cold, against the spec's §7.1 rowid layout (target ≤ 30 ms warm);
  *   4. prune of every one of those 1,000,000 (old) events while another process commits 1,000 events/s:
  *      that writer's p99 commit latency against its p99 with no prune running (target ≤ 50 ms, and no
  *      write may fail).
@@ -20,7 +20,6 @@ import { monotonicFactory } from 'ulid';
 import type { EmitInput } from '../src/core/bus/event-bus.js';
 import { SYSTEM_SESSION_ID } from '../src/core/events/envelope.js';
 import { type Db, openDatabase } from '../src/core/store/database.js';
-import { rowToJson } from '../src/core/store/event-rows.js';
 import { purgeOldEvents } from '../src/core/store/retention.js';
 import { openTraceContext, type TraceContext } from '../src/core/store/trace-context.js';
 import { TraceStore } from '../src/core/store/trace-store.js';
@@ -341,11 +340,15 @@ function openSpec(path: string): OpenStore {
   return { db, store: new TraceStore(db) };
 }
 
-/** One replay, timed until every frame is built: TraceStore.replay, then rowToJson per row. */
+/** One replay, timed until every frame is built: TraceStore.replayJson, then the frame per row. */
 function timeReplay(store: TraceStore, setup: ReplaySetup): number {
   const start = performance.now();
-  const result = store.replay({ sessionIds: [setup.sessionId], afterId: setup.afterId, limit: REPLAY_CAP });
-  const frames = result.rows.map(rowToJson);
+  const result = store.replayJson({
+    sessionIds: [setup.sessionId],
+    afterId: setup.afterId,
+    limit: REPLAY_CAP,
+  });
+  const frames = result.rows.map(([, json]) => `{"type":"event","event":${json}}`);
   const ms = performance.now() - start;
   if (frames.length !== setup.replayCount || result.tooLarge) {
     throw new Error(`replay returned ${frames.length} frames, expected ${setup.replayCount}`);

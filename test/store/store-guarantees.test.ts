@@ -27,8 +27,10 @@ import { tempTraceContext } from '../helpers/tmp.js';
  * with this cast: the plans checked are those of the SQL the store really runs, not of a copy.
  */
 type TraceStoreStatements = Record<
-  | 'replayStatement'
-  | 'replayOneStatement'
+  | 'replayRows.one'
+  | 'replayRows.many'
+  | 'replayJsonRows.one'
+  | 'replayJsonRows.many'
   | 'sessionEventsStatement'
   | 'lastSeqStatement'
   | 'lastIdStatement'
@@ -72,6 +74,26 @@ async function capturePrepared(db: Db, action: () => unknown): Promise<PreparedC
   return calls;
 }
 
+const isStatement = (value: unknown): value is Statement =>
+  typeof (value as Partial<Statement> | null)?.source === 'string';
+
+/**
+ * The store's prepared statements by field name; a field holding several (the replay shapes) is opened
+ * one level, as `field.key`. Reads private fields on purpose: every statement prepared must be checked.
+ */
+function storeStatements(store: object): TraceStoreStatements {
+  const found: Record<string, Statement> = {};
+  for (const [key, value] of Object.entries(store)) {
+    if (isStatement(value)) found[key] = value;
+    else if (value !== null && typeof value === 'object' && !('prepare' in value)) {
+      for (const [inner, statement] of Object.entries(value)) {
+        if (isStatement(statement)) found[`${key}.${inner}`] = statement;
+      }
+    }
+  }
+  return found as TraceStoreStatements;
+}
+
 function queryPlan(db: Db, sql: string, params: readonly unknown[]): string[] {
   const rows = db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[];
   return rows.map((row) => row.detail);
@@ -113,6 +135,40 @@ function expectPlan(name: string, plan: readonly string[], expected: PlanExpecta
   expect(plan.includes('USE TEMP B-TREE FOR ORDER BY'), text).toBe(expected.tempSort);
 }
 
+type PlanCase = [name: keyof TraceStoreStatements, params: unknown[], expected: PlanExpectation];
+
+/** The plans every replay shape (rows, JSON envelopes) must have: the same WHERE, other columns. */
+function replayPlanCases(
+  shape: 'replayRows' | 'replayJsonRows',
+  middle: string,
+  filters: { types: string; actors: string },
+): PlanCase[] {
+  return [
+    [
+      `${shape}.one`,
+      [{ session: 'sess_1', after: middle, types: null, actors: null, limit: 101 }],
+      { access: 'search', tempSort: false },
+    ],
+    [
+      `${shape}.one`,
+      [{ session: 'sess_1', after: '', ...filters, limit: 101 }],
+      { access: 'search', tempSort: false },
+    ],
+    // Several sessions: each session's rows are found by the primary key (session_id, id), but merging
+    // them into id order goes through a temp b-tree (bounded by LIMIT). Known and reported.
+    [
+      `${shape}.many`,
+      [{ sessions: '["sess_1","sess_2"]', after: middle, types: null, actors: null, limit: 101 }],
+      { access: 'search', tempSort: true },
+    ],
+    [
+      `${shape}.many`,
+      [{ sessions: '["sess_1","sess_2","sess_3"]', after: '', ...filters, limit: 101 }],
+      { access: 'search', tempSort: true },
+    ],
+  ];
+}
+
 /** Five sessions of 200 turns each (start + completion chained by parent_event_id), interleaved. */
 async function populatedStore(): Promise<{ context: TraceContext; ids: string[] }> {
   const context = tempTraceContext();
@@ -132,33 +188,13 @@ async function populatedStore(): Promise<{ context: TraceContext; ids: string[] 
 describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
   it('serves replay, session events, the causal-chain walk and the id lookups from indexes', async () => {
     const { context, ids } = await populatedStore();
-    const statements = context.store as unknown as TraceStoreStatements;
+    const statements = storeStatements(context.store);
     const middle = ids[ids.length / 2]!;
     const last = ids.at(-1)!;
     const filters = { types: JSON.stringify(['turn.completed']), actors: JSON.stringify(['system']) };
-    const cases: [name: keyof TraceStoreStatements, params: unknown[], expected: PlanExpectation][] = [
-      [
-        'replayOneStatement',
-        [{ session: 'sess_1', after: middle, types: null, actors: null, limit: 101 }],
-        { access: 'search', tempSort: false },
-      ],
-      [
-        'replayOneStatement',
-        [{ session: 'sess_1', after: '', ...filters, limit: 101 }],
-        { access: 'search', tempSort: false },
-      ],
-      // Several sessions: each session's rows are found by the primary key (session_id, id), but
-      // merging them into id order goes through a temp b-tree (bounded by LIMIT). Known and reported.
-      [
-        'replayStatement',
-        [{ sessions: '["sess_1","sess_2"]', after: middle, types: null, actors: null, limit: 101 }],
-        { access: 'search', tempSort: true },
-      ],
-      [
-        'replayStatement',
-        [{ sessions: '["sess_1","sess_2","sess_3"]', after: '', ...filters, limit: 101 }],
-        { access: 'search', tempSort: true },
-      ],
+    const cases: PlanCase[] = [
+      ...replayPlanCases('replayRows', middle, filters),
+      ...replayPlanCases('replayJsonRows', middle, filters),
       ['sessionEventsStatement', ['sess_2'], { access: 'search', tempSort: false }],
       // Ordered by walk depth, not id: the sort of the (short) chain is expected.
       ['chainStatement', [last], { access: 'search', tempSort: true }],
@@ -167,10 +203,7 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
       ['eventByIdStatement', [middle], { access: 'search', tempSort: false }],
     ];
     // Every statement the store prepares is covered: a new one must come with its plan check.
-    const prepared = Object.entries(statements)
-      .filter(([, value]) => typeof (value as Partial<Statement> | null)?.source === 'string')
-      .map(([key]) => key)
-      .sort();
+    const prepared = Object.keys(statements).sort();
     expect(prepared).toEqual([...new Set(cases.map(([name]) => name))].sort());
 
     for (const [name, params, expected] of cases) {
@@ -182,8 +215,10 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
     expect(chain).toContain('SEARCH e USING INDEX idx_events_id (id=?)');
     expect(chain).toContain('SEARCH events USING INDEX idx_events_id (id=?)');
     // Replay of one session reads the clustered primary key from the cursor on.
-    const replayOne = queryPlan(context.db, statements.replayOneStatement.source, cases[0]![1]);
-    expect(replayOne).toContain('SEARCH events USING PRIMARY KEY (session_id=? AND id>?)');
+    for (const shape of ['replayRows.one', 'replayJsonRows.one'] as const) {
+      const replayOne = queryPlan(context.db, statements[shape].source, cases[0]![1]);
+      expect(replayOne).toContain('SEARCH events USING PRIMARY KEY (session_id=? AND id>?)');
+    }
     // And the statements return what the plans promise (the fixture is not empty).
     expect(context.store.causalChain(last)).toHaveLength(2);
     expect(

@@ -7,7 +7,7 @@ import { isMetisError } from '../errors.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { type EventRow, rowToJson } from '../store/event-rows.js';
+import type { EventJsonRow } from '../store/event-rows.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorExpired } from './cursor.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
@@ -247,7 +247,7 @@ export class ClientConnection implements StreamTarget {
         );
         return;
       }
-      const { rows, tooLarge } = store.replay({
+      const { rows, tooLarge } = store.replayJson({
         sessionIds: [...sessionIds],
         afterId: frame.since,
         eventTypes: resolved.event_types,
@@ -476,7 +476,7 @@ function unionById(a: readonly MetisEvent[], b: readonly MetisEvent[]): MetisEve
 }
 
 function mergeReplay(
-  rows: readonly (readonly unknown[])[],
+  rows: readonly EventJsonRow[],
   live: readonly MetisEvent[],
   faults: FaultSwitches,
 ): { id: string; frame: string }[] {
@@ -486,8 +486,8 @@ function mergeReplay(
   while (i < rows.length || j < live.length) {
     const row = rows[i];
     const event = live[j];
-    if (row !== undefined && (event === undefined || (row[0] as string) <= event.id)) {
-      out.push({ id: row[0] as string, frame: `{"type":"event","event":${rowToJson(row as EventRow)}}` });
+    if (row !== undefined && (event === undefined || row[0] <= event.id)) {
+      out.push({ id: row[0], frame: `{"type":"event","event":${row[1]}}` });
       i += 1;
       // A bus event handed to this connection before subscribe is also stored: send it once, as stored.
       if (event !== undefined && event.id === row[0]) j += 1;

@@ -62,3 +62,22 @@ export function rowToJson(row: EventRow): string {
     `,"sensitivity":"${row[7]}","seq":${row[9]}}`
   );
 }
+
+/**
+ * The same JSON envelope as rowToJson, built by SQLite in the query. A replay then hands JavaScript one
+ * string per row instead of ten values, which is what a 10,000-event replay spends most of its time on
+ * (creating the values and collecting them). json_quote escapes as JSON.stringify does, and strftime
+ * with a six-digit fraction matches microsToIso, so both encoders give byte-identical frames (tested).
+ */
+export const EVENT_JSON_SQL = `'{"id":' || json_quote(id)
+  || ',"timestamp":"' || strftime('%Y-%m-%dT%H:%M:%S', timestamp_us / 1000000, 'unixepoch')
+  || printf('.%06dZ', timestamp_us % 1000000)
+  || '","session_id":' || json_quote(session_id)
+  || ',"turn_id":' || json_quote(turn_id)
+  || ',"parent_event_id":' || json_quote(parent_event_id)
+  || ',"type":' || json_quote(type)
+  || ',"actor":"' || actor || '","payload":' || payload_json
+  || ',"sensitivity":"' || sensitivity || '","seq":' || seq || '}'`;
+
+/** A replayed event as the JSON statements return it: its id (to merge by) and its envelope JSON. */
+export type EventJsonRow = [id: string, json: string];

@@ -1,6 +1,6 @@
 import type { Actor, MetisEvent } from '../events/envelope.js';
 import type { Db } from './database.js';
-import { EVENT_COLUMNS, type EventRow, rowToEvent } from './event-rows.js';
+import { EVENT_COLUMNS, EVENT_JSON_SQL, type EventJsonRow, type EventRow, rowToEvent } from './event-rows.js';
 
 export interface ReplayQuery {
   /** One session, or several (a planner and its workers). */
@@ -13,9 +13,39 @@ export interface ReplayQuery {
   readonly limit: number;
 }
 
-export interface ReplayResult {
-  readonly rows: readonly EventRow[];
+export interface ReplayResult<Row = EventRow> {
+  readonly rows: readonly Row[];
   readonly tooLarge: boolean;
+}
+
+/** The two statements of one replay shape: one session (the common case), or several. */
+interface ReplayStatements {
+  readonly one: Statement;
+  readonly many: Statement;
+}
+
+type Statement = ReturnType<Db['prepare']>;
+
+/**
+ * Replay statements selecting `columns`. json_each lets one prepared statement take any number of
+ * sessions, types and actors; a null list means "all" for types and actors. For one session the primary
+ * key (session_id, id) yields rows already in id order, so SQLite reads them in place instead of copying
+ * every row into a sorter first.
+ */
+function prepareReplay(db: Db, columns: string): ReplayStatements {
+  const rest = `AND id > @after
+    AND (@types IS NULL OR type IN (SELECT value FROM json_each(@types)))
+    AND (@actors IS NULL OR actor IN (SELECT value FROM json_each(@actors)))
+    ORDER BY id
+    LIMIT @limit`;
+  return {
+    one: db.prepare(`SELECT ${columns} FROM events WHERE session_id = @session ${rest}`).raw(),
+    many: db
+      .prepare(
+        `SELECT ${columns} FROM events WHERE session_id IN (SELECT value FROM json_each(@sessions)) ${rest}`,
+      )
+      .raw(),
+  };
 }
 
 /**
@@ -23,8 +53,8 @@ export interface ReplayResult {
  * back raw so callers can forward `payload_json` without re-encoding it.
  */
 export class TraceStore {
-  private readonly replayStatement;
-  private readonly replayOneStatement;
+  private readonly replayRows: ReplayStatements;
+  private readonly replayJsonRows: ReplayStatements;
   private readonly sessionEventsStatement;
   private readonly lastSeqStatement;
   private readonly lastIdStatement;
@@ -32,32 +62,8 @@ export class TraceStore {
   private readonly chainStatement;
 
   constructor(readonly db: Db) {
-    // json_each lets one prepared statement take any number of sessions, types and actors; a null
-    // list means "all" for types and actors.
-    this.replayStatement = db
-      .prepare(
-        `SELECT ${EVENT_COLUMNS} FROM events
-         WHERE session_id IN (SELECT value FROM json_each(@sessions))
-           AND id > @after
-           AND (@types IS NULL OR type IN (SELECT value FROM json_each(@types)))
-           AND (@actors IS NULL OR actor IN (SELECT value FROM json_each(@actors)))
-         ORDER BY id
-         LIMIT @limit`,
-      )
-      .raw();
-    // One session (the common case): the primary key (session_id, id) yields rows already in id
-    // order, so SQLite reads them in place instead of copying every row into a sorter first.
-    this.replayOneStatement = db
-      .prepare(
-        `SELECT ${EVENT_COLUMNS} FROM events
-         WHERE session_id = @session
-           AND id > @after
-           AND (@types IS NULL OR type IN (SELECT value FROM json_each(@types)))
-           AND (@actors IS NULL OR actor IN (SELECT value FROM json_each(@actors)))
-         ORDER BY id
-         LIMIT @limit`,
-      )
-      .raw();
+    this.replayRows = prepareReplay(db, EVENT_COLUMNS);
+    this.replayJsonRows = prepareReplay(db, `id, ${EVENT_JSON_SQL}`);
     this.sessionEventsStatement = db
       .prepare(`SELECT ${EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY id`)
       .raw();
@@ -81,20 +87,12 @@ export class TraceStore {
 
   /** Events after a cursor, in id order, capped at `limit` (streaming spec §3.6). */
   replay(query: ReplayQuery): ReplayResult {
-    const filters = {
-      after: query.afterId ?? '',
-      types: query.eventTypes ? JSON.stringify(query.eventTypes) : null,
-      actors: query.actors ? JSON.stringify(query.actors) : null,
-      limit: query.limit + 1,
-    };
-    const rows = (
-      query.sessionIds.length === 1
-        ? this.replayOneStatement.all({ ...filters, session: query.sessionIds[0] })
-        : this.replayStatement.all({ ...filters, sessions: JSON.stringify(query.sessionIds) })
-    ) as EventRow[];
-    const tooLarge = rows.length > query.limit;
-    if (tooLarge) rows.length = query.limit;
-    return { rows, tooLarge };
+    return runReplay<EventRow>(this.replayRows, query);
+  }
+
+  /** As replay, each event as its id and its envelope JSON, ready to frame: the streaming server's path. */
+  replayJson(query: ReplayQuery): ReplayResult<EventJsonRow> {
+    return runReplay<EventJsonRow>(this.replayJsonRows, query);
   }
 
   /** Every stored event of a session, in id order. */
@@ -145,4 +143,21 @@ export class TraceStore {
       .get() as string | undefined;
     return cutoff === undefined ? null : Date.parse(cutoff);
   }
+}
+
+function runReplay<Row>(statements: ReplayStatements, query: ReplayQuery): ReplayResult<Row> {
+  const filters = {
+    after: query.afterId ?? '',
+    types: query.eventTypes ? JSON.stringify(query.eventTypes) : null,
+    actors: query.actors ? JSON.stringify(query.actors) : null,
+    limit: query.limit + 1,
+  };
+  const rows = (
+    query.sessionIds.length === 1
+      ? statements.one.all({ ...filters, session: query.sessionIds[0] })
+      : statements.many.all({ ...filters, sessions: JSON.stringify(query.sessionIds) })
+  ) as Row[];
+  const tooLarge = rows.length > query.limit;
+  if (tooLarge) rows.length = query.limit;
+  return { rows, tooLarge };
 }
