@@ -406,14 +406,17 @@ function openProcess(dbPath: string, config: RuntimeConfigInput = {}) {
 type Chain = { policy: string; verdict: string; candidate_model: string | null }[];
 
 describe('resuming a session after a restart', () => {
-  it('keeps the sticky model and the turn count: routing picks manual_sticky, session.ended counts both turns', async () => {
+  it('keeps the sticky model, the turn count and the age: routing picks manual_sticky, session.ended spans both processes', async () => {
     const dbPath = join(tempDir(), 'metis.db');
     const workspace = tempDir('metis-ws-');
     const before = openProcess(dbPath);
+    const createdMs = Date.now();
     const session = before.runtime.createSession({ workspacePath: workspace });
     before.runtime.setStickyModel(session.id, 'scripted:sticky');
     await before.runtime.submitTurn(session.id, 'hello').done;
     await before.stop();
+    // The restart takes a while: the ended session's duration must include it, not start at the resume.
+    await new Promise((resolve) => setTimeout(resolve, 300));
 
     const after = openProcess(dbPath);
     expect(after.runtime.getSession(session.id)).toMatchObject({
@@ -431,10 +434,11 @@ describe('resuming a session after a restart', () => {
     expect(route).toMatchObject({ chosen_model: 'scripted:sticky', winner_index: 1 });
     expect((route.chain as Chain)[1]).toMatchObject({ policy: 'manual_sticky', verdict: 'chose' });
     expect(byType(mine, 'llm.call_started')[0]!.payload.model).toBe('scripted:sticky');
-    expect(byType(mine, 'session.ended')[0]!.payload).toMatchObject({
-      disposition: 'completed',
-      turn_count: 2,
-    });
+    const ended = byType(mine, 'session.ended')[0]!.payload;
+    expect(ended).toMatchObject({ disposition: 'completed', turn_count: 2 });
+    // Bounded by the wall time around the whole life of the session (1 ms slack for the clock origin).
+    expect(ended.duration_seconds as number).toBeGreaterThanOrEqual(0.3);
+    expect(ended.duration_seconds as number).toBeLessThanOrEqual((Date.now() - createdMs + 1) / 1000);
   });
 
   it('restores a model set at creation or just before the restart, and leaves a session without one unsticky', async () => {

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import { type RuntimeConfig, type RuntimeConfigInput, runtimeConfig } from '../config/runtime-schema.js';
 import { MetisError } from '../errors.js';
+import { nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import type { Db } from '../store/database.js';
@@ -51,7 +52,11 @@ interface LiveSession {
   readonly workspaceHash: string;
   readonly parentSessionId: string | null;
   readonly isWorker: boolean;
-  readonly startedAt: number;
+  /**
+   * When the session was created, in unix µs (the stored `created_at_us` after a resume), so that
+   * `session.ended.duration_seconds` spans the session's life as `turn_count` and the cost do.
+   */
+  readonly createdAtUs: number;
   readonly sessionAllowed: Set<string>;
   stickyModel: string | null;
   activeModel: string;
@@ -141,7 +146,7 @@ export class Runtime {
       workspaceHash: sha256(workspacePath),
       parentSessionId: options.parentSessionId ?? null,
       isWorker: options.parentSessionId != null,
-      startedAt: performance.now(),
+      createdAtUs: nowMicros(),
       sessionAllowed: new Set(),
       // A model named at creation is the user's pick: it sticks (workers take their tier's model).
       stickyModel: model !== null && options.parentSessionId == null ? model : null,
@@ -259,7 +264,7 @@ export class Runtime {
       disposition,
       turn_count: session.turnCount,
       total_cost_usd: this.costs.costOf(sessionId),
-      duration_seconds: (performance.now() - session.startedAt) / 1000,
+      duration_seconds: Math.max(0, nowMicros() - session.createdAtUs) / 1_000_000,
     });
   }
 
@@ -382,7 +387,7 @@ export class Runtime {
       workspaceHash: stored.workspace_hash ?? sha256(workspacePath),
       parentSessionId: stored.parent_session_id,
       isWorker: stored.parent_session_id !== null,
-      startedAt: performance.now(),
+      createdAtUs: stored.created_at_us,
       sessionAllowed: new Set(),
       stickyModel: stored.parent_session_id === null ? stored.sticky_model : null,
       activeModel: stored.active_model ?? this.config.default_model,
