@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { followTurn } from '../client/follow-turn.js';
-import { renderItem } from '../client/render-text.js';
+import { liveTextWriter } from '../client/live-text.js';
 import { MetisConfigSchema } from '../core/config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { startService } from '../core/server/serve.js';
@@ -21,7 +21,6 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
   const home = mkdtempSync(join(tmpdir(), 'metis-demo-'));
   const config = MetisConfigSchema.parse({ server: { port: 0 } });
   const service = await startService(config, join(home, 'metis.db'), silentLogger());
-  const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
   try {
     console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
     const { session_id: sessionId } = await apiRequest(service.url, 'POST', '/sessions', {});
@@ -31,10 +30,7 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
       url: service.url,
       sessionId,
       message,
-      render: (item, state) => {
-        const text = renderItem(item, state, sessionId, { color });
-        if (text) process.stdout.write(text);
-      },
+      render: liveTextWriter(sessionId),
     });
     console.log(`
 Try next:

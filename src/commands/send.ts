@@ -1,6 +1,6 @@
 import { FollowTurnError, followTurn } from '../client/follow-turn.js';
+import { liveTextWriter } from '../client/live-text.js';
 import { initialState } from '../client/reducer.js';
-import { renderItem } from '../client/render-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget, tokenFrom } from './api-request.js';
 import { DEFAULT_URL, failureError } from './tail.js';
@@ -47,8 +47,8 @@ export async function sendCommand(
     );
     return;
   }
-  const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
   const id = sessionId;
+  const writeText = liveTextWriter(id);
   const result = await followTurn({
     ...target,
     sessionId: id,
@@ -59,8 +59,7 @@ export async function sendCommand(
         if (item.kind === 'frame') process.stdout.write(`${JSON.stringify(item.frame)}\n`);
         return;
       }
-      const text = renderItem(item, state ?? initialState, id, { color });
-      if (text) process.stdout.write(text);
+      writeText(item, state ?? initialState);
     },
   }).catch((error: unknown) => {
     throw followError(error, target);

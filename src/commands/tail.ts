@@ -1,6 +1,6 @@
 import { type ClientFailure, MetisClient } from '../client/client.js';
+import { liveTextWriter } from '../client/live-text.js';
 import { type ConversationState, initialState, reduce } from '../client/reducer.js';
-import { renderItem } from '../client/render-text.js';
 import { MetisError } from '../core/errors.js';
 import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
@@ -58,7 +58,7 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
     since: options.since ?? null,
   });
   process.once('SIGINT', () => client.close());
-  const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
+  const writeText = liveTextWriter(sessionId);
   let state: ConversationState = initialState;
   for await (const item of client) {
     if (item.kind === 'frame') state = reduce(state, item.frame);
@@ -67,8 +67,7 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
       else process.stderr.write(`${JSON.stringify(item)}\n`);
       continue;
     }
-    const text = renderItem(item, state, sessionId, { color });
-    if (text) process.stdout.write(text);
+    writeText(item, state);
   }
   throwIfFailed(client, url, token);
 }

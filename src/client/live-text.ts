@@ -1,0 +1,45 @@
+import type { ClientItem } from './client.js';
+import type { ConversationState, WireEvent } from './reducer.js';
+import { renderItem } from './render-text.js';
+
+/** Where live text goes: a terminal (isTTY, columns) or a pipe. */
+export interface TextOutput {
+  write(text: string): unknown;
+  readonly isTTY?: boolean;
+  readonly columns?: number;
+}
+
+/** Moves the cursor up one line and erases it: the line printed last is replaced by what follows. */
+const REPLACE_LAST_LINE = '\u001b[1A\u001b[2K';
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matches the colour codes paint() writes
+const ANSI_STYLE = /\u001b\[\d+m/g;
+
+/**
+ * Writes client items as the human view of `tail`, `send --follow` and `demo`. Colour only on a TTY
+ * and without NO_COLOR. On a TTY a tool's result takes the place of its "running" line when that is
+ * still the last line on screen (nothing printed since, and it did not wrap); anywhere else, and in a
+ * pipe, the result gets a line of its own, so logs keep both.
+ */
+export function liveTextWriter(
+  sessionId: string,
+  out: TextOutput = process.stdout,
+  env: NodeJS.ProcessEnv = process.env,
+): (item: ClientItem, state: ConversationState) => void {
+  const color = out.isTTY === true && !env.NO_COLOR;
+  const inPlace = out.isTTY === true;
+  /** The tool whose "running" line is the last complete line written, if any. */
+  let runningToolOnLastLine: string | null = null;
+  return (item, state) => {
+    const text = renderItem(item, state, sessionId, { color });
+    if (text === '') return;
+    const event =
+      item.kind === 'frame' && item.frame.type === 'event' ? (item.frame.event as WireEvent) : null;
+    const toolUseId = (event?.payload.tool_use_id as string | undefined) ?? null;
+    const isResult = event?.type === 'tool.completed' || event?.type === 'tool.failed';
+    const replace = inPlace && isResult && toolUseId !== null && toolUseId === runningToolOnLastLine;
+    out.write(replace ? REPLACE_LAST_LINE + text : text);
+    // A terminal that reports no size (0 columns, as under `script`) is taken to be 80 wide.
+    const fitsOneLine = text.replace(ANSI_STYLE, '').length - 1 <= (out.columns || 80);
+    runningToolOnLastLine = event?.type === 'tool.called' && fitsOneLine ? toolUseId : null;
+  };
+}

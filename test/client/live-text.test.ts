@@ -1,0 +1,111 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { liveTextWriter, type TextOutput } from '../../src/client/live-text.js';
+import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
+
+const DIR = join(import.meta.dirname, '../streaming-conformance');
+
+function trace(name: string): Frame[] {
+  return readFileSync(join(DIR, `${name}.jsonl`), 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((line) => JSON.parse(line) as Frame);
+}
+
+/** Feeds frames through the reducer and the writer, as `tail` does; returns everything written. */
+function write(
+  frames: readonly Frame[],
+  output: Omit<TextOutput, 'write'>,
+  env: NodeJS.ProcessEnv = {},
+): string {
+  let raw = '';
+  const out: TextOutput = { ...output, write: (text: string) => (raw += text) };
+  const sessionId = frames.find((f) => f.type === 'event')!.event.session_id as string;
+  const writeText = liveTextWriter(sessionId, out, env);
+  let state = initialState;
+  for (const frame of frames) {
+    state = reduce(state, frame);
+    writeText({ kind: 'frame', frame }, state);
+  }
+  return raw;
+}
+
+/**
+ * What a terminal shows after `raw`: lines of text, where "cursor up" from the start of a line moves
+ * to the line above and "erase line" empties it. Colour codes take no room and are dropped.
+ */
+function screen(raw: string): string[] {
+  const lines = [''];
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: terminal escape sequences
+  for (const token of raw.split(/(\u001b\[\d*[A-Za-z]|\n)/)) {
+    if (token === '\n') lines.push('');
+    else if (token === '\u001b[1A') {
+      expect(lines.at(-1), 'cursor up only from the start of a line').toBe('');
+      lines.pop();
+    } else if (token === '\u001b[2K') lines[lines.length - 1] = '';
+    else if (!token.startsWith('\u001b[')) lines[lines.length - 1] += token;
+  }
+  return lines;
+}
+
+const tty = { isTTY: true, columns: 80 };
+const NO_COLOR = { NO_COLOR: '1' };
+
+describe('live text: a tool line whose status changes', () => {
+  it('on a terminal, the result replaces the "running" line: one line per tool call', () => {
+    const lines = screen(write(trace('tool-use'), tty, NO_COLOR));
+    const toolLines = lines.filter((line) => line.includes('current_time'));
+    expect(toolLines).toHaveLength(1);
+    expect(toolLines[0]).toMatch(/^ {2}✓ current_time ok \(\d+ ms\)$/);
+    // The lines around it are untouched: the first message above, the second message below.
+    const at = lines.indexOf(toolLines[0]!);
+    expect(lines[at - 1]).toBe('assistant: Let me check the time.');
+    expect(lines[at + 1]).toMatch(/^assistant: The tool returned/);
+  });
+
+  it('in colour too, and for a cancelled tool', () => {
+    const raw = write(trace('cancel-mid-tool'), tty);
+    expect(raw).toContain('\u001b[33m'); // colour is on
+    const toolLines = screen(raw).filter((line) => line.includes('shell'));
+    expect(toolLines).toEqual([expect.stringMatching(/^ {2}✗ cancelled shell \(\d+ ms\)$/)]);
+  });
+
+  it('in a pipe, both lines stay and no escape sequence is written', () => {
+    const raw = write(trace('tool-use'), { isTTY: false });
+    expect(raw).not.toContain('\u001b');
+    const toolLines = raw.split('\n').filter((line) => line.includes('current_time'));
+    expect(toolLines).toEqual(['  ⋯ current_time running', expect.stringMatching(/^ {2}✓ current_time ok/)]);
+  });
+
+  it('keeps the "running" line when something was printed after it, or when it wrapped; 0 columns is 80', () => {
+    const frames = trace('tool-use');
+    const called = frames.findIndex((f) => f.type === 'event' && f.event.type === 'tool.called');
+    const between: Frame = {
+      type: 'event',
+      event: {
+        ...frames[called]!.event,
+        id: `${frames[called]!.event.id}X`,
+        type: 'tool.confirmation_requested',
+        payload: {
+          tool_use_id: 'tu_other',
+          tool_name: 'shell',
+          command_summary: 'ls',
+          confirmation_request_id: 'conf_1',
+        },
+      },
+    };
+    const interleaved = [...frames.slice(0, called + 1), between, ...frames.slice(called + 1)];
+    const raw = write(interleaved, tty, NO_COLOR);
+    expect(raw).not.toContain('\u001b[1A');
+    expect(screen(raw).filter((line) => line.includes('current_time'))).toHaveLength(2);
+
+    // A terminal that reports no size (a pty under `script`) counts as 80 wide, not as 0.
+    const unsized = write(frames, { isTTY: true, columns: 0 }, NO_COLOR);
+    expect(screen(unsized).filter((line) => line.includes('current_time'))).toHaveLength(1);
+
+    const narrow = write(frames, { isTTY: true, columns: 20 }, NO_COLOR);
+    expect(narrow).not.toContain('\u001b[1A');
+    expect(screen(narrow).filter((line) => line.includes('current_time'))).toHaveLength(2);
+  });
+});
