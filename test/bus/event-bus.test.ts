@@ -36,6 +36,31 @@ describe('EventBus emit', () => {
     expect(second.parent_event_id).toBe(first.id);
   });
 
+  it('dispatchNow delivers what is queued at once, and is a no-op inside a dispatch (no reordering)', async () => {
+    const bus = new EventBus({ validation: 'strict' });
+    const seen: string[] = [];
+    let emittedInside: MetisEvent | null = null;
+    bus.subscribe({
+      name: 'reentrant',
+      fastPath: true,
+      filter: { session_ids: ['s1'] },
+      handler: (event) => {
+        seen.push(event.id);
+        if (emittedInside === null) {
+          emittedInside = bus.emit(turnStarted('s1'))!;
+          bus.dispatchNow(); // inside the dispatch: must not hand over the new event before the rest
+        }
+      },
+    });
+    const first = bus.emit(turnStarted('s1'))!;
+    const second = bus.emit(turnCompleted('s1', first.id))!;
+    expect(seen).toEqual([]);
+    bus.dispatchNow();
+    expect(seen).toEqual([first.id, second.id]);
+    await bus.flush();
+    expect(seen).toEqual([first.id, second.id, emittedInside!.id]);
+  });
+
   it('continues seq from the store for a session seen in an earlier process', async () => {
     const bus = new EventBus({ lastSeq: (id) => (id === 'old' ? 41 : 0) });
     expect(bus.emit(turnStarted('old'))!.seq).toBe(42);

@@ -164,6 +164,31 @@ describe('agent loop sequences', () => {
     expect(byType(events, 'llm.call_completed')[0]!.payload.produced_thinking_blocks).toBe(1);
   });
 
+  it('a command that exits non-zero completes with success: false and an is_error tool result', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    await h.settle(h.runtime.submitTurn(session.id, 'run: echo boom; exit 3').done);
+    const events = h.framesOf(session.id).filter((e) => e.seq !== null);
+    expect(byType(events, 'tool.failed')).toEqual([]);
+    expect(byType(events, 'tool.completed')[0]!.payload).toMatchObject({ success: false });
+    const toolMessage = h.runtime.sessions.messages(session.id).find((m) => m.role === 'tool')!;
+    expect(toolMessage.content[0]).toMatchObject({ type: 'tool_result', is_error: true });
+    expect(JSON.stringify(toolMessage.content[0])).toContain('exit code 3');
+  });
+
+  it('an adapter error of class cancelled with no cancel fails the turn: turn.completed, not turn.cancelled', async () => {
+    const h = startRuntime();
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    const outcome = await h.runtime.submitTurn(session.id, 'fail: cancelled').done;
+    await h.context.flush();
+    expect(outcome.status).toBe('failed');
+    const events = h.framesOf(session.id);
+    expect(byType(events, 'turn.cancelled')).toEqual([]);
+    expect(byType(events, 'llm.call_failed')[0]!.payload.error_class).toBe('cancelled');
+    expect(byType(events, 'message.complete')[0]!.payload.stop_reason).toBe('error');
+    expect(events.filter((e) => e.seq !== null).at(-1)!.type).toBe('turn.completed');
+  });
+
   it('a model failure is llm.call_failed then turn.completed (streaming §9.1)', async () => {
     const h = startRuntime();
     const session = h.runtime.createSession({ workspacePath: h.workspace });

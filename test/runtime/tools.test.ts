@@ -192,6 +192,7 @@ describe.skipIf(process.platform === 'win32')('shell', () => {
     expect(output.content).toContain('out');
     expect(output.content).toContain('err');
     expect(output.content).toMatch(/exit code 0$/);
+    expect(output.success).toBe(true);
     expect(output.commandExecuted).toBe('echo out; echo err >&2');
   });
 
@@ -200,12 +201,14 @@ describe.skipIf(process.platform === 'win32')('shell', () => {
     expect(content.split('\n')[0]).toBe(fs.realpathSync(workspace));
   });
 
-  it('reports a non-zero exit in the content instead of failing', async () => {
-    const { content } = await shell.execute({ command: 'echo nope; exit 3' }, contextFor());
+  it('reports a non-zero exit in the content and as success: false, instead of failing', async () => {
+    const { content, success } = await shell.execute({ command: 'echo nope; exit 3' }, contextFor());
     expect(content).toContain('nope');
     expect(content).toMatch(/exit code 3$/);
+    expect(success).toBe(false);
     const missing = await shell.execute({ command: 'definitely-not-a-command-metis' }, contextFor());
     expect(missing.content).toMatch(/exit code 127$/);
+    expect(missing.success).toBe(false);
   });
 
   it('says when there was no output', async () => {

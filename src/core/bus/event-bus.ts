@@ -81,6 +81,7 @@ export class EventBus {
   private routesByType = new Map<string, readonly Route[]>();
   private queue: MetisEvent[] = [];
   private drainScheduled = false;
+  private dispatching = false;
   /** null when nobody listens, so emit pays one comparison. */
   private emitListeners: ((event: MetisEvent) => void)[] | null = null;
 
@@ -221,6 +222,16 @@ export class EventBus {
     return [...this.handles.values()];
   }
 
+  /**
+   * Dispatches what is queued now, synchronously, instead of on the next tick: for a caller about to
+   * read the state a fast-path subscriber keeps (the runtime reads the session's cost for
+   * `session.ended`) which must include every event emitted so far. Does nothing inside a dispatch,
+   * where it would hand a subscriber later events before it has seen the earlier ones.
+   */
+  dispatchNow(): void {
+    if (!this.dispatching) this.drain();
+  }
+
   /** Dispatches what is queued now and waits until every mailbox is idle: for shutdown and tests. */
   async flush(): Promise<void> {
     for (let round = 0; round < 100; round += 1) {
@@ -240,6 +251,15 @@ export class EventBus {
     if (this.queue.length === 0) return;
     const batch = this.queue;
     this.queue = [];
+    this.dispatching = true;
+    try {
+      this.dispatch(batch);
+    } finally {
+      this.dispatching = false;
+    }
+  };
+
+  private dispatch(batch: readonly MetisEvent[]): void {
     // Group events by type once per tick; a tick is usually a handful of types.
     const byHandle = new Map<InternalHandle, MetisEvent[]>();
     for (const event of batch) {
@@ -266,7 +286,7 @@ export class EventBus {
       if (handle.mailbox !== null) handle.mailbox.offer(events);
       else this.deliverFastPath(handle, events);
     }
-  };
+  }
 
   private deliverFastPath(handle: InternalHandle, events: MetisEvent[]): void {
     const { handler, batchHandler } = handle.subscription;

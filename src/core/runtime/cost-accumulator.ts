@@ -1,9 +1,11 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
+import { COST_EVENT_TYPES } from '../store/session-store.js';
 
 /**
  * Keeps each session's running cost (bus §5.4 built-in subscriber, fast path) for snapshots. Worker
- * spend rolls up into the planner through `delegate.completed` (§8.3).
+ * spend rolls up into the planner through `delegate.completed` (§8.3), and through `delegate.failed`,
+ * whose `worker_total_cost_usd` is spend too (the partial spend before the failure, §6.8).
  */
 export class CostAccumulator {
   private readonly costs = new Map<string, number>();
@@ -13,7 +15,7 @@ export class CostAccumulator {
     this.handle = bus.subscribe({
       name: 'cost-accumulator',
       fastPath: true,
-      filter: { event_types: ['llm.call_completed', 'delegate.completed'] },
+      filter: { event_types: [...COST_EVENT_TYPES] },
       handler: (event) => {
         const amount =
           event.type === 'llm.call_completed'

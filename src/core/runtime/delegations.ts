@@ -6,14 +6,29 @@ import type { StreamingChannel } from './streaming-channel.js';
 import type { DelegateInput } from './tools/delegate.js';
 import { type ToolContext, ToolError, type ToolOutput } from './tools/tool.js';
 import { TurnEvents } from './turn-events.js';
-import type { TurnOutcome, TurnState } from './turn-runner.js';
+import { type CancelReason, cancelTurnState, type TurnOutcome, type TurnState } from './turn-runner.js';
 
 /** What delegation needs from the runtime, without a dependency on the Runtime class. */
 export interface DelegationHost {
   startWorker(parent: { id: string; workspacePath: string }, model: string, sessionId: string): unknown;
-  runWorkerTurn(sessionId: string, task: string, model: string, state: TurnState): Promise<TurnOutcome>;
-  endWorker(sessionId: string, disposition: 'completed' | 'error'): void;
+  runWorkerTurn(
+    sessionId: string,
+    task: string,
+    model: string,
+    state: TurnState,
+    excludedTools: ReadonlySet<string>,
+  ): Promise<TurnOutcome>;
+  endWorker(sessionId: string, disposition: 'completed' | 'abandoned' | 'error'): void;
   session(id: string): { id: string; workspacePath: string };
+  /** Every tool the runtime has, by name. */
+  toolNames(): readonly string[];
+}
+
+/** The tools a worker keeps, the ones it is denied, and the ones asked for that it will not get. */
+interface WorkerTools {
+  readonly kept: readonly string[];
+  readonly excluded: ReadonlySet<string>;
+  readonly dropped: readonly string[];
 }
 
 /** Tools a worker never gets: recursive delegation is out of scope (bus §6.8). */
@@ -22,7 +37,8 @@ const WORKER_FORBIDDEN: ReadonlySet<string> = new Set(['delegate']);
 /**
  * Runs delegated sub-tasks (bus §6.8, streaming §6.4, §7): a worker session with `parent_session_id`,
  * its model from the tier map, `delegate.started` then `delegate.completed` or `delegate.failed` in the
- * planner's session. A cancelled planner cancels the worker, which fails with `cancelled_by_user`.
+ * planner's session. A cancelled planner cancels the worker for the same reason (user, disconnect or
+ * timeout); the delegation fails with `cancelled_by_user` and the worker session ends `abandoned`.
  */
 export class Delegations {
   constructor(
@@ -55,8 +71,7 @@ export class Delegations {
       );
       throw new ToolError('execution_error', `no model available for tier ${input.tier}`);
     }
-    const requested = input.allowed_tools ?? [];
-    const dropped = requested.filter((name) => WORKER_FORBIDDEN.has(name));
+    const tools = this.workerTools(input.allowed_tools);
     const workerId = newId('sess');
     const started = planner.emit('delegate.started', context.callCompletedEventId, {
       tool_use_id: context.toolUseId,
@@ -66,24 +81,19 @@ export class Delegations {
       context_mode: input.context_mode,
       context_reference_count: input.context_references.length,
       task_size_tokens: Math.ceil(input.task.length / 4),
-      allowed_tool_count: requested.length - dropped.length,
-      dropped_tools: dropped,
+      allowed_tool_count: tools.kept.length,
+      dropped_tools: [...tools.dropped],
     });
     const parent = this.host.session(context.sessionId);
     this.host.startWorker(parent, model, workerId);
 
     const state: TurnState = { turnId: newId('turn'), controller: new AbortController(), cancelReason: null };
-    const cancelWorker = () => {
-      if (state.cancelReason === null) {
-        state.cancelReason = 'user_cancel';
-        state.controller.abort();
-      }
-    };
+    const cancelWorker = () => cancelTurnState(state, cancelReasonOf(context.signal));
     if (context.signal.aborted) cancelWorker();
     context.signal.addEventListener('abort', cancelWorker, { once: true });
     let outcome: TurnOutcome;
     try {
-      outcome = await this.host.runWorkerTurn(workerId, input.task, model, state);
+      outcome = await this.host.runWorkerTurn(workerId, input.task, model, state, tools.excluded);
     } catch (error) {
       this.host.endWorker(workerId, 'error');
       failed(started.id, workerId, 'worker_error', (error as Error).message);
@@ -93,8 +103,9 @@ export class Delegations {
     }
 
     if (outcome.status !== 'completed') {
-      this.host.endWorker(workerId, 'error');
       const cancelled = outcome.status === 'cancelled';
+      // A cancelled worker did not fail: its planner gave the work up (docs/decisions.md).
+      this.host.endWorker(workerId, cancelled ? 'abandoned' : 'error');
       failed(
         started.id,
         workerId,
@@ -123,6 +134,27 @@ export class Delegations {
     });
     return { content: outcome.finalText };
   }
+
+  /**
+   * What a worker may use: without `allowed_tools`, every tool a worker may have; with it, those of the
+   * named tools that exist and are not forbidden to workers. The rest of the names are `dropped_tools`.
+   */
+  private workerTools(allowed: readonly string[] | null): WorkerTools {
+    const workerMay = this.host.toolNames().filter((name) => !WORKER_FORBIDDEN.has(name));
+    const asked = allowed === null ? null : [...new Set(allowed)];
+    const kept = asked === null ? workerMay : asked.filter((name) => workerMay.includes(name));
+    return {
+      kept,
+      excluded: new Set(this.host.toolNames().filter((name) => !kept.includes(name))),
+      dropped: asked === null ? [] : asked.filter((name) => !kept.includes(name)),
+    };
+  }
+}
+
+/** Why the planner's turn was cancelled, from its aborted signal (user_cancel if it does not say). */
+function cancelReasonOf(signal: AbortSignal): CancelReason {
+  const reason: unknown = signal.reason;
+  return reason === 'client_disconnect' || reason === 'timeout' ? reason : 'user_cancel';
 }
 
 function decimal(value: number): string {

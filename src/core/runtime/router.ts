@@ -117,12 +117,16 @@ function candidatesFor(input: RouteInput, config: RuntimeConfig): Record<Routing
     manual_sticky: input.stickyModel
       ? { model: input.stickyModel, reason: 'model set for this session' }
       : { model: null, reason: 'no model set for this session' },
-    rule: rule
-      ? { model: rule.model, reason: `message matches rule "${rule.name}"`, rule_name: rule.name }
-      : {
-          model: null,
-          reason: config.routing_rules.length ? 'no rule matches the message' : 'no rules configured',
-        },
+    // A worker runs on the model of the tier its planner asked for (bus §6.8, §8.3: delegate_request
+    // chooses); a rule matched by the planner-written task must not send it elsewhere.
+    rule: input.delegateModel
+      ? { model: null, reason: 'worker session: routed by its delegate tier, not by rules' }
+      : rule
+        ? { model: rule.model, reason: `message matches rule "${rule.name}"`, rule_name: rule.name }
+        : {
+            model: null,
+            reason: config.routing_rules.length ? 'no rule matches the message' : 'no rules configured',
+          },
     pattern: { model: null, reason: 'pattern routing is not implemented in metis' },
     delegate_request: input.delegateModel
       ? { model: input.delegateModel, reason: 'worker session: model of the requested tier' }

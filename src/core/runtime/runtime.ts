@@ -20,7 +20,13 @@ import { builtinTools } from './tools/builtin.js';
 import { createDelegateTool } from './tools/delegate.js';
 import type { Tool } from './tools/tool.js';
 import { TurnEvents } from './turn-events.js';
-import { type CancelReason, type TurnOutcome, TurnRunner, type TurnState } from './turn-runner.js';
+import {
+  type CancelReason,
+  cancelTurnState,
+  type TurnOutcome,
+  TurnRunner,
+  type TurnState,
+} from './turn-runner.js';
 
 export interface RuntimeOptions {
   readonly bus: EventBus;
@@ -104,7 +110,7 @@ export class Runtime {
         this.config.worker_tiers,
       ]),
     );
-    const delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
+    const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>
         this.createSession({
           workspacePath: parent.workspacePath,
@@ -112,8 +118,9 @@ export class Runtime {
           parentSessionId: parent.id,
           sessionId,
         }),
-      runWorkerTurn: (sessionId, task, model, state) =>
-        this.runTurn(this.require(sessionId), task, null, model, state),
+      runWorkerTurn: (sessionId, task, model, state, excludedTools) =>
+        this.runTurn(this.require(sessionId), task, null, model, state, excludedTools),
+      toolNames: (): string[] => dispatcher.available().map((tool: Tool) => tool.name),
       endWorker: (sessionId, disposition) => this.endSession(sessionId, disposition),
       session: (id) => this.require(id),
     });
@@ -226,8 +233,7 @@ export class Runtime {
       );
       return 'already_cancelling';
     }
-    turn.state.cancelReason = reason;
-    turn.state.controller.abort();
+    cancelTurnState(turn.state, reason);
     return 'cancelling';
   }
 
@@ -260,6 +266,9 @@ export class Runtime {
     session.ended = true;
     if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
     this.sessions.endSession(sessionId, disposition);
+    // The cost accumulator is a bus subscriber: let it see the calls emitted since the last dispatch
+    // (a worker is ended right after its turn), or total_cost_usd would leave them out.
+    this.bus.dispatchNow();
     new TurnEvents(this.bus, this.streaming, sessionId, null, false).emit('session.ended', null, {
       disposition,
       turn_count: session.turnCount,
@@ -290,10 +299,7 @@ export class Runtime {
     for (const session of this.live.values()) {
       if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
       if (session.turn && !session.isWorker) {
-        if (session.turn.state.cancelReason === null) {
-          session.turn.state.cancelReason = 'client_disconnect';
-          session.turn.state.controller.abort();
-        }
+        cancelTurnState(session.turn.state, 'client_disconnect');
         pending.push(session.turn.done.catch(() => undefined));
       }
     }
@@ -307,13 +313,9 @@ export class Runtime {
     overrideModel: string | null,
     delegateModel: string | null,
     state: TurnState,
+    excludedTools?: ReadonlySet<string>,
   ): Promise<TurnOutcome> {
-    const timer = setTimeout(() => {
-      if (state.cancelReason === null) {
-        state.cancelReason = 'timeout';
-        state.controller.abort();
-      }
-    }, this.config.turn_timeout_ms);
+    const timer = setTimeout(() => cancelTurnState(state, 'timeout'), this.config.turn_timeout_ms);
     const entry = { state, timer, done: undefined as unknown as Promise<TurnOutcome> };
     session.turn = entry;
     session.turnCount += 1;
@@ -328,6 +330,7 @@ export class Runtime {
         delegateModel,
         workspacePath: session.workspacePath,
         isWorker: session.isWorker,
+        excludedTools,
         history: this.history(session.id),
         sessionAllowed: session.sessionAllowed,
         beforeToolExecute: this.beforeToolExecute,

@@ -166,9 +166,10 @@ export class ToolDispatcher {
         callCompletedEventId: request.callCompletedId,
       });
       if (signal.aborted) return fail('cancelled', 'the turn was cancelled while this tool ran');
+      const success = output.success ?? true;
       const event = events.emit('tool.completed', call.calledId, {
         tool_use_id: call.use.id,
-        success: true,
+        success,
         output_size_bytes: Buffer.byteLength(output.content),
         latency_ms: Math.round(performance.now() - started),
         files_modified: output.filesModified ? [...output.filesModified] : null,
@@ -176,7 +177,12 @@ export class ToolDispatcher {
       });
       this.sessions.updateToolCall(call.use.id, { status: 'completed', output: output.content });
       return {
-        result: { type: 'tool_result', tool_use_id: call.use.id, content: output.content, is_error: false },
+        result: {
+          type: 'tool_result',
+          tool_use_id: call.use.id,
+          content: output.content,
+          is_error: !success,
+        },
         eventId: event.id,
       };
     } catch (error) {

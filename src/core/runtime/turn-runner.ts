@@ -25,6 +25,17 @@ import type { TurnEvents } from './turn-events.js';
 
 export type CancelReason = 'user_cancel' | 'client_disconnect' | 'timeout';
 
+/**
+ * Cancels a turn once: records why, then aborts its signal with the reason, so that what runs under the
+ * turn (a delegated worker) can cancel for the same reason. False when it was already cancelling.
+ */
+export function cancelTurnState(state: TurnState, reason: CancelReason): boolean {
+  if (state.cancelReason !== null) return false;
+  state.cancelReason = reason;
+  state.controller.abort(reason);
+  return true;
+}
+
 /** The live state of one turn; `cancel` flips it to cancelling exactly once. */
 export interface TurnState {
   readonly turnId: string;
@@ -41,6 +52,8 @@ export interface TurnRequest {
   readonly delegateModel: string | null;
   readonly workspacePath: string;
   readonly isWorker: boolean;
+  /** Tools this turn's model is not offered and may not call (a worker's, set by its delegation). */
+  readonly excludedTools?: ReadonlySet<string>;
   readonly history: readonly ConversationMessage[];
   readonly sessionAllowed: Set<string>;
   readonly beforeToolExecute?: () => Promise<void>;
@@ -301,7 +314,9 @@ export class TurnRunner {
         error instanceof AdapterError
           ? error
           : new AdapterError('other', (error as Error).message ?? String(error));
-      const wasCancelled = signal.aborted || adapterError.errorClass === 'cancelled';
+      // Only a cancel of this turn makes it a cancelled call: an adapter that reports `cancelled` on its
+      // own (its HTTP request aborted elsewhere) failed the call, and the turn ends as failed (§9.1).
+      const wasCancelled = signal.aborted;
       // Close what the client has open: tool uses without an end, then the message (§6.2.1).
       for (const open of builder.openToolUses()) {
         events.stream('tool.use_end', messageStart.id, {
@@ -397,7 +412,7 @@ export class TurnRunner {
 const WORKER_EXCLUDED: ReadonlySet<string> = new Set(['delegate']);
 
 function excludedFor(request: TurnRequest): ReadonlySet<string> | undefined {
-  return request.isWorker ? WORKER_EXCLUDED : undefined;
+  return request.excludedTools ?? (request.isWorker ? WORKER_EXCLUDED : undefined);
 }
 
 function streamingEventOf(messageId: string, chunk: AdapterChunk): [string, Record<string, unknown>] {

@@ -5,6 +5,12 @@ export type MessageRole = 'user' | 'assistant' | 'tool';
 export type MessageStatus = 'complete' | 'cancelled' | 'error';
 export type ToolCallStatus = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
 
+/**
+ * The events that carry a session's spend: its own model calls (`cost_usd`) and its workers' totals
+ * (`worker_total_cost_usd`), on success and on failure (a failed worker spent too, bus §6.8).
+ */
+export const COST_EVENT_TYPES = ['llm.call_completed', 'delegate.completed', 'delegate.failed'] as const;
+
 export interface SessionRecord {
   readonly id: string;
   readonly parent_session_id: string | null;
@@ -142,7 +148,7 @@ export class SessionStore {
       .prepare(
         `SELECT coalesce(sum(CASE type WHEN 'llm.call_completed' THEN json_extract(payload_json, '$.cost_usd')
                                    ELSE CAST(json_extract(payload_json, '$.worker_total_cost_usd') AS REAL) END), 0)
-         FROM events WHERE session_id = ? AND type IN ('llm.call_completed', 'delegate.completed')`,
+         FROM events WHERE session_id = ? AND type IN (${COST_EVENT_TYPES.map((t) => `'${t}'`).join(', ')})`,
       )
       .pluck()
       .get(sessionId) as number;

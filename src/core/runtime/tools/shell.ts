@@ -49,7 +49,8 @@ const inputSchema = z.strictObject({
  * same way: it would otherwise hold the output pipe open and outlive the call. A process that leaves the
  * group on purpose (`setsid`, daemons) is out of reach.
  *
- * A non-zero exit is not a tool failure: the output and `exit code N` go back to the model.
+ * A non-zero exit is not a tool failure (no `tool.failed`): the output and `exit code N` go back to
+ * the model, and the call completes with `success: false`, as does a command killed by a signal.
  */
 export function createShellTool(options: ShellToolOptions = {}) {
   const defaultTimeoutMs = positiveInteger(
@@ -174,6 +175,7 @@ export function createShellTool(options: ShellToolOptions = {}) {
       const text = output.render().replace(/\n$/, '');
       return {
         content: `${text === '' ? '(no output)' : text}\n\n${notes.join('\n')}`,
+        success: exit?.code === 0,
         commandExecuted: input.command,
       };
     },

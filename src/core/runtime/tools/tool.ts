@@ -41,6 +41,11 @@ export interface ToolContext {
 export interface ToolOutput {
   /** The text returned to the model as the tool_result. */
   readonly content: string;
+  /**
+   * False when the tool ran to the end but what it did reported failure (a command's non-zero exit):
+   * `tool.completed.success` and the tool_result's `is_error`. Absent means true.
+   */
+  readonly success?: boolean;
   readonly filesModified?: readonly string[] | null;
   readonly commandExecuted?: string | null;
 }
