@@ -66,19 +66,23 @@ describe('malformed client frames on a subscribed connection', () => {
     await proveAlive(t, sessionId, [bad, good]);
   });
 
-  it('names the nested field of a bad explicit filter and of a bad cancel', async () => {
+  it('names the nested field of a bad explicit filter (subscribe_error invalid_filter, §3.2) and of a bad cancel', async () => {
     const t = await startTestServer();
     const sessionId = await t.createSession();
     const client = await t.attach(sessionId);
-    client.send({
-      type: 'subscribe',
-      filter: { event_types: ['turn.completed'], actors: ['robot'] },
-      since: null,
-      snapshot: false,
-    });
-    const filterError = await nextError(client);
-    expect(filterError.code).toBe('invalid_frame');
-    expect(filterError.message).toMatch(/^filter\.actors\.0: /);
+    for (const [filter, field] of [
+      [{ event_types: ['turn.completed'], actors: ['robot'] }, /^filter\.actors\.0: /],
+      ['preset:nope', /^filter: must be "preset:chat", "preset:full" or /],
+      [{ event_types: 'text.delta' }, /^filter\.event_types: /],
+    ] as const) {
+      client.send({ type: 'subscribe', filter, since: null, snapshot: false });
+      const reply = await client.waitFor((f) => f.type === 'subscribe_error');
+      expect(reply, JSON.stringify(filter)).toMatchObject({
+        code: 'invalid_filter',
+        message: expect.stringMatching(field),
+      });
+      client.frames.length = 0;
+    }
     client.frames.length = 0;
     client.send({ type: 'cancel', turn_id: 42 });
     const cancelError = await nextError(client);
@@ -87,6 +91,17 @@ describe('malformed client frames on a subscribed connection', () => {
     client.frames.length = 0;
     client.send({ type: 'ping', nonce: 'n', extra: true });
     expect((await nextError(client)).code).toBe('invalid_frame');
+    // An error about thousands of unknown keys stays short: it names the problem, not every key.
+    client.frames.length = 0;
+    client.send({
+      type: 'ping',
+      nonce: 'n',
+      ...Object.fromEntries(Array.from({ length: 5_000 }, (_, i) => [`k${i}`, i])),
+    });
+    const long = await nextError(client);
+    expect(long.code).toBe('invalid_frame');
+    expect(long.message.length).toBeLessThanOrEqual(300);
+    expect(long.message).toMatch(/k0/);
     // None of it subscribed the connection or broke it: a valid subscribe still works.
     client.send({ type: 'subscribe', filter: 'preset:chat', since: null, snapshot: false });
     await client.waitFor((f) => f.type === 'subscribe_ack');

@@ -110,12 +110,77 @@ describe('streaming protocol: reconnect and replay (§3.6, §11.1)', () => {
     );
     expect(persisted).toMatchObject({ type: 'subscribe_error', code: 'replay_too_large' });
     expect(persisted.message).toMatch(/snapshot/);
-    // 30 in-memory deltas: the cap counts streaming events too.
-    expect(await attempt(filterOf(['text.delta']))).toMatchObject({ code: 'replay_too_large' });
-    expect(await attempt('preset:full')).toMatchObject({ code: 'replay_too_large' });
+    // 30 in-memory deltas of the last message: the cap counts streaming events too.
+    const lastTurn = t.context.store
+      .sessionEvents(sessionId)
+      .filter((e) => e.type === 'turn.started')
+      .at(-1)!;
+    const fromLastTurn = async (filter: FilterInput) =>
+      subscribeReply(await t.attach(sessionId), { filter, since: lastTurn.id, snapshot: false });
+    expect(await fromLastTurn(filterOf(['text.delta']))).toMatchObject({ code: 'replay_too_large' });
+    expect(await fromLastTurn('preset:full')).toMatchObject({ code: 'replay_too_large' });
     // Under the cap the same cursor replays.
     const small = await attempt(filterOf(['turn.completed']));
     expect(small).toMatchObject({ type: 'subscribe_ack', replay_event_count: 6 });
+  });
+
+  it('4c. a socket opened before the gap is not refused: its buffered events are not counted twice', async () => {
+    const t = await startTestServer({}, { stream: { replayCap: 35 } });
+    const sessionId = await t.createSession();
+    const { client: watcher } = await subscribe(t, sessionId);
+    await runTurn(t, sessionId, watcher, 'hello one');
+    const since = lastEventId(watcher)!;
+    const early = await t.attach(sessionId); // open while the next turn runs, subscribed after it
+    await runTurn(t, sessionId, watcher, 'time');
+    const gap = watcher.events().filter((e) => e.id > since);
+    expect(gap.length).toBeLessThanOrEqual(35);
+    expect(
+      gap.filter((e) => e.seq !== null).length * 2 + gap.filter((e) => e.seq === null).length,
+    ).toBeGreaterThan(35);
+    const reply = await subscribeReply(early, { filter: 'preset:full', since, snapshot: false });
+    expect(reply).toMatchObject({ type: 'subscribe_ack', replay_event_count: gap.length });
+  });
+
+  it('4b. cursor_expired when streaming events after the cursor are no longer kept in memory', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    const { client: watcher } = await subscribe(t, sessionId);
+    const since = t.context.store.sessionEvents(sessionId)[0]!.id; // session.created
+    // More finished messages than the server keeps deltas for (DESIGN.md invariant 6).
+    for (let i = 0; i < 6; i += 1) await runTurn(t, sessionId, watcher, `hello ${i}`);
+    const attempt = async (filter: FilterInput) =>
+      subscribeReply(await t.attach(sessionId), { filter, since, snapshot: false });
+    const streaming = await attempt('preset:chat');
+    expect(streaming).toMatchObject({ type: 'subscribe_error', code: 'cursor_expired' });
+    expect(streaming.message).toMatch(/no longer kept in memory.*snapshot: true/);
+    // Stored events alone are all still there: the same cursor replays them.
+    const stored = await attempt({
+      event_types: ['turn.completed'],
+      actors: null,
+      include_worker_sessions: false,
+    });
+    expect(stored).toMatchObject({ type: 'subscribe_ack', replay_event_count: 6 });
+    // A cursor after the dropped messages replays the kept ones, deltas included.
+    const recent = t.context.store
+      .sessionEvents(sessionId)
+      .filter((e) => e.type === 'turn.started')
+      .at(-2)!;
+    const fromRecent = await subscribeReply(await t.attach(sessionId), {
+      filter: 'preset:chat',
+      since: recent.id,
+      snapshot: false,
+    });
+    expect(fromRecent).toMatchObject({ type: 'subscribe_ack' });
+    // A since that is not an event id is named as such, not called old.
+    const garbage = await subscribeReply(await t.attach(sessionId), {
+      filter: 'preset:chat',
+      since: 'garbage',
+      snapshot: false,
+    });
+    expect(garbage).toMatchObject({
+      code: 'cursor_expired',
+      message: expect.stringMatching(/^since: "garbage" is not an event id/),
+    });
   });
 
   it('5. cursor_expired for a cursor older than retention; a snapshot subscribe then works', async () => {

@@ -65,6 +65,22 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
   });
 
+  it('11d. a client that attaches and never subscribes is held to the same bound (§3.7 step 1, §8.1)', async () => {
+    const t = await startTestServer(
+      { scripted: { slow_token_delay_ms: 0, slow_tokens: 200 } },
+      { stream: { maxQueueEvents: 50 } },
+    );
+    const sessionId = await t.createSession();
+    const { client: healthy } = await subscribe(t, sessionId);
+    const idle = await t.attach(sessionId); // answers pings (the ws library does), never subscribes
+    const turnId = await t.submit(sessionId, 'slow: more than fifty deltas');
+    await waitForEvents(healthy, (e) => e.type === 'turn.completed' && e.turn_id === turnId, 1, 30_000);
+    const { code, reason } = await closedWithin(idle);
+    expect(code).toBe(1008);
+    expect(JSON.parse(reason)).toMatchObject({ code: 'client_too_slow' });
+    expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
+  });
+
   it('11c. the byte cap never closes a client that keeps reading, even for one frame bigger than the cap', async () => {
     const maxQueueBytes = 16 * 1024;
     const t = await startTestServer(
@@ -142,13 +158,21 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     const sessionId = await t.createSession();
     const { client: answering } = await subscribe(t, sessionId);
     const { client: silent } = await subscribe(t, sessionId);
+    // Pongs that answer no ping (a wrong nonce) prove nothing: this client is closed like a silent one.
+    const { client: wrongNonce } = await subscribe(t, sessionId);
     answering.ws.on('message', (data) => {
       const frame = JSON.parse(String(data));
       if (frame.type === 'ping') answering.send({ type: 'pong', nonce: frame.nonce });
     });
+    wrongNonce.ws.on('message', (data) => {
+      const frame = JSON.parse(String(data));
+      if (frame.type === 'ping') wrongNonce.send({ type: 'pong', nonce: `not-${frame.nonce}` });
+    });
 
     const { code, reason } = await closedWithin(silent);
     expect(code).toBe(4408);
+    expect((await closedWithin(wrongNonce)).code).toBe(4408);
+    expect(pings(wrongNonce)).toHaveLength(3);
     expect(JSON.parse(reason)).toMatchObject({ code: 'heartbeat_timeout' });
     const silentPings = pings(silent);
     expect(silentPings).toHaveLength(3);

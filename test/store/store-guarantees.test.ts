@@ -4,7 +4,7 @@ import { Writable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
 import type { Statement } from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { cursorExpired } from '../../src/core/server/cursor.js';
+import { cursorProblem } from '../../src/core/server/cursor.js';
 import type { Db } from '../../src/core/store/database.js';
 import { parseExportFlags, writeExport } from '../../src/core/store/export.js';
 import { scanForGaps } from '../../src/core/store/gap-detector.js';
@@ -229,7 +229,7 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
   it("serves the streaming cursor's lookups (last sweep, oldest kept) from indexes", async () => {
     const { context, ids } = await populatedStore();
     const calls = await capturePrepared(context.db, () =>
-      cursorExpired(context.store, 'sess_0', ids.at(-1)!, 30),
+      cursorProblem(context.store, 'sess_0', ids.at(-1)!, 30),
     );
     expect(calls).toHaveLength(2);
     const [sweep, oldest] = calls;

@@ -9,7 +9,7 @@ import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { EventJsonRow } from '../store/event-rows.js';
 import type { TraceStore } from '../store/trace-store.js';
-import { cursorExpired } from './cursor.js';
+import { cursorProblem } from './cursor.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
 import {
   CLOSE,
@@ -21,7 +21,7 @@ import {
 } from './frames.js';
 import { buildSnapshot } from './snapshot.js';
 import type { StreamHub, StreamTarget } from './stream-hub.js';
-import { compileFilter, type ResolvedFilter, resolveFilter } from './subscription-filter.js';
+import { compileFilter, type ResolvedFilter, resolveFilter, wantsStreaming } from './subscription-filter.js';
 import { encodeTextFrame } from './wire-frame.js';
 
 export interface StreamOptions {
@@ -74,7 +74,10 @@ function runFlushQueue(): void {
 export class ClientConnection implements StreamTarget {
   readonly id = newId('conn');
   private state: State = 'awaiting_subscribe';
+  /** Every event released since accept, until subscribe (§3.7 step 1). */
   private buffer: MetisEvent[] = [];
+  /** The last event released before accept: `buffer` holds everything after it. */
+  private readonly acceptedAfterId: string | null;
   private filter: ((event: MetisEvent) => boolean) | null = null;
   private resolved: ResolvedFilter | null = null;
   private sessionIds = new Set<string>();
@@ -83,7 +86,8 @@ export class ClientConnection implements StreamTarget {
   private queueHead = 0;
   private queuedBytes = 0;
   private flushScheduled = false;
-  private unansweredPings = 0;
+  /** Nonces of the pings sent since the client last answered one; three unanswered close it. */
+  private pingNonces: string[] = [];
   private sentSinceTick = false;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly faults: FaultSwitches;
@@ -97,6 +101,7 @@ export class ClientConnection implements StreamTarget {
     private readonly deps: ConnectionDeps,
   ) {
     this.faults = deps.faults ?? NO_FAULTS;
+    this.acceptedAfterId = deps.hub.sequencer.lastReleasedId;
     deps.hub.attach(this);
     ws.on('message', (data, isBinary) => this.onMessage(data, isBinary));
     ws.on('close', () => this.dispose('client_disconnect'));
@@ -106,12 +111,23 @@ export class ClientConnection implements StreamTarget {
     this.heartbeat.unref();
   }
 
+  /** Whether this connection's own buffer holds every event after `since` (it was open before them). */
+  private bufferedSince(since: string): boolean {
+    return this.acceptedAfterId === null || since >= this.acceptedAfterId;
+  }
+
   wantsWorkers(): boolean {
     return this.resolved === null || this.resolved.include_worker_sessions;
   }
 
   deliver(event: MetisEvent, frame: () => Buffer): void {
     if (this.state === 'awaiting_subscribe') {
+      // The queue of §3.7 step 1 has the live queue's bound: a client that never subscribes (or stays
+      // after a subscribe_error) must not make the server hold events for it without limit.
+      if (this.buffer.length >= this.deps.options.maxQueueEvents) {
+        this.tooSlow();
+        return;
+      }
       this.buffer.push(event);
       return;
     }
@@ -178,7 +194,16 @@ export class ClientConnection implements StreamTarget {
     }
     const frame = ClientFrameSchema.safeParse(parsed);
     if (!frame.success) {
-      this.sendError('invalid_frame', describeFrameIssue(frame.error.issues));
+      const problem = describeFrameIssue(frame.error.issues);
+      // A subscribe is answered with subscribe_ack or subscribe_error (§3.2), and a bad filter is
+      // `invalid_filter` (§4.2) whether it names an unknown type or has the wrong shape.
+      const badFilter =
+        this.state === 'awaiting_subscribe' &&
+        typeof parsed === 'object' &&
+        (parsed as { type?: unknown } | null)?.type === 'subscribe' &&
+        frame.error.issues[0]?.path[0] === 'filter';
+      if (badFilter) this.subscribeError('invalid_filter', problem);
+      else this.sendError('invalid_frame', problem);
       return;
     }
     const value = frame.data;
@@ -195,7 +220,10 @@ export class ClientConnection implements StreamTarget {
         if (!this.faults.ignorePings) this.send(JSON.stringify({ type: 'pong', nonce: value.nonce }));
         return;
       case 'pong':
-        this.unansweredPings = 0;
+        // Only an answer to a ping of ours proves the client is alive: its nonce must match (§3.8).
+        if (this.pingNonces.includes(value.nonce)) {
+          this.pingNonces = [];
+        }
         return;
     }
   }
@@ -240,11 +268,15 @@ export class ClientConnection implements StreamTarget {
       skipUpTo = hub.sequencer.lastReleasedId;
       snapshotFrame = buildSnapshot(runtime, store.db, hub.recent, this.sessionId, skipUpTo);
     } else if (frame.since !== null) {
-      if (cursorExpired(store, this.sessionId, frame.since, options.retentionDays)) {
-        this.subscribeError(
-          'cursor_expired',
-          'The cursor is older than the retained trace. Reconnect with snapshot: true.',
-        );
+      const problem =
+        cursorProblem(store, this.sessionId, frame.since, options.retentionDays) ??
+        (wantsStreaming(resolved) &&
+        hub.recent.droppedAfter(sessionIds, frame.since) &&
+        !this.bufferedSince(frame.since)
+          ? 'Streaming events after this cursor are no longer kept in memory. Reconnect with snapshot: true.'
+          : null);
+      if (problem !== null) {
+        this.subscribeError('cursor_expired', problem);
         return;
       }
       const { rows, tooLarge } = store.replayJson({
@@ -264,14 +296,17 @@ export class ClientConnection implements StreamTarget {
       );
       this.buffer = [];
       const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
-      if (tooLarge || rows.length + live.length > options.replayCap) {
+      // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
+      replayFrames = mergeReplay(rows, live);
+      if (tooLarge || replayFrames.length > options.replayCap) {
         this.subscribeError(
           'replay_too_large',
           `Gap exceeds replay limit of ${options.replayCap} events. Reconnect with snapshot: true.`,
         );
         return;
       }
-      replayFrames = mergeReplay(rows, live, this.faults);
+      if (this.faults.duplicateReplayEvent && replayFrames.length > 0)
+        replayFrames.push(replayFrames.at(-1)!);
       skipUpTo = since;
     }
 
@@ -417,7 +452,7 @@ export class ClientConnection implements StreamTarget {
 
   private tick(): void {
     if (this.state === 'closed') return;
-    if (this.unansweredPings >= 3) {
+    if (this.pingNonces.length >= 3) {
       this.ws.close(
         CLOSE.heartbeatTimeout,
         JSON.stringify({ code: 'heartbeat_timeout', message: 'three pings unanswered' }),
@@ -426,8 +461,9 @@ export class ClientConnection implements StreamTarget {
       return;
     }
     if (!this.sentSinceTick) {
-      this.unansweredPings += 1;
-      this.send(JSON.stringify({ type: 'ping', nonce: randomBytes(6).toString('hex') }), false);
+      const nonce = randomBytes(6).toString('hex');
+      this.pingNonces.push(nonce);
+      this.send(JSON.stringify({ type: 'ping', nonce }), false);
     }
     this.sentSinceTick = false;
   }
@@ -478,7 +514,6 @@ function unionById(a: readonly MetisEvent[], b: readonly MetisEvent[]): MetisEve
 function mergeReplay(
   rows: readonly EventJsonRow[],
   live: readonly MetisEvent[],
-  faults: FaultSwitches,
 ): { id: string; frame: string }[] {
   const out: { id: string; frame: string }[] = [];
   let i = 0;
@@ -496,6 +531,5 @@ function mergeReplay(
       j += 1;
     }
   }
-  if (faults.duplicateReplayEvent && out.length > 0) out.push(out[out.length - 1]!);
   return out;
 }

@@ -3,27 +3,30 @@ import type { TraceStore } from '../store/trace-store.js';
 
 const DAY_MS = 24 * 3600 * 1000;
 
+const EXPIRED = 'The cursor is older than the retained trace. Reconnect with snapshot: true.';
+
 /**
- * `cursor_expired` (DESIGN.md "Ids and cursors"): the cursor is older than the retention cutoff (the
- * configured one, or the one the last prune applied), or older than the oldest event still kept for
- * the session. A prune keeps audit events, so the oldest kept event can be older than events it
- * deleted: only the sweep's cutoff tells that events after the cursor may be gone.
+ * Why a cursor gets `cursor_expired` (DESIGN.md "Ids and cursors"), or null when it can be replayed:
+ * it is not an event id; it is older than the retention cutoff (the configured one, or the one the last
+ * prune applied); or it is older than the oldest event still kept for the session. A prune keeps audit
+ * events, so the oldest kept event can be older than events it deleted: only the sweep's cutoff tells
+ * that events after the cursor may be gone.
  */
-export function cursorExpired(
+export function cursorProblem(
   store: TraceStore,
   sessionId: string,
   since: string,
   retentionDays: number,
-): boolean {
+): string | null {
   let time: number;
   try {
     time = eventIdTime(since);
   } catch {
-    return true; // not an id metis issued: nothing can be replayed after it
+    return `since: ${JSON.stringify(since)} is not an event id (evt_<ULID>). Reconnect with snapshot: true.`;
   }
-  if (time < Date.now() - retentionDays * DAY_MS) return true;
+  if (time < Date.now() - retentionDays * DAY_MS) return EXPIRED;
   const swept = store.lastSweepCutoffMs();
-  if (swept !== null && time <= swept) return true;
+  if (swept !== null && time <= swept) return EXPIRED;
   const oldest = store.getOldestKept(sessionId);
-  return oldest !== null && oldest.type !== 'session.created' && since < oldest.id;
+  return oldest !== null && oldest.type !== 'session.created' && since < oldest.id ? EXPIRED : null;
 }

@@ -54,7 +54,14 @@ export function describeFrameIssue(issues: readonly z.core.$ZodIssue[]): string 
   }
   if (issue === undefined) return 'frame: invalid';
   const full = [...path, ...issue.path];
-  return `${full.length ? full.map(String).join('.') : 'frame'}: ${issue.message}`;
+  return truncate(`${full.length ? full.map(String).join('.') : 'frame'}: ${issue.message}`);
+}
+
+/** Longest error message sent back: zod lists every unrecognized key, and a reply must stay small. */
+const MAX_PROBLEM_CHARS = 300;
+
+function truncate(text: string): string {
+  return text.length <= MAX_PROBLEM_CHARS ? text : `${text.slice(0, MAX_PROBLEM_CHARS - 1)}…`;
 }
 
 /** Close codes the server uses; 1008 `client_too_slow` is the spec's, the 44xx are metis's. */

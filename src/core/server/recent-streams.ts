@@ -4,6 +4,8 @@ interface SessionStreams {
   events: MetisEvent[];
   /** Message ids whose `message.complete` was seen, oldest first. */
   finished: string[];
+  /** Id of the newest streaming event dropped from memory, if any: a replay from before it is short. */
+  droppedUpTo: string | null;
 }
 
 /**
@@ -19,7 +21,7 @@ export class RecentStreams {
   add(event: MetisEvent): void {
     let streams = this.sessions.get(event.session_id);
     if (streams === undefined) {
-      streams = { events: [], finished: [] };
+      streams = { events: [], finished: [], droppedUpTo: null };
       this.sessions.set(event.session_id, streams);
     }
     streams.events.push(event);
@@ -27,9 +29,26 @@ export class RecentStreams {
       streams.finished.push(String(event.payload.message_id));
       if (streams.finished.length > this.keepFinished) {
         const evicted = streams.finished.shift()!;
-        streams.events = streams.events.filter((e) => e.payload.message_id !== evicted);
+        const kept: MetisEvent[] = [];
+        for (const e of streams.events) {
+          if (e.payload.message_id !== evicted) kept.push(e);
+          else if (streams.droppedUpTo === null || e.id > streams.droppedUpTo) streams.droppedUpTo = e.id;
+        }
+        streams.events = kept;
       }
     }
+  }
+
+  /**
+   * Whether streaming events of these sessions with an id greater than `afterId` were dropped from
+   * memory: a replay from that cursor would miss them, so it must not be offered (cursor_expired).
+   */
+  droppedAfter(sessionIds: ReadonlySet<string>, afterId: string): boolean {
+    for (const sessionId of sessionIds) {
+      const dropped = this.sessions.get(sessionId)?.droppedUpTo ?? null;
+      if (dropped !== null && dropped > afterId) return true;
+    }
+    return false;
   }
 
   /** Kept streaming events of these sessions with an id greater than `afterId`, in id order. */

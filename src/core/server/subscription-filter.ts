@@ -39,3 +39,8 @@ export function compileFilter(filter: ResolvedFilter): (event: MetisEvent) => bo
   const actors = filter.actors ? new Set<string>(filter.actors) : null;
   return (event) => (types === null || types.has(event.type)) && (actors === null || actors.has(event.actor));
 }
+
+/** Whether a filter lets streaming-only events through (they live in memory, not in the store). */
+export function wantsStreaming(filter: ResolvedFilter): boolean {
+  return filter.event_types === null || filter.event_types.some((type) => STREAMING.has(type));
+}
