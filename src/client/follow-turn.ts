@@ -26,7 +26,11 @@ export class FollowTurnError extends Error {
 
 export interface FollowResult {
   readonly turnId: string;
-  readonly status: 'completed' | 'cancelled';
+  /**
+   * `failed` when the turn completed without an answer: its last model call failed, or no model could
+   * serve it (no model call at all). The wire has no failed status; this is what it shows.
+   */
+  readonly status: 'completed' | 'failed' | 'cancelled';
   readonly state: ConversationState;
 }
 
@@ -48,6 +52,7 @@ export async function followTurn(
   let state = initialState;
   let turnId: string | null = null;
   let status: FollowResult['status'] | null = null;
+  let lastCallFailed = false;
   for await (const item of client) {
     if (item.kind === 'frame') state = reduce(state, item.frame);
     options.render(item, state);
@@ -62,7 +67,11 @@ export async function followTurn(
     if (item.kind === 'frame' && item.frame.type === 'event' && turnId !== null) {
       const event = item.frame.event;
       if (event.turn_id === turnId && event.session_id === options.sessionId) {
-        if (event.type === 'turn.completed') status = 'completed';
+        if (event.type === 'llm.call_failed') lastCallFailed = true;
+        if (event.type === 'llm.call_completed') lastCallFailed = false;
+        if (event.type === 'turn.completed') {
+          status = lastCallFailed || event.payload.llm_call_count === 0 ? 'failed' : 'completed';
+        }
         if (event.type === 'turn.cancelled') status = 'cancelled';
       }
     }

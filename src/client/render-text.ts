@@ -1,6 +1,14 @@
 import type { ClientItem } from './client.js';
 import type { ConversationState, SnapshotConfirmation, WireEvent } from './reducer.js';
 
+/** The part of a `route.decided` chain entry the text view shows. */
+interface ChainEntry {
+  readonly policy: string;
+  readonly verdict: string;
+  readonly candidate_model: string | null;
+  readonly validation_failure: string | null;
+}
+
 export interface RenderOptions {
   readonly color: boolean;
 }
@@ -63,7 +71,14 @@ export function renderItem(
       return `${worker}${paint(options, 'bold', '› turn')} ${paint(options, 'dim', event.turn_id ?? '')}\n`;
     case 'route.decided': {
       const turn = event.turn_id ? state.turns[event.turn_id] : undefined;
-      return `${worker}${paint(options, 'dim', `  route → ${p.chosen_model} (${turn?.route_reason ?? ''})`)}\n`;
+      // A model the user asked for that could not serve is the surprise worth a line of its own.
+      const rejected = ((p.chain ?? []) as ChainEntry[])
+        .filter((c) => c.verdict === 'rejected')
+        .map((c) => `${c.candidate_model} rejected (${c.validation_failure ?? c.policy})`);
+      const route = `${worker}${paint(options, 'dim', `  route → ${p.chosen_model} (${turn?.route_reason ?? ''})`)}\n`;
+      return rejected.length === 0
+        ? route
+        : `${worker}  ${paint(options, 'yellow', rejected.join('; '))}\n${route}`;
     }
     case 'message.start':
       return `${worker}${paint(options, 'cyan', 'assistant')}: `;
@@ -105,6 +120,8 @@ export function renderItem(
     case 'turn.cancelled':
       return `${worker}${paint(options, 'yellow', `■ turn cancelled (${p.reason})`)}\n`;
     case 'turn.completed':
+      if (p.llm_call_count === 0)
+        return `${worker}${paint(options, 'red', '■ turn failed: no model could serve it (the server log has the routing chain)')}\n`;
       return `${worker}${paint(options, 'dim', `■ turn done: ${p.llm_call_count} model calls, ${p.tool_call_count} tools, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
     default:
       return '';

@@ -6,6 +6,37 @@ export interface ServerTarget {
   readonly token?: string;
 }
 
+/** Where `metis serve` listens by default. */
+export const DEFAULT_URL = 'http://127.0.0.1:8421';
+
+/**
+ * The server URL of `--url`, else $METIS_URL, else `fallback`: checked to be http(s) and without a
+ * trailing slash, since request paths are appended to it (`http://host:8421/` + `/sessions` would
+ * be `//sessions`, which no route matches).
+ */
+export function serverUrl(option: string | undefined, fallback = DEFAULT_URL): string {
+  const fromEnv = process.env.METIS_URL || undefined; // set but empty means unset
+  const given = option ?? fromEnv ?? fallback;
+  const where = option !== undefined ? '--url' : fromEnv !== undefined ? '$METIS_URL' : 'url';
+  let parsed: URL;
+  try {
+    parsed = new URL(given);
+  } catch {
+    throw invalidUrl(where, given);
+  }
+  if ((parsed.protocol !== 'http:' && parsed.protocol !== 'https:') || parsed.search || parsed.hash) {
+    throw invalidUrl(where, given);
+  }
+  return given.replace(/\/+$/, '');
+}
+
+function invalidUrl(where: string, given: string): MetisError {
+  return new MetisError(
+    'METIS_ERR_INVALID_ARGUMENT',
+    `${where}: "${given}" is not a server URL like http://127.0.0.1:8421`,
+  );
+}
+
 /** The bearer token of `--token`, else $METIS_TOKEN; undefined when neither is set. */
 export function tokenFrom(options: { token?: string }): string | undefined {
   return options.token || process.env.METIS_TOKEN || undefined;

@@ -16,6 +16,7 @@ import { MetisError } from '../core/errors.js';
 import { silentLogger } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
 import { startService } from '../core/server/serve.js';
+import { serverUrl } from './api-request.js';
 
 export interface ConformanceRunOptions {
   url?: string;
@@ -51,7 +52,7 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
   if (faults.length > 0 && options.url)
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--fault: only for the embedded server (no --url)');
   let stop = async () => {};
-  let url = options.url;
+  let url = options.url === undefined ? undefined : serverUrl(options.url);
   if (!url) {
     const home = mkdtempSync(join(tmpdir(), 'metis-conformance-'));
     const config = MetisConfigSchema.parse({ server: { port: 0 } });

@@ -1,11 +1,13 @@
 import { dirname } from 'node:path';
 import { loadConfig } from '../core/config/load-config.js';
 import type { MetisConfig } from '../core/config/schema.js';
+import { MetisError } from '../core/errors.js';
 import { describeFilter as describeEventFilter, toEventFilter } from '../core/events/filter.js';
 import { silentLogger } from '../core/logger.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import type { TraceQuery } from '../plugins/define-plugin.js';
 import type { PluginStatus } from '../plugins/plugin-host.js';
+import { serverUrl } from './api-request.js';
 import { table } from './text-table.js';
 
 export interface PluginsOptions {
@@ -32,7 +34,7 @@ function defaultUrl(config: MetisConfig): string {
 /** The running server's plugins, or null when nothing answers there (or it has no `/plugins`). */
 async function fetchRunning(url: string, token: string | null): Promise<PluginStatus[] | null> {
   try {
-    const response = await fetch(`${url.replace(/\/$/, '')}/plugins`, {
+    const response = await fetch(`${url}/plugins`, {
       headers: token ? { authorization: `Bearer ${token}` } : {},
       signal: AbortSignal.timeout(3000),
     });
@@ -91,9 +93,13 @@ function describeFilter(filter: Record<string, unknown>): string {
  */
 export async function pluginsCommand(options: PluginsOptions): Promise<void> {
   const { config, filepath } = await loadConfig({ explicitPath: options.config ?? null });
-  const url = options.url ?? process.env.METIS_URL ?? defaultUrl(config);
+  const url = serverUrl(options.url, defaultUrl(config));
   const token = config.server.bearer_token ?? process.env.METIS_BEARER_TOKEN ?? null;
   const running = await fetchRunning(url, token);
+  if (running === null && options.url !== undefined) {
+    // Asked about a server by name: listing the config's plugins instead would answer another question.
+    throw new MetisError('METIS_ERR_SERVER_UNREACHABLE', `no metis server answered GET ${url}/plugins`);
+  }
   if (running !== null) {
     if (options.json) {
       console.log(JSON.stringify({ source: 'server', url, config: filepath, plugins: running }, null, 2));

@@ -64,6 +64,10 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print JSON (ids, or frames with --follow)')
     .addOption(urlOption())
     .addOption(tokenOption())
+    .addHelpText(
+      'after',
+      '\nExit status with --follow: 0 the turn completed, 1 it failed (its last model call failed, or no\nmodel could serve it), 3 it was cancelled.',
+    )
     .action(async (session, message, options) =>
       (await import('./send.js')).sendCommand(session, message, options),
     );

@@ -2,8 +2,8 @@ import { FollowTurnError, followTurn } from '../client/follow-turn.js';
 import { liveTextWriter } from '../client/live-text.js';
 import { initialState } from '../client/reducer.js';
 import { MetisError } from '../core/errors.js';
-import { apiRequest, type ServerTarget, tokenFrom } from './api-request.js';
-import { DEFAULT_URL, failureError } from './tail.js';
+import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { failureError } from './tail.js';
 
 export interface SendOptions {
   model?: string;
@@ -21,7 +21,7 @@ export async function sendCommand(
   options: SendOptions,
 ): Promise<void> {
   const target: ServerTarget = {
-    url: options.url ?? process.env.METIS_URL ?? DEFAULT_URL,
+    url: serverUrl(options.url),
     token: tokenFrom(options),
   };
   const message = options.new ? first : second;
@@ -65,6 +65,7 @@ export async function sendCommand(
     throw followError(error, target);
   });
   if (result.status === 'cancelled') process.exitCode = 3;
+  if (result.status === 'failed') process.exitCode = 1;
 }
 
 /** The CLI error for a follow that failed: the server refused the client, or refused the turn. */

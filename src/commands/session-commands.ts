@@ -1,6 +1,5 @@
 import { MetisError } from '../core/errors.js';
-import { apiRequest, type ServerTarget, tokenFrom } from './api-request.js';
-import { DEFAULT_URL } from './tail.js';
+import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
 
 interface UrlOptions {
   url?: string;
@@ -9,7 +8,7 @@ interface UrlOptions {
 }
 
 const base = (options: UrlOptions): ServerTarget => ({
-  url: options.url ?? process.env.METIS_URL ?? DEFAULT_URL,
+  url: serverUrl(options.url),
   token: tokenFrom(options),
 });
 

@@ -5,7 +5,7 @@ import { MetisError } from '../core/errors.js';
 import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
 import { STREAMING } from '../core/events/streaming.js';
-import { tokenFrom, unauthorized } from './api-request.js';
+import { serverUrl, tokenFrom, unauthorized } from './api-request.js';
 
 export interface TailOptions {
   preset?: string;
@@ -17,8 +17,6 @@ export interface TailOptions {
   url?: string;
   token?: string;
 }
-
-export const DEFAULT_URL = 'http://127.0.0.1:8421';
 
 export function filterFrom(options: TailOptions) {
   if (options.types) {
@@ -47,7 +45,7 @@ export function filterFrom(options: TailOptions) {
 
 /** Follows a session live; survives server restarts; Ctrl-C only stops the tail, never a turn. */
 export async function tailCommand(sessionId: string, options: TailOptions): Promise<void> {
-  const url = options.url ?? process.env.METIS_URL ?? DEFAULT_URL;
+  const url = serverUrl(options.url);
   const token = tokenFrom(options);
   const client = new MetisClient({
     url,

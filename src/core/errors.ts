@@ -116,6 +116,11 @@ export const ERROR_TABLE = {
     hint: 'See the message for what the server refused.',
   },
   METIS_ERR_SESSION_ENDED: { status: 409, exitCode: 1, hint: 'Create a new session.' },
+  METIS_ERR_LISTEN: {
+    status: 500,
+    exitCode: 1,
+    hint: 'Stop the process using that port, or pass --port (0 picks a free one) or --host.',
+  },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERROR_TABLE;

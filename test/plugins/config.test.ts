@@ -143,13 +143,12 @@ describe('configuration', () => {
   }, 30_000);
 
   it('`metis plugins` without a server lists what config names, checked as serve would', async () => {
+    // The configured server (port 9) does not answer, so the listing comes from the config.
     const { dir, configPath } = pluginProject(['collector.mjs'], {
+      server: { port: 9 },
       plugins: [['./collector.mjs', { out: 'x.jsonl', event_types: ['turn.completed'] }], 'otel'],
     });
-    const result = await runCli(
-      ['plugins', '--json', '--config', configPath, '--url', 'http://127.0.0.1:9'],
-      dir,
-    );
+    const result = await runCli(['plugins', '--json', '--config', configPath], dir);
     expect(result.stderr).toBe('');
     const listed = JSON.parse(result.stdout);
     expect(listed).toMatchObject({ source: 'config', config: configPath });
@@ -165,11 +164,11 @@ describe('configuration', () => {
       expect.objectContaining({ name: 'otel', path: 'builtin:otel', fast_path: false }),
     ]);
 
-    const broken = pluginProject(['wrong-export.mjs'], { plugins: ['./wrong-export.mjs'] });
-    const failed = await runCli(
-      ['plugins', '--config', broken.configPath, '--url', 'http://127.0.0.1:9'],
-      dir,
-    );
+    const broken = pluginProject(['wrong-export.mjs'], {
+      server: { port: 9 },
+      plugins: ['./wrong-export.mjs'],
+    });
+    const failed = await runCli(['plugins', '--config', broken.configPath], dir);
     expect(failed.exitCode).toBe(2);
     expect(failed.stderr).toMatch(
       /^error: plugin "\.\/wrong-export\.mjs" \(plugins\[0\] in .*\): the default export's "create"/m,

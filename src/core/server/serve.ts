@@ -4,6 +4,7 @@ import { loadPlugins } from '../../plugins/load-plugins.js';
 import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import { pluginsRoute } from '../../plugins/plugins-route.js';
 import type { MetisConfig } from '../config/schema.js';
+import { MetisError } from '../errors.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
@@ -81,16 +82,26 @@ export async function startService(
       logger,
       dataDir: dirname(dbPath),
     });
+    const runtimeConfig = conformance ? conformanceRuntime(config.runtime) : config.runtime;
     const runtime = createRuntime({
       bus: trace.bus,
       db: trace.db,
-      config: conformance ? conformanceRuntime(config.runtime) : config.runtime,
+      config: runtimeConfig,
       logger,
       // A fixed pause between tool.called and execution gives the suite a seam to cancel into.
       beforeToolExecute: conformance
         ? () => new Promise((resolve) => setTimeout(resolve, SEAM_PAUSE_MS))
         : undefined,
     });
+    // A default no provider can serve would fail every turn that names no model: refuse to start.
+    const served = runtime.models.resolve(runtimeConfig.default_model);
+    if (!served.ok) {
+      throw new MetisError(
+        'METIS_ERR_INVALID_MODEL',
+        `default model "${runtimeConfig.default_model}" cannot serve turns (${served.failure}): ` +
+          'its provider is not configured (an unknown provider, or no API key)',
+      );
+    }
     const server = await startServer(runtime, trace, {
       host: config.server.host,
       port: config.server.port,

@@ -161,10 +161,12 @@ export async function startServer(
     });
   });
 
+  const port = options.port ?? 8421;
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 8421, host, () => {
-      server.off('error', reject);
+    const onError = (error: NodeJS.ErrnoException) => reject(listenError(error, host, port));
+    server.once('error', onError);
+    server.listen(port, host, () => {
+      server.off('error', onError);
       resolve();
     });
   });
@@ -216,4 +218,17 @@ function closeHandshakes(clients: ReadonlySet<WebSocket>, graceMs: number): Prom
       });
     }
   });
+}
+
+/** A listen failure as the CLI should report it: which address, and why. */
+function listenError(error: NodeJS.ErrnoException, host: string, port: number): Error {
+  const address = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const why: Record<string, string> = {
+    EADDRINUSE: 'the port is already in use (another metis serve?)',
+    EACCES: 'permission denied (ports below 1024 need privileges)',
+    EADDRNOTAVAIL: 'this machine has no such address',
+  };
+  const reason = error.code === undefined ? undefined : why[error.code];
+  if (reason === undefined) return error;
+  return new MetisError('METIS_ERR_LISTEN', `cannot listen on ${address}: ${reason}`, { cause: error });
 }
