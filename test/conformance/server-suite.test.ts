@@ -36,6 +36,20 @@ describe('metis conformance run', () => {
     expect(statusOf(results).cursor_expired).toBe('pass');
   }, 60_000);
 
+  it('the tool cancellations pass against a plain `metis serve`, whose default policy asks before shell', async () => {
+    const config = MetisConfigSchema.parse({ server: { port: 0 } });
+    expect(config.runtime.tool_confirmation.execute).toBe('ask');
+    const service = await startService(config, join(tempDir(), 'plain.db'), silentLogger());
+    onTestFinished(() => service.stop());
+    const results = await runConformance({ url: service.url, only: ['cancel_mid_tool', 'cancel_at_seam'] });
+    const cancels = results.filter((r) => r.name.startsWith('cancel_'));
+    expect(results.filter((r) => r.outcome.status === 'fail')).toEqual([]);
+    expect(cancels.map((r) => [r.name, r.outcome])).toEqual([
+      ['cancel_mid_tool', expect.objectContaining({ status: 'pass' })],
+      ['cancel_at_seam', expect.objectContaining({ status: 'pass' })],
+    ]);
+  }, 60_000);
+
   // Each fault breaks one guarantee: the matching checks must fail and an unrelated one must pass.
   const faults: [FaultName, string[], string[], string][] = [
     [
