@@ -13,7 +13,7 @@ function tail(shape: readonly string[], n: number): string[] {
  * (metis's default asks for shell) puts them between `tool.called` and the tool's end, and the
  * cancellation sequences of §6.2 do not depend on them.
  */
-function toolShape(events: readonly any[], turn: string): string[] {
+function toolShape(events: Parameters<typeof turnShape>[0], turn: string): string[] {
   return turnShape(events, turn).filter((type) => !type.startsWith('tool.confirmation_'));
 }
 
