@@ -2,6 +2,9 @@ import type { ClientItem } from './client.js';
 import type { ConversationState, WireEvent } from './reducer.js';
 import { renderItem } from './render-text.js';
 
+/** Where `metis serve` listens unless told otherwise. */
+export const DEFAULT_URL = 'http://127.0.0.1:8421';
+
 /** Where live text goes: a terminal (isTTY, columns) or a pipe. */
 export interface TextOutput {
   write(text: string): unknown;
@@ -22,15 +25,17 @@ const ANSI_STYLE = /\u001b\[\d+m/g;
  */
 export function liveTextWriter(
   sessionId: string,
-  out: TextOutput = process.stdout,
-  env: NodeJS.ProcessEnv = process.env,
+  options: { readonly serverUrl?: string; readonly out?: TextOutput; readonly env?: NodeJS.ProcessEnv } = {},
 ): (item: ClientItem, state: ConversationState) => void {
+  const { out = process.stdout, env = process.env } = options;
   const color = out.isTTY === true && !env.NO_COLOR;
+  // The default server needs no --url in the commands printed for the user.
+  const serverUrl = options.serverUrl === DEFAULT_URL ? undefined : options.serverUrl;
   const inPlace = out.isTTY === true;
   /** The tool whose "running" line is the last complete line written, if any. */
   let runningToolOnLastLine: string | null = null;
   return (item, state) => {
-    const text = renderItem(item, state, sessionId, { color });
+    const text = renderItem(item, state, sessionId, { color, serverUrl });
     if (text === '') return;
     const event =
       item.kind === 'frame' && item.frame.type === 'event' ? (item.frame.event as WireEvent) : null;

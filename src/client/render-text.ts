@@ -11,6 +11,8 @@ interface ChainEntry {
 
 export interface RenderOptions {
   readonly color: boolean;
+  /** The server's URL when it is not the default: commands printed for the user must reach it. */
+  readonly serverUrl?: string;
 }
 
 const codes = {
@@ -147,7 +149,8 @@ function confirmationLines(
   sessionId: string,
   c: Omit<SnapshotConfirmation, 'tool_use_id'>,
 ): string {
-  return `${worker}  ${paint(options, 'yellow', '?')} confirm ${c.tool_name}: ${c.summary}\n    metis confirm ${sessionId} ${c.confirmation_request_id} allow|deny\n`;
+  const url = options.serverUrl === undefined ? '' : ` --url ${options.serverUrl}`;
+  return `${worker}  ${paint(options, 'yellow', '?')} confirm ${c.tool_name}: ${c.summary}\n    metis confirm ${sessionId} ${c.confirmation_request_id} allow|deny${url}\n`;
 }
 
 /**

@@ -1,3 +1,4 @@
+import { DEFAULT_URL } from '../client/live-text.js';
 import { MetisError } from '../core/errors.js';
 
 /** Where a command finds the server: `--url` (or $METIS_URL) and `--token` (or $METIS_TOKEN). */
@@ -5,9 +6,6 @@ export interface ServerTarget {
   readonly url: string;
   readonly token?: string;
 }
-
-/** Where `metis serve` listens by default. */
-export const DEFAULT_URL = 'http://127.0.0.1:8421';
 
 /**
  * The server URL of `--url`, else $METIS_URL, else `fallback`: checked to be http(s) and without a

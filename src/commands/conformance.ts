@@ -1,6 +1,6 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { ExitError } from '../cli.js';
 import {
   builtinClient,
@@ -51,6 +51,7 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
   }
   if (faults.length > 0 && options.url)
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--fault: only for the embedded server (no --url)');
+  if (options.junit) checkWritableFile('--junit', options.junit);
   let stop = async () => {};
   let url = options.url === undefined ? undefined : serverUrl(options.url);
   if (!url) {
@@ -136,4 +137,15 @@ export async function conformanceClientCommand(options: ConformanceClientOptions
     console.log(JSON.stringify({ client: options.cmd ?? 'builtin', passed, failed, results }, null, 2));
   else console.log(`\n${passed} passed, ${failed} failed`);
   if (failed > 0) throw new ExitError(1);
+}
+
+/** Fails before the suite runs, not after it, when the report could not be written. */
+function checkWritableFile(flag: string, path: string): void {
+  const folder = dirname(resolve(path));
+  if (!existsSync(folder) || !statSync(folder).isDirectory()) {
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `${flag}: the folder ${folder} does not exist`);
+  }
+  if (existsSync(path) && statSync(path).isDirectory()) {
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `${flag}: ${path} is a folder; name a file in it`);
+  }
 }

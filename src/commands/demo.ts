@@ -21,6 +21,15 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
   const home = mkdtempSync(join(tmpdir(), 'metis-demo-'));
   const config = MetisConfigSchema.parse({ server: { port: 0 } });
   const service = await startService(config, join(home, 'metis.db'), silentLogger());
+  const cleanUp = async () => {
+    await service.stop();
+    if (!options.keep) rmSync(home, { recursive: true, force: true });
+  };
+  // Ctrl-C (a turn waiting for a confirmation, say) must not leave the temporary database behind.
+  const onInterrupt = () => {
+    void cleanUp().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onInterrupt);
   try {
     console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
     const { session_id: sessionId } = await apiRequest(service.url, 'POST', '/sessions', {});
@@ -30,7 +39,7 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
       url: service.url,
       sessionId,
       message,
-      render: liveTextWriter(sessionId),
+      render: liveTextWriter(sessionId, { serverUrl: service.url }),
     });
     console.log(`
 Try next:
@@ -41,7 +50,7 @@ Try next:
   metis trace stats                            # what the trace store holds
 Scripted triggers: plain text, think:, time, run: <cmd>, read: <path>, delegate: <task>, slow:, fail: <class>.`);
   } finally {
-    await service.stop();
-    if (!options.keep) rmSync(home, { recursive: true, force: true });
+    process.off('SIGINT', onInterrupt);
+    await cleanUp();
   }
 }

@@ -48,7 +48,7 @@ export async function sendCommand(
     return;
   }
   const id = sessionId;
-  const writeText = liveTextWriter(id);
+  const writeText = liveTextWriter(id, { serverUrl: target.url });
   const result = await followTurn({
     ...target,
     sessionId: id,

@@ -56,7 +56,7 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
     since: options.since ?? null,
   });
   process.once('SIGINT', () => client.close());
-  const writeText = liveTextWriter(sessionId);
+  const writeText = liveTextWriter(sessionId, { serverUrl: url });
   let state: ConversationState = initialState;
   for await (const item of client) {
     if (item.kind === 'frame') state = reduce(state, item.frame);

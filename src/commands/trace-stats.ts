@@ -1,3 +1,4 @@
+import { SYSTEM_SESSION_ID } from '../core/events/envelope.js';
 import { type TraceStats, traceStats } from '../core/store/stats.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
 
@@ -19,7 +20,7 @@ function printHuman(stats: TraceStats): void {
     `file size: ${stats.file_bytes} bytes`,
     `wal size: ${stats.wal_bytes} bytes`,
     `events: ${stats.event_count}`,
-    `sessions: ${stats.session_count}`,
+    `sessions: ${sessionsLine(stats.by_session)}`,
     `oldest event: ${stats.oldest_event_timestamp ?? 'none'}`,
     `newest event: ${stats.newest_event_timestamp ?? 'none'}`,
     '',
@@ -38,4 +39,10 @@ export async function traceStatsCommand(options: TraceStatsOptions): Promise<voi
   const stats = traceStats((await databaseFrom(options)).dbPath);
   if (options.json) console.log(JSON.stringify(stats, null, 2));
   else printHuman(stats);
+}
+
+/** The session count a user means: their sessions, with the `system` session named apart. */
+function sessionsLine(bySession: readonly { session_id: string }[]): string {
+  const system = bySession.some((s) => s.session_id === SYSTEM_SESSION_ID);
+  return `${bySession.length - (system ? 1 : 0)}${system ? ' (plus the system session)' : ''}`;
 }

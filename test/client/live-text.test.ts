@@ -22,7 +22,7 @@ function write(
   let raw = '';
   const out: TextOutput = { ...output, write: (text: string) => (raw += text) };
   const sessionId = frames.find((f) => f.type === 'event')!.event.session_id as string;
-  const writeText = liveTextWriter(sessionId, out, env);
+  const writeText = liveTextWriter(sessionId, { out, env });
   let state = initialState;
   for (const frame of frames) {
     state = reduce(state, frame);

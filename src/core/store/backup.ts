@@ -98,7 +98,12 @@ export function backupDatabase(options: { readonly dbPath: string; readonly dest
   const source = resolve(options.dbPath);
   const dest = resolve(options.dest);
   if (existsSync(dest)) {
-    throw new MetisError('METIS_ERR_DEST_EXISTS', `${dest} already exists; a backup never overwrites a file`);
+    throw new MetisError(
+      'METIS_ERR_DEST_EXISTS',
+      statSync(dest).isDirectory()
+        ? `${dest} is a folder; name the backup file to create in it`
+        : `${dest} already exists; a backup never overwrites a file`,
+    );
   }
   if (!existsSync(dirname(dest)) || !statSync(dirname(dest)).isDirectory()) {
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `the folder ${dirname(dest)} does not exist`, {

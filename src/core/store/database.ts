@@ -1,4 +1,4 @@
-import { closeSync, existsSync, openSync } from 'node:fs';
+import { closeSync, existsSync, openSync, statSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { MetisError } from '../errors.js';
 import { ensurePrivateDir } from './paths.js';
@@ -25,6 +25,10 @@ export function openDatabase(path: string, options: OpenOptions = {}): Db {
   const exists = existsSync(path);
   if (!exists && !options.create) {
     throw new MetisError('METIS_ERR_DB_NOT_FOUND', `no database at ${path}`);
+  }
+  if (exists && statSync(path).isDirectory()) {
+    // SQLite would say "disk I/O error".
+    throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is a folder; name the database file in it`);
   }
   if (!exists) {
     ensurePrivateDir(path);

@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { createWriteStream, existsSync, rmSync } from 'node:fs';
+import { createWriteStream, existsSync, rmSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import { MetisError } from '../errors.js';
@@ -224,8 +224,14 @@ export async function exportToFile(
   onProgress?: (progress: ExportProgress) => void,
 ): Promise<{ count: number; path: string }> {
   const dest = resolve(path);
-  if (existsSync(dest))
-    throw new MetisError('METIS_ERR_DEST_EXISTS', `${dest} already exists; export never overwrites a file`);
+  if (existsSync(dest)) {
+    throw new MetisError(
+      'METIS_ERR_DEST_EXISTS',
+      statSync(dest).isDirectory()
+        ? `--out: ${dest} is a folder; name the file to create in it`
+        : `${dest} already exists; export never overwrites a file`,
+    );
+  }
   if (!existsSync(dirname(dest))) throw invalid(`--out: the folder ${dirname(dest)} does not exist`);
   const tmp = tempPathNextTo(dest, 'export');
   const stream = createWriteStream(tmp, { flags: 'wx', mode: 0o600 });

@@ -58,6 +58,12 @@ function checkSource(source: string, target: string): void {
   if (!existsSync(source)) {
     throw refuse(`no backup at ${source}`, 'Pass the path of a file written by `metis backup`.');
   }
+  if (!statSync(source).isFile()) {
+    throw refuse(
+      `${source} is a folder, not a backup file`,
+      'Pass the path of a file written by `metis backup`.',
+    );
+  }
   if (source === target)
     throw refuse(`${source} is the database itself`, 'Pass a backup file, not the live database.');
   for (const companion of [`${source}-wal`, `${source}-shm`]) {
