@@ -66,6 +66,12 @@ describe('POST /sessions', () => {
     expect(wrongType.body.error.message).toMatch(/^model: /);
     const emptyPath = await t.request('POST', '/sessions', { workspace_path: '' });
     expect(emptyPath.body.error.message).toMatch(/^workspace_path: /);
+    // Well formed, but no provider "nope": every turn would run elsewhere.
+    const unservable = await t.request('POST', '/sessions', { model: 'nope:x' });
+    expectError(unservable, 400, 'METIS_ERR_INVALID_MODEL');
+    expect(unservable.body.error.message).toMatch(
+      /^model: "nope:x" cannot serve turns: its provider is not configured/,
+    );
     expect((await t.request('GET', '/sessions')).body.sessions).toEqual([]);
   });
 
@@ -293,6 +299,15 @@ describe('GET /sessions/{id}/messages', () => {
     }
     const before = await t.request('GET', `/sessions/${sessionId}/messages?before=`);
     expect(before.body.error.message).toMatch(/^before: /);
+    // A cursor that names no message of this session is refused, not read as "from the newest".
+    const other = await t.createSession();
+    await runTurn(t, other, 'elsewhere');
+    const foreign = (await t.request('GET', `/sessions/${other}/messages`)).body.messages[0].id;
+    for (const cursor of ['msg_nope', foreign]) {
+      const response = await t.request('GET', `/sessions/${sessionId}/messages?before=${cursor}`);
+      expectError(response, 400, 'METIS_ERR_INVALID_ARGUMENT');
+      expect(response.body.error.message).toBe(`before: ${cursor} is not a message of session ${sessionId}`);
+    }
     const unknown = await t.request('GET', `/sessions/${sessionId}/messages?after=x`);
     expectError(unknown, 400, 'METIS_ERR_INVALID_ARGUMENT');
     expect(unknown.body.error.message).toContain('after');
@@ -381,6 +396,8 @@ describe('PUT /sessions/{id}/model', () => {
     }
     const missing = await t.request('PUT', `/sessions/${sessionId}/model`, {});
     expect(missing.body.error.message).toMatch(/^model: /);
+    const unservable = await t.request('PUT', `/sessions/${sessionId}/model`, { model: 'nope:x' });
+    expectError(unservable, 400, 'METIS_ERR_INVALID_MODEL');
     expect((await t.request('GET', `/sessions/${sessionId}`)).body.active_model).toBe('scripted:demo');
     expectError(
       await t.request('PUT', '/sessions/sess_nope/model', { model: 'scripted:x' }),

@@ -145,7 +145,7 @@ export class Runtime {
   ): SessionInfo {
     this.assertOpen();
     const model = options.model ?? null;
-    if (model !== null) assertModelId(model, 'model');
+    if (model !== null) assertConfiguredModel(this.models, model, 'model');
     const workspacePath = resolve(options.workspacePath ?? process.cwd());
     const session: LiveSession = {
       id: options.sessionId ?? newId('sess'),
@@ -251,7 +251,7 @@ export class Runtime {
 
   /** Sets the session's sticky model (the `manual_sticky` routing policy). */
   setStickyModel(sessionId: string, model: string): SessionInfo {
-    assertModelId(model, 'model');
+    assertConfiguredModel(this.models, model, 'model');
     const session = this.require(sessionId);
     session.stickyModel = model;
     session.activeModel = model;
@@ -433,6 +433,22 @@ export class Runtime {
 
 function sha256(text: string): string {
   return createHash('sha256').update(text).digest('hex');
+}
+
+/**
+ * A model a session keeps (created with it, or pinned): unlike a one-message override, which the router
+ * may reject and record in `route.decided`, it must have a configured provider, or every turn of the
+ * session would silently run elsewhere. A provider only marked unavailable for now is accepted.
+ */
+function assertConfiguredModel(models: ModelRegistry, model: string, field: string): void {
+  assertModelId(model, field);
+  const resolution = models.resolve(model);
+  if (!resolution.ok && resolution.failure === 'not_configured') {
+    throw new MetisError(
+      'METIS_ERR_INVALID_MODEL',
+      `${field}: "${model}" cannot serve turns: its provider is not configured (an unknown provider, or no API key)`,
+    );
+  }
 }
 
 function assertModelId(model: string, field: string): void {

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
-import { isMetisError } from '../errors.js';
+import { isMetisError, MetisError } from '../errors.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { AttachTokens } from './attach-tokens.js';
 import { HttpError, readJson, sendError, sendJson, validate } from './http-util.js';
@@ -102,6 +102,13 @@ export function createApi(context: ApiContext) {
       async (_request, [id], url) => {
         runtime.getSession(id!);
         const query = validate(MessagesQuery, Object.fromEntries(url.searchParams), 'query');
+        // A cursor that names no message of this session would page from the newest, silently.
+        if (query.before !== undefined && !runtime.sessions.hasMessage(id!, query.before)) {
+          throw new MetisError(
+            'METIS_ERR_INVALID_ARGUMENT',
+            `before: ${query.before} is not a message of session ${id}`,
+          );
+        }
         const messages = runtime.sessions.messages(id!, {
           beforeId: query.before ?? null,
           limit: query.limit,

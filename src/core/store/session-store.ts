@@ -197,6 +197,14 @@ export class SessionStore {
       );
   }
 
+  /** Whether `messageId` is a stored message of this session. */
+  hasMessage(sessionId: string, messageId: string): boolean {
+    return (
+      this.db.prepare('SELECT 1 FROM messages WHERE id = ? AND session_id = ?').get(messageId, sessionId) !==
+      undefined
+    );
+  }
+
   /** The newest `limit` messages before `beforeId` (or the newest overall), oldest first. */
   messages(sessionId: string, options: { beforeId?: string | null; limit?: number } = {}): MessageRecord[] {
     const rows = this.db
