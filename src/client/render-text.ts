@@ -124,7 +124,7 @@ export function renderItem(
     case 'turn.completed':
       if (p.llm_call_count === 0)
         return `${worker}${paint(options, 'red', '■ turn failed: no model could serve it (the server log has the routing chain)')}\n`;
-      return `${worker}${paint(options, 'dim', `■ turn done: ${p.llm_call_count} model calls, ${p.tool_call_count} tools, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
+      return `${worker}${paint(options, 'dim', `■ turn done: ${count(p.llm_call_count, 'model call')}, ${count(p.tool_call_count, 'tool')}, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
     default:
       return '';
   }
@@ -165,4 +165,9 @@ function blockStart(state: ConversationState, p: WireEvent['payload']): { first:
   const first = written !== null && written.length === String(p.text ?? '').length;
   const after = first && message.blocks.slice(0, p.content_block_index).some((b) => b !== undefined);
   return { first, after };
+}
+
+/** `1 tool`, `2 tools`. */
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
 }

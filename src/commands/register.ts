@@ -45,7 +45,7 @@ export function registerCommands(program: Command): void {
   program
     .command('tail <session>')
     .description('follow a session live; survives server restarts; Ctrl-C never cancels anything')
-    .option('--preset <name>', 'chat (default) or full', 'chat')
+    .option('--preset <name>', 'chat (default) or full')
     .option('--types <list>', 'comma-separated event types instead of a preset')
     .option('--since <id>', 'resume after this event id (replay, no snapshot)')
     .option('--no-snapshot', 'start live, without the snapshot of the session')

@@ -19,11 +19,20 @@ export interface TailOptions {
 }
 
 export function filterFrom(options: TailOptions) {
-  if (options.types) {
+  if (options.types !== undefined && options.preset !== undefined) {
+    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--types and --preset: give one or the other');
+  }
+  if (options.types !== undefined) {
     const types = options.types
       .split(',')
       .map((t) => t.trim())
       .filter(Boolean);
+    if (types.length === 0) {
+      throw new MetisError(
+        'METIS_ERR_INVALID_ARGUMENT',
+        '--types: no event types given (a comma-separated list)',
+      );
+    }
     const unknown = types.filter((t) => !CATALOG.has(t) && !STREAMING.has(t));
     if (unknown.length)
       throw new MetisError(

@@ -11,7 +11,7 @@ export interface TracePruneOptions extends DatabaseOptions {
 const events = (n: number) => `${n} event${n === 1 ? '' : 's'}`;
 
 function printHuman(result: PurgeResult, days: number): void {
-  const older = `older than ${result.cutoff_timestamp} (${days} days)`;
+  const older = `older than ${result.cutoff_timestamp} (${days} day${days === 1 ? '' : 's'})`;
   if (result.dry_run) {
     console.log(`dry run: would delete ${events(result.rows_deleted)} ${older}; nothing was changed`);
     const rows = Object.entries(result.by_type).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
@@ -26,6 +26,12 @@ function printHuman(result: PurgeResult, days: number): void {
     `${keep} ${result.rows_audit_exempt} audit events older than the cutoff (audit types are never pruned)`,
   );
   console.log(`oldest event kept: ${result.oldest_kept_timestamp ?? 'none'}`);
+  if (!result.dry_run && result.rows_deleted > 0) {
+    // Users look at the file size next and wonder why it did not move.
+    console.log(
+      'the file keeps its size: SQLite reuses the freed pages for new events (`metis backup` writes a compact copy)',
+    );
+  }
 }
 
 export async function tracePruneCommand(options: TracePruneOptions): Promise<void> {

@@ -54,7 +54,7 @@ describe('metis demo', () => {
       '\n  ⋯ current_time running',
       /\n {2}✓ current_time ok \(\d+ ms\)$/m,
       /\nassistant: The tool returned utc: \d{4}-\d\d-\d\dT[\d:.]+Z$/m,
-      /\n■ turn done: 2 model calls, 1 tools, \$\d+\.\d{6}$/m,
+      /\n■ turn done: 2 model calls, 1 tool, \$\d+\.\d{6}$/m,
       '\n\nTry next:',
       '\n  metis serve ',
       '\n  metis send --new "think: time" --follow ',
@@ -78,7 +78,7 @@ describe('metis demo', () => {
     expect(exitCode).toBe(0);
     expect(stdout).toContain('\nyou: hello\n');
     expect(stdout).toContain('assistant: You said: hello\n');
-    expect(stdout).toMatch(/■ turn done: 1 model calls, 0 tools/);
+    expect(stdout).toMatch(/■ turn done: 1 model call, 0 tools/);
     expect(home!.startsWith(join(tmp, 'metis-demo-'))).toBe(true);
     expect(existsSync(join(home!, 'metis.db'))).toBe(true);
   }, 60_000);

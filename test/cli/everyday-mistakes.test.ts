@@ -96,6 +96,12 @@ describe('everyday mistakes with files and folders', () => {
     for (const result of [stats, backup, exported, restore])
       expect(result.stderr).not.toMatch(/internal error/);
 
+    // An unknown --session is named, not exported as nothing.
+    const unknownSession = await runCli(['export', '--db', db, '--session', 'sess_nope'], home);
+    expect(unknownSession.exitCode).toBe(1);
+    expect(unknownSession.stderr).toMatch(/--session: no session sess_nope in /);
+    expect(unknownSession.stdout).toBe('');
+
     // And the count a user means: their sessions, the system session named apart.
     const text = await runCli(['trace', 'stats', '--db', db], home);
     expect(text.stdout).toMatch(/^sessions: 1 \(plus the system session\)$/m);

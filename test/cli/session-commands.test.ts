@@ -121,7 +121,7 @@ describe('--token and $METIS_TOKEN against a server with server.bearer_token', (
     expect(result.stderr).toMatch(/^created session sess_\w+$/m);
     expect(result.exitCode).toBe(0);
     expect(result.stdout).toContain('assistant: You said: hello\n');
-    expect(result.stdout).toMatch(/■ turn done: 1 model calls, 0 tools/);
+    expect(result.stdout).toMatch(/■ turn done: 1 model call, 0 tools/);
 
     const refused = await runCli(['send', '--new', 'hello', '--follow', '--url', s.url], s.home);
     expect(refused.exitCode).toBe(1);

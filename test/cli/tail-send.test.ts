@@ -128,6 +128,11 @@ describe('metis tail: filter and Ctrl-C', () => {
     });
     expect(() => filterFrom({ types: 'text.delta,made.up.thing' })).toThrow(/made\.up\.thing/);
     expect(() => filterFrom({ preset: 'everything' })).toThrow(/--preset/);
+    // Both, or a list with nothing in it, would leave the user guessing what is followed.
+    expect(() => filterFrom({ preset: 'full', types: 'turn.started' })).toThrow(
+      /^--types and --preset: give one or the other$/,
+    );
+    expect(() => filterFrom({ types: ' , ' })).toThrow(/^--types: no event types given/);
   });
 
   it('Ctrl-C stops the tail and never cancels the turn it was watching', async () => {
@@ -157,7 +162,7 @@ describe('metis send and tail against a real `metis serve` (end to end)', () => 
     expect(result.stderr).toMatch(/^created session sess_\w+$/m);
     expect(result.exitCode).toBe(0);
     expect(result.stdout).toContain('assistant: You said: hello\n');
-    expect(result.stdout).toMatch(/■ turn done: 1 model calls, 0 tools/);
+    expect(result.stdout).toMatch(/■ turn done: 1 model call, 0 tools/);
     expect(await server.stop('SIGTERM')).toBe(0);
   }, 60_000);
 
@@ -347,7 +352,7 @@ describe('metis tail: a confirmation waiting when it attaches', () => {
     const after = tail.stdout().slice(tail.stdout().indexOf(command));
     expect(after).toContain('confirmation allow\n');
     expect(after).toMatch(/✓ shell ok/);
-    expect(after).toMatch(/■ turn done: 2 model calls, 1 tools/);
+    expect(after).toMatch(/■ turn done: 2 model calls, 1 tool/);
     expect(await tail.stop('SIGINT')).toBe(0);
   }, 60_000);
 });

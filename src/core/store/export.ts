@@ -265,6 +265,17 @@ export async function exportDatabase(
 ): Promise<{ count: number; path: string | null }> {
   const db = openDatabase(options.dbPath, { readonly: true });
   try {
+    // An unknown --session would export nothing and look like an empty session: say which it is.
+    const session = options.query.sessionId;
+    if (session !== null && db.prepare('SELECT 1 FROM sessions WHERE id = ?').get(session) === undefined) {
+      throw new MetisError(
+        'METIS_ERR_SESSION_NOT_FOUND',
+        `--session: no session ${session} in ${options.dbPath}`,
+        {
+          hint: 'List the sessions with `metis trace stats` (or `metis sessions` on a running server).',
+        },
+      );
+    }
     if (options.outPath !== undefined)
       return await exportToFile(db, options.query, options.outPath, options.onProgress);
     if (options.stream === undefined) throw new TypeError('exportDatabase needs outPath or stream');
