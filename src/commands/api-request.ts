@@ -1,5 +1,5 @@
 import { DEFAULT_URL } from '../client/live-text.js';
-import { MetisError } from '../core/errors.js';
+import { ERROR_TABLE, type ErrorCode, MetisError } from '../core/errors.js';
 
 /** Where a command finds the server: `--url` (or $METIS_URL) and `--token` (or $METIS_TOKEN). */
 export interface ServerTarget {
@@ -80,8 +80,10 @@ export async function apiRequest(
   if (!response.ok) {
     const code = parsed.error?.code ?? `HTTP ${response.status}`;
     if (response.status === 401) throw unauthorized(url, token, parsed.error?.message ?? 'unauthorized');
+    // The server's own code, when this CLI knows it, brings its hint ("List sessions with ...").
+    const known = typeof code === 'string' && Object.hasOwn(ERROR_TABLE, code) ? (code as ErrorCode) : null;
     throw new MetisError(
-      'METIS_ERR_REQUEST_FAILED',
+      known ?? 'METIS_ERR_REQUEST_FAILED',
       `${parsed.error?.message ?? 'request failed'} (${code})`,
     );
   }

@@ -42,6 +42,11 @@ describe('everyday mistakes against `metis serve`', () => {
     const fromEnv = await runCli(['sessions', '--json'], home, { METIS_URL: `${server.url}//` });
     expect(fromEnv.exitCode, fromEnv.stderr).toBe(0);
     expect(JSON.parse(fromEnv.stdout)).toHaveLength(1);
+    // A refusal the CLI knows comes with its own hint, not "see the message".
+    const unknown = await runCli(['send', 'sess_nope', 'hello', '--url', server.url], home);
+    expect(unknown.exitCode).toBe(1);
+    expect(unknown.stderr).toMatch(/METIS_ERR_SESSION_NOT_FOUND/);
+    expect(unknown.stderr).toMatch(/List sessions with `metis sessions`/);
     const notAUrl = await runCli(['tail', 'sess_x', '--url', 'notaurl'], home);
     expect(notAUrl.exitCode).toBe(2);
     expect(notAUrl.stderr).toMatch(/--url: "notaurl" is not a server URL/);
