@@ -1,5 +1,6 @@
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { table } from './text-table.js';
 
 interface UrlOptions {
   url?: string;
@@ -22,12 +23,14 @@ export async function sessionsCommand(options: UrlOptions): Promise<void> {
     console.log('no sessions yet: metis send --new "hello"');
     return;
   }
-  for (const s of sessions as any[]) {
-    const when = new Date(Math.floor(s.created_at_us / 1000)).toISOString();
-    console.log(
-      `${s.id}  ${s.status.padEnd(6)}  ${(s.active_model ?? '').padEnd(20)}  ${when}  ${s.workspace_path ?? ''}`,
-    );
-  }
+  const rows = (sessions as any[]).map((s) => [
+    s.id,
+    s.status,
+    s.active_model ?? '',
+    new Date(Math.floor(s.created_at_us / 1000)).toISOString(),
+    s.workspace_path ?? '',
+  ]);
+  console.log(table([['session', 'status', 'model', 'created', 'workspace'], ...rows]));
 }
 
 /** Cancels the given turn, or the session's turn in flight. */

@@ -36,6 +36,10 @@ describe('metis catalog (child process)', () => {
     const domain = await runCli(['catalog', '--domain', 'nope'], home);
     expect(domain.exitCode).toBe(2);
     expect(domain.stderr).toContain('--domain');
+    // A known type outside the --domain given is not "unknown".
+    const elsewhere = await runCli(['catalog', '--domain', 'tool', '--type', 'turn.started'], home);
+    expect(elsewhere.exitCode).toBe(2);
+    expect(elsewhere.stderr).toContain('--type: "turn.started" is in domain turn, not tool');
   });
 
   it('--version and --help work; an unknown command fails', async () => {

@@ -38,7 +38,9 @@ describe('store commands (real CLI process)', () => {
 
     const days = await runCli(['trace', 'prune', '--days', 'ten', '--db', junk], dir);
     expect(days.exitCode).toBe(2);
-    expect(days.stderr).toMatch(/^error: --days must be a positive integer of days, got "ten"$/m);
+    expect(days.stderr).toMatch(
+      /^error: --days must be a whole number of days from 1 to 1,000,000, got "ten"$/m,
+    );
 
     const type = await runCli(['export', '--type', 'turn.started', 'nope.event', '--db', junk], dir);
     expect(type.exitCode).toBe(2);

@@ -103,6 +103,13 @@ export function describeEventTypes(options: { domain?: string; type?: string } =
   if (options.type !== undefined) {
     const wanted = options.type;
     entries = entries.filter((e) => e.type === wanted);
+    const known = ALL_ENTRIES.find((e) => e.type === wanted);
+    if (entries.length === 0 && known !== undefined) {
+      throw new MetisError(
+        'METIS_ERR_INVALID_ARGUMENT',
+        `--type: "${wanted}" is in domain ${known.domain}, not ${options.domain}; drop --domain or change it`,
+      );
+    }
     if (entries.length === 0) {
       const near = ALL_ENTRIES.filter((e) => e.type.split('.')[0] === wanted.split('.')[0]).map(
         (e) => e.type,

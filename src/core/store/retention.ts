@@ -68,7 +68,7 @@ export function parseRetentionDays(raw: string | number | undefined): number {
   if (!Number.isSafeInteger(days) || days < 1 || days > 1_000_000) {
     throw new MetisError(
       'METIS_ERR_INVALID_ARGUMENT',
-      `--days must be a positive integer of days, got "${raw}"`,
+      `--days must be a whole number of days from 1 to 1,000,000, got "${raw}"`,
     );
   }
   return days;
