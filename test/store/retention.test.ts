@@ -128,7 +128,9 @@ describe('trace prune (retention)', () => {
 
   it('validates --days and refuses a missing database without creating it', async () => {
     for (const bad of ['0', '-3', '1.5', 'abc', '', '1e3']) {
-      expect(() => parseRetentionDays(bad)).toThrowError(/--days must be a positive integer/);
+      expect(() => parseRetentionDays(bad)).toThrowError(
+        /--days must be a whole number of days from 1 to 1,000,000/,
+      );
     }
     expect(parseRetentionDays('30')).toBe(30);
     expect(parseRetentionDays(undefined)).toBe(90);
