@@ -97,7 +97,10 @@ export function renderItem(
     case 'tool.called':
       return `${worker}  ${paint(options, 'yellow', '⋯')} ${p.tool_name} running\n`;
     case 'tool.completed':
-      return `${worker}  ${paint(options, 'green', '✓')} ${toolName(state, p.tool_use_id)} ok (${p.latency_ms} ms)\n`;
+      // success: false is a tool that ran to the end and reported failure (a command's non-zero exit).
+      return p.success === false
+        ? `${worker}  ${paint(options, 'red', '✗')} ${toolName(state, p.tool_use_id)} ran, reported an error (${p.latency_ms} ms)\n`
+        : `${worker}  ${paint(options, 'green', '✓')} ${toolName(state, p.tool_use_id)} ok (${p.latency_ms} ms)\n`;
     case 'tool.failed': {
       const mark =
         p.error_class === 'cancelled'

@@ -61,6 +61,39 @@ describe('EventBus emit', () => {
     expect(seen).toEqual([first.id, second.id, emittedInside!.id]);
   });
 
+  it('dispatchNow stays a no-op in a dispatch even after a handler flushed (a nested dispatch)', async () => {
+    const bus = new EventBus({ validation: 'strict' });
+    const seenA: string[] = [];
+    const seenB: string[] = [];
+    let step = 0;
+    bus.subscribe({
+      name: 'a',
+      fastPath: true,
+      filter: { session_ids: ['s1'] },
+      handler: (event) => {
+        seenA.push(event.id);
+        if (step++ === 0) {
+          bus.emit(turnCompleted('s1', null));
+          void bus.flush(); // dispatches synchronously, inside this dispatch
+          bus.emit(turnCompleted('s1', null));
+          bus.dispatchNow(); // still inside the outer dispatch: must do nothing
+        }
+      },
+    });
+    bus.subscribe({
+      name: 'b',
+      fastPath: true,
+      filter: { session_ids: ['s1'] },
+      handler: (e) => void seenB.push(e.id),
+    });
+    bus.emit(turnStarted('s1'));
+    bus.emit(turnStarted('s1'));
+    bus.dispatchNow();
+    await bus.flush();
+    expect(seenA).toHaveLength(4);
+    expect(seenB).toEqual(seenA);
+  });
+
   it('continues seq from the store for a session seen in an earlier process', async () => {
     const bus = new EventBus({ lastSeq: (id) => (id === 'old' ? 41 : 0) });
     expect(bus.emit(turnStarted('old'))!.seq).toBe(42);

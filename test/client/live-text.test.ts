@@ -71,6 +71,18 @@ describe('live text: a tool line whose status changes', () => {
     expect(toolLines).toEqual([expect.stringMatching(/^ {2}✗ cancelled shell \(\d+ ms\)$/)]);
   });
 
+  it('a tool that ran but reported failure (success: false) is not shown as ok', () => {
+    const frames = trace('tool-use').map((frame) =>
+      frame.type === 'event' && frame.event.type === 'tool.completed'
+        ? { ...frame, event: { ...frame.event, payload: { ...frame.event.payload, success: false } } }
+        : frame,
+    );
+    const toolLines = screen(write(frames, tty, NO_COLOR)).filter((line) => line.includes('current_time'));
+    expect(toolLines).toEqual([
+      expect.stringMatching(/^ {2}✗ current_time ran, reported an error \(\d+ ms\)$/),
+    ]);
+  });
+
   it('in a pipe, both lines stay and no escape sequence is written', () => {
     const raw = write(trace('tool-use'), { isTTY: false });
     expect(raw).not.toContain('\u001b');

@@ -141,6 +141,37 @@ describe('streaming protocol: reconnect and replay (§3.6, §11.1)', () => {
     expect(reply).toMatchObject({ type: 'subscribe_ack', replay_event_count: gap.length });
   });
 
+  it('4d. a replay_too_large leaves the socket able to replay a later cursor in full', async () => {
+    const t = await startTestServer({}, { stream: { replayCap: 60 } });
+    const sessionId = await t.createSession();
+    const { client: watcher } = await subscribe(t, sessionId);
+    await runTurn(t, sessionId, watcher, 'hello zero');
+    const since1 = lastEventId(watcher)!;
+    const early = await t.attach(sessionId); // buffers everything from here on
+    for (let i = 1; i <= 6; i += 1) await runTurn(t, sessionId, watcher, `hello ${i}`);
+    const since2 = ofType(watcher.events(), 'turn.started')[2].id; // turn "hello 2"
+    const gap = (since: string) => watcher.events().filter((e) => e.id > since);
+    expect(gap(since1).length).toBeGreaterThan(60);
+    expect(gap(since2).length).toBeLessThanOrEqual(60);
+    // A fresh socket cannot replay since2: deltas of older messages were dropped from memory.
+    const fresh = await subscribeReply(await t.attach(sessionId), {
+      filter: 'preset:full',
+      since: since2,
+      snapshot: false,
+    });
+    expect(fresh).toMatchObject({ code: 'cursor_expired' });
+    // The early socket is refused since1 as too large, and its buffer still covers since2.
+    expect(
+      await subscribeReply(early, { filter: 'preset:full', since: since1, snapshot: false }),
+    ).toMatchObject({
+      code: 'replay_too_large',
+    });
+    const reply = await subscribeReply(early, { filter: 'preset:full', since: since2, snapshot: false });
+    expect(reply).toMatchObject({ type: 'subscribe_ack', replay_event_count: gap(since2).length });
+    expect(await sync(early)).toBe(true);
+    expect(early.events()).toEqual(gap(since2));
+  });
+
   it('4b. cursor_expired when streaming events after the cursor are no longer kept in memory', async () => {
     const t = await startTestServer();
     const sessionId = await t.createSession();
@@ -160,6 +191,9 @@ describe('streaming protocol: reconnect and replay (§3.6, §11.1)', () => {
       include_worker_sessions: false,
     });
     expect(stored).toMatchObject({ type: 'subscribe_ack', replay_event_count: 6 });
+    // Leaving streaming events out by actor (they are all the agent's) counts as stored-only too.
+    const byActor = await attempt({ event_types: null, actors: ['user'], include_worker_sessions: false });
+    expect(byActor).toMatchObject({ type: 'subscribe_ack', replay_event_count: 6 });
     // A cursor after the dropped messages replays the kept ones, deltas included.
     const recent = t.context.store
       .sessionEvents(sessionId)

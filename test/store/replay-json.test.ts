@@ -129,6 +129,25 @@ describe('replay envelopes built in SQL', () => {
     );
   });
 
+  it('encodes rows SQLite cannot format (before 1970, past 2^53 µs) as rowToJson does', () => {
+    const { db } = tempTraceContext();
+    const odd = [-1, -500_000, -86_400_000_001, Number.MAX_SAFE_INTEGER, 2n ** 53n + 2n];
+    const insertSession = db.prepare(
+      'INSERT OR IGNORE INTO sessions (id, created_at_us, updated_at_us) VALUES (?, 0, 0)',
+    );
+    const insert = db.prepare(
+      `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
+       VALUES ('sess_odd', ?, ?, ?, NULL, NULL, 'turn.started', 'user', 'private', '{}')`,
+    );
+    insertSession.run('sess_odd');
+    for (const [i, us] of odd.entries()) insert.run(`evt_${i}`, i + 1, us);
+    const { sql, js } = encodeBoth(db, ['sess_odd']);
+    expect(sql).toHaveLength(odd.length);
+    expect(sql).toEqual(js);
+    expect(JSON.parse(sql[0]!).timestamp).toBe('1969-12-31T23:59:59.999999Z');
+    expect(JSON.parse(sql[1]!).timestamp).toBe('1969-12-31T23:59:59.500000Z');
+  });
+
   it('returns the same events, filters and cap as replay', () => {
     const { db } = tempTraceContext();
     const events: RawEvent[] = [];

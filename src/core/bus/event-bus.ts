@@ -81,6 +81,7 @@ export class EventBus {
   private routesByType = new Map<string, readonly Route[]>();
   private queue: MetisEvent[] = [];
   private drainScheduled = false;
+  /** True while a dispatch runs: a drain asked for inside it (a handler that flushes) is deferred. */
   private dispatching = false;
   /** null when nobody listens, so emit pays one comparison. */
   private emitListeners: ((event: MetisEvent) => void)[] | null = null;
@@ -229,7 +230,7 @@ export class EventBus {
    * where it would hand a subscriber later events before it has seen the earlier ones.
    */
   dispatchNow(): void {
-    if (!this.dispatching) this.drain();
+    this.drain();
   }
 
   /** Dispatches what is queued now and waits until every mailbox is idle: for shutdown and tests. */
@@ -247,6 +248,15 @@ export class EventBus {
   }
 
   private readonly drain = (): void => {
+    if (this.dispatching) {
+      // Called inside a dispatch (a handler flushed, or dispatchNow): dispatching now would hand the
+      // subscribers the outer dispatch has not reached yet later events before earlier ones.
+      if (!this.drainScheduled) {
+        this.drainScheduled = true;
+        setImmediate(this.drain);
+      }
+      return;
+    }
     this.drainScheduled = false;
     if (this.queue.length === 0) return;
     const batch = this.queue;

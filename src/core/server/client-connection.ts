@@ -294,17 +294,18 @@ export class ClientConnection implements StreamTarget {
         (event) =>
           event.id > since && (event.session_id === this.sessionId || resolved.include_worker_sessions),
       );
-      this.buffer = [];
       const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
       // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
       replayFrames = mergeReplay(rows, live);
       if (tooLarge || replayFrames.length > options.replayCap) {
+        // The buffer stays whole: a later subscribe on this socket may still rely on it.
         this.subscribeError(
           'replay_too_large',
           `Gap exceeds replay limit of ${options.replayCap} events. Reconnect with snapshot: true.`,
         );
         return;
       }
+      this.buffer = [];
       if (this.faults.duplicateReplayEvent && replayFrames.length > 0)
         replayFrames.push(replayFrames.at(-1)!);
       skipUpTo = since;

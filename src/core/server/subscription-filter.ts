@@ -42,5 +42,10 @@ export function compileFilter(filter: ResolvedFilter): (event: MetisEvent) => bo
 
 /** Whether a filter lets streaming-only events through (they live in memory, not in the store). */
 export function wantsStreaming(filter: ResolvedFilter): boolean {
-  return filter.event_types === null || filter.event_types.some((type) => STREAMING.has(type));
+  const entries = [...STREAMING.values()].filter(
+    (entry) => filter.event_types === null || filter.event_types.includes(entry.type),
+  );
+  return entries.some(
+    (entry) => filter.actors === null || entry.actors.some((actor) => filter.actors!.includes(actor)),
+  );
 }

@@ -68,8 +68,16 @@ export function rowToJson(row: EventRow): string {
  * string per row instead of ten values, which is what a 10,000-event replay spends most of its time on
  * (creating the values and collecting them). json_quote escapes as JSON.stringify does, and strftime
  * with a six-digit fraction matches microsToIso, so both encoders give byte-identical frames (tested).
+ * Timestamps before 1970 or past MAX_SQL_TIMESTAMP_US give NULL, and the caller encodes that row with
+ * rowToJson instead (a restored or hand-edited store; metis never writes one).
  */
-export const EVENT_JSON_SQL = `'{"id":' || json_quote(id)
+/**
+ * Up to here (year 2255) a timestamp is an exact JavaScript number and strftime formats it; beyond it
+ * (or below 1970) the SQL expression gives NULL and rowToJson encodes the row.
+ */
+const MAX_SQL_TIMESTAMP_US = Number.MAX_SAFE_INTEGER;
+
+export const EVENT_JSON_SQL = `CASE WHEN timestamp_us BETWEEN 0 AND ${MAX_SQL_TIMESTAMP_US} THEN '{"id":' || json_quote(id)
   || ',"timestamp":"' || strftime('%Y-%m-%dT%H:%M:%S', timestamp_us / 1000000, 'unixepoch')
   || printf('.%06dZ', timestamp_us % 1000000)
   || '","session_id":' || json_quote(session_id)
@@ -77,7 +85,7 @@ export const EVENT_JSON_SQL = `'{"id":' || json_quote(id)
   || ',"parent_event_id":' || json_quote(parent_event_id)
   || ',"type":' || json_quote(type)
   || ',"actor":"' || actor || '","payload":' || payload_json
-  || ',"sensitivity":"' || sensitivity || '","seq":' || seq || '}'`;
+  || ',"sensitivity":"' || sensitivity || '","seq":' || seq || '}' END`;
 
 /** A replayed event as the JSON statements return it: its id (to merge by) and its envelope JSON. */
 export type EventJsonRow = [id: string, json: string];

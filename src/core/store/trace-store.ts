@@ -1,6 +1,13 @@
 import type { Actor, MetisEvent } from '../events/envelope.js';
 import type { Db } from './database.js';
-import { EVENT_COLUMNS, EVENT_JSON_SQL, type EventJsonRow, type EventRow, rowToEvent } from './event-rows.js';
+import {
+  EVENT_COLUMNS,
+  EVENT_JSON_SQL,
+  type EventJsonRow,
+  type EventRow,
+  rowToEvent,
+  rowToJson,
+} from './event-rows.js';
 
 export interface ReplayQuery {
   /** One session, or several (a planner and its workers). */
@@ -92,7 +99,14 @@ export class TraceStore {
 
   /** As replay, each event as its id and its envelope JSON, ready to frame: the streaming server's path. */
   replayJson(query: ReplayQuery): ReplayResult<EventJsonRow> {
-    return runReplay<EventJsonRow>(this.replayJsonRows, query);
+    const result = runReplay<[string, string | null]>(this.replayJsonRows, query);
+    if (result.rows.every((row) => row[1] !== null)) return result as ReplayResult<EventJsonRow>;
+    // A timestamp SQLite cannot format (see EVENT_JSON_SQL): encode those rows here.
+    const rows = result.rows.map(([id, json]): EventJsonRow => {
+      if (json !== null) return [id, json];
+      return [id, rowToJson(this.eventByIdStatement.get(id) as EventRow)];
+    });
+    return { rows, tooLarge: result.tooLarge };
   }
 
   /** Every stored event of a session, in id order. */
