@@ -7,7 +7,6 @@ import { isMetisError } from '../errors.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
-import type { EventJsonRow } from '../store/event-rows.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorProblem } from './cursor.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
@@ -19,6 +18,7 @@ import {
   MAX_FRAME_DEPTH,
   type SubscribeFrame,
 } from './frames.js';
+import { mergeReplay, type ReplayFrame, unionById } from './replay-merge.js';
 import { buildSnapshot } from './snapshot.js';
 import type { StreamHub, StreamTarget } from './stream-hub.js';
 import { compileFilter, type ResolvedFilter, resolveFilter, wantsStreaming } from './subscription-filter.js';
@@ -261,7 +261,7 @@ export class ClientConnection implements StreamTarget {
         replay_event_count: replayed,
       });
 
-    let replayFrames: { id: string; frame: string }[] = [];
+    let replayFrames: ReplayFrame[] = [];
     let skipUpTo: string | null = null;
     let snapshotFrame: string | null = null;
     if (frame.snapshot) {
@@ -488,49 +488,4 @@ export class ClientConnection implements StreamTarget {
       }
     }
   }
-}
-
-/** Stored rows and in-memory streaming events after the cursor, merged in id order, as frames. */
-/** Two id-ordered event lists as one, in id order, each id once. */
-function unionById(a: readonly MetisEvent[], b: readonly MetisEvent[]): MetisEvent[] {
-  if (b.length === 0) return a as MetisEvent[];
-  const out: MetisEvent[] = [];
-  let i = 0;
-  let j = 0;
-  while (i < a.length || j < b.length) {
-    const left = a[i];
-    const right = b[j];
-    if (right === undefined || (left !== undefined && left.id <= right.id)) {
-      out.push(left!);
-      i += 1;
-      if (right !== undefined && right.id === left!.id) j += 1;
-    } else {
-      out.push(right);
-      j += 1;
-    }
-  }
-  return out;
-}
-
-function mergeReplay(
-  rows: readonly EventJsonRow[],
-  live: readonly MetisEvent[],
-): { id: string; frame: string }[] {
-  const out: { id: string; frame: string }[] = [];
-  let i = 0;
-  let j = 0;
-  while (i < rows.length || j < live.length) {
-    const row = rows[i];
-    const event = live[j];
-    if (row !== undefined && (event === undefined || row[0] <= event.id)) {
-      out.push({ id: row[0], frame: `{"type":"event","event":${row[1]}}` });
-      i += 1;
-      // A bus event handed to this connection before subscribe is also stored: send it once, as stored.
-      if (event !== undefined && event.id === row[0]) j += 1;
-    } else {
-      out.push({ id: event!.id, frame: `{"type":"event","event":${JSON.stringify(event)}}` });
-      j += 1;
-    }
-  }
-  return out;
 }
