@@ -1,17 +1,7 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { liveTextWriter, type TextOutput } from '../../src/client/live-text.js';
 import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
-
-const DIR = join(import.meta.dirname, '../streaming-conformance');
-
-function trace(name: string): Frame[] {
-  return readFileSync(join(DIR, `${name}.jsonl`), 'utf8')
-    .trimEnd()
-    .split('\n')
-    .map((line) => JSON.parse(line) as Frame);
-}
+import { traceFrames } from '../helpers/traces.js';
 
 /** Feeds frames through the reducer and the writer, as `tail` does; returns everything written. */
 function write(
@@ -54,7 +44,7 @@ const NO_COLOR = { NO_COLOR: '1' };
 
 describe('live text: a tool line whose status changes', () => {
   it('on a terminal, the result replaces the "running" line: one line per tool call', () => {
-    const lines = screen(write(trace('tool-use'), tty, NO_COLOR));
+    const lines = screen(write(traceFrames('tool-use'), tty, NO_COLOR));
     const toolLines = lines.filter((line) => line.includes('current_time'));
     expect(toolLines).toHaveLength(1);
     expect(toolLines[0]).toMatch(/^ {2}✓ current_time ok \(\d+ ms\)$/);
@@ -65,14 +55,14 @@ describe('live text: a tool line whose status changes', () => {
   });
 
   it('in colour too, and for a cancelled tool', () => {
-    const raw = write(trace('cancel-mid-tool'), tty);
+    const raw = write(traceFrames('cancel-mid-tool'), tty);
     expect(raw).toContain('\u001b[33m'); // colour is on
     const toolLines = screen(raw).filter((line) => line.includes('shell'));
     expect(toolLines).toEqual([expect.stringMatching(/^ {2}✗ cancelled shell \(\d+ ms\)$/)]);
   });
 
   it('a tool that ran but reported failure (success: false) is not shown as ok', () => {
-    const frames = trace('tool-use').map((frame) =>
+    const frames = traceFrames('tool-use').map((frame) =>
       frame.type === 'event' && frame.event.type === 'tool.completed'
         ? { ...frame, event: { ...frame.event, payload: { ...frame.event.payload, success: false } } }
         : frame,
@@ -84,14 +74,14 @@ describe('live text: a tool line whose status changes', () => {
   });
 
   it('in a pipe, both lines stay and no escape sequence is written', () => {
-    const raw = write(trace('tool-use'), { isTTY: false });
+    const raw = write(traceFrames('tool-use'), { isTTY: false });
     expect(raw).not.toContain('\u001b');
     const toolLines = raw.split('\n').filter((line) => line.includes('current_time'));
     expect(toolLines).toEqual(['  ⋯ current_time running', expect.stringMatching(/^ {2}✓ current_time ok/)]);
   });
 
   it('keeps the "running" line when something was printed after it, or when it wrapped; 0 columns is 80', () => {
-    const frames = trace('tool-use');
+    const frames = traceFrames('tool-use');
     const called = frames.findIndex((f) => f.type === 'event' && f.event.type === 'tool.called');
     const between: Frame = {
       type: 'event',

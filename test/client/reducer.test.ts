@@ -3,19 +3,10 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type ConversationState, type Frame, initialState, reduce } from '../../src/client/reducer.js';
 import { projectState } from '../../src/client/state-projection.js';
-
-const DIR = join(import.meta.dirname, '../streaming-conformance');
-
-/** The frames of a recorded trace, parsed (a fresh copy each call: tests may edit them). */
-function trace(name: string): Frame[] {
-  return readFileSync(join(DIR, `${name}.jsonl`), 'utf8')
-    .trimEnd()
-    .split('\n')
-    .map((line) => JSON.parse(line) as Frame);
-}
+import { TRACES_DIR, traceFrames } from '../helpers/traces.js';
 
 function expected(name: string): unknown {
-  return JSON.parse(readFileSync(join(DIR, `${name}.expected.json`), 'utf8'));
+  return JSON.parse(readFileSync(join(TRACES_DIR, `${name}.expected.json`), 'utf8'));
 }
 
 function run(frames: readonly Frame[], from: ConversationState = initialState): ConversationState {
@@ -37,7 +28,7 @@ function deepFreeze<T>(value: T): T {
 
 const isEvent = (type: string) => (f: Frame) => f.type === 'event' && f.event.type === type;
 
-const TRACES = readdirSync(DIR)
+const TRACES = readdirSync(TRACES_DIR)
   .filter((f) => f.endsWith('.jsonl'))
   .map((f) => f.slice(0, -'.jsonl'.length))
   .sort();
@@ -59,21 +50,21 @@ describe('reducer: recorded streaming-conformance traces', () => {
   });
 
   it.each(TRACES)('%s: the final state projects to the expected file', (name) => {
-    expect(project(run(trace(name)))).toStrictEqual(expected(name));
+    expect(project(run(traceFrames(name)))).toStrictEqual(expected(name));
   });
 
   it.each(TRACES)('%s: reduce is pure (never mutates the state it is given)', (name) => {
     let state = deepFreeze(initialState);
-    for (const frame of trace(name)) state = deepFreeze(reduce(state, deepFreeze(frame)));
+    for (const frame of traceFrames(name)) state = deepFreeze(reduce(state, deepFreeze(frame)));
     expect(project(state)).toStrictEqual(expected(name));
   });
 
   it('marks what a cancel left: the partial message, the cancelled tool, the cancelled turns', () => {
-    const llm = projectState(run(trace('cancel-mid-llm')));
+    const llm = projectState(run(traceFrames('cancel-mid-llm')));
     expect(llm.messages).toMatchObject([{ status: 'cancelled', blocks: [{ type: 'text' }] }]);
     expect((llm.messages[0]!.blocks[0] as { text: string }).text).toMatch(/^Slowly about the history of/);
     expect(llm.turns).toMatchObject([{ status: 'cancelled', cancel_reason: 'user_cancel' }]);
-    const tool = projectState(run(trace('cancel-mid-tool')));
+    const tool = projectState(run(traceFrames('cancel-mid-tool')));
     expect(tool.tools).toMatchObject([
       { tool_name: 'shell', status: 'cancelled', error_class: 'cancelled', input: { command: 'sleep 5' } },
     ]);
@@ -82,7 +73,7 @@ describe('reducer: recorded streaming-conformance traces', () => {
   });
 
   it('a worker session: its messages and turn are kept apart from the planner, linked by the tool', () => {
-    const state = projectState(run(trace('worker-session')));
+    const state = projectState(run(traceFrames('worker-session')));
     const [tool] = state.tools;
     expect(tool).toMatchObject({ tool_name: 'delegate', status: 'completed' });
     const worker = tool!.worker_session_id!;
@@ -95,7 +86,7 @@ describe('reducer: recorded streaming-conformance traces', () => {
   });
 
   it('a reconnect mid-message rebuilds the same message as the server stored, with no delta twice', () => {
-    const frames = trace('reconnect-mid-message');
+    const frames = traceFrames('reconnect-mid-message');
     const acks = frames.filter((f) => f.type === 'subscribe_ack');
     expect(acks).toHaveLength(2);
     expect(acks[1]!.since).not.toBeNull();
@@ -109,7 +100,7 @@ describe('reducer: recorded streaming-conformance traces', () => {
 
 describe('reducer: focused behaviour', () => {
   it('ignores duplicate event ids: every event twice, or a whole replay again, changes nothing', () => {
-    const frames = trace('tool-use');
+    const frames = traceFrames('tool-use');
     const plain = project(run(frames));
     const doubled = frames.flatMap((f) => (f.type === 'event' ? [f, structuredClone(f)] : [f]));
     expect(project(run(doubled))).toStrictEqual(plain);
@@ -122,7 +113,7 @@ describe('reducer: focused behaviour', () => {
   });
 
   it('skips unknown event types without throwing, counts them, and moves the cursor past them (§9.2, §11.1.14)', () => {
-    const frames = trace('plain-turn');
+    const frames = traceFrames('plain-turn');
     const at = frames.findIndex(isEvent('message.start'));
     const before = frames[at]!.event;
     // Ids sort between their neighbours: a longer id with the same prefix sorts right after it.
@@ -151,7 +142,7 @@ describe('reducer: focused behaviour', () => {
   });
 
   it('replaces the streamed tool input by final_input at tool.use_end', () => {
-    const frames = trace('tool-use');
+    const frames = traceFrames('tool-use');
     const end = frames.findIndex(isEvent('tool.use_end'));
     const { tool_use_id, message_id, content_block_index, final_input } = frames[end]!.event.payload;
     const fragments = frames
@@ -169,14 +160,14 @@ describe('reducer: focused behaviour', () => {
     expect(ended.tools[tool_use_id]!.input).toEqual(final_input);
 
     // Fragments that are not even JSON do not matter: final_input is authoritative.
-    const garbled = trace('tool-use');
+    const garbled = traceFrames('tool-use');
     for (const f of garbled) if (isEvent('tool.use_input_delta')(f)) f.event.payload.partial_json = '{"x":';
     const afterGarbled = run(garbled.slice(0, end + 1));
     expect(blockOf(afterGarbled)).toMatchObject({ input: final_input });
   });
 
   it('applies a snapshot, then only events after snapshot_at_event_id', () => {
-    const frames = trace('snapshot-then-turn');
+    const frames = traceFrames('snapshot-then-turn');
     const at = frames.findIndex((f) => f.type === 'snapshot');
     const snapshot = frames[at]!;
     const afterSnapshot = run(frames.slice(0, at + 1));
@@ -212,7 +203,7 @@ describe('reducer: focused behaviour', () => {
   });
 
   it('a snapshot with pending_confirmations loads them as pending; a later resolved event settles them', () => {
-    const frames = trace('snapshot-then-turn');
+    const frames = traceFrames('snapshot-then-turn');
     const at = frames.findIndex((f) => f.type === 'snapshot');
     const snapshot = frames[at]!;
     // Without the additive field (every recorded trace), the confirmations and the projection are as before.
@@ -264,7 +255,7 @@ describe('reducer: focused behaviour', () => {
   });
 
   it("a snapshot taken mid-message carries the message's events so far; the deltas continue it", () => {
-    const frames = trace('attach-mid-message');
+    const frames = traceFrames('attach-mid-message');
     const at = frames.findIndex((f) => f.type === 'snapshot');
     const snapshot = frames[at]!;
     const inFlight = snapshot.in_flight_events as any[];
@@ -287,7 +278,7 @@ describe('reducer: focused behaviour', () => {
   });
 
   it('message.complete for a message that started before the client attached creates it from final_content', () => {
-    const frames = trace('live-attach-mid-message');
+    const frames = traceFrames('live-attach-mid-message');
     const complete = frames.findIndex(isEvent('message.complete'));
     const { message_id, final_content } = frames[complete]!.event.payload;
     // The deltas before it belong to a message the client never saw start: nothing to attach them to.
@@ -303,8 +294,8 @@ describe('reducer: focused behaviour', () => {
   });
 
   it('final_content wins over deltas that do not add up, and the mismatch is counted once', () => {
-    const plain = trace('plain-turn');
-    const garbled = trace('final-content-mismatch');
+    const plain = traceFrames('plain-turn');
+    const garbled = traceFrames('final-content-mismatch');
     const deltas = (frames: Frame[]) =>
       frames
         .filter(isEvent('text.delta'))
@@ -318,7 +309,7 @@ describe('reducer: focused behaviour', () => {
   });
 
   it('compares with final_content regardless of key order, and a redacted-thinking placeholder is no mismatch', () => {
-    const frames = trace('thinking');
+    const frames = traceFrames('thinking');
     const complete = frames.find(isEvent('message.complete'))!;
     // Same content, keys in another order (another server, another JSON library).
     complete.event.payload.final_content = complete.event.payload.final_content.map((b: any) =>
@@ -327,7 +318,7 @@ describe('reducer: focused behaviour', () => {
     expect(run(frames).mismatches).toBe(0);
 
     // Redacted thinking streams as one empty thinking.delta; final_content has the block.
-    const redacted = trace('thinking');
+    const redacted = traceFrames('thinking');
     const firstThinking = redacted.findIndex(isEvent('thinking.delta'));
     const withoutThinking = redacted.filter((f, i) => i === firstThinking || !isEvent('thinking.delta')(f));
     withoutThinking[firstThinking]!.event.payload.text = '';

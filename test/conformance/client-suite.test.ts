@@ -4,9 +4,10 @@ import { describe, expect, it } from 'vitest';
 import { differences } from '../../src/client/conformance/client-traces.js';
 import { runCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
+import { TRACES_DIR } from '../helpers/traces.js';
 
 const MINIMAL_CLIENT = join(import.meta.dirname, 'minimal-client.mjs');
-const TRACES = join(import.meta.dirname, '../streaming-conformance');
+const TRACES = TRACES_DIR;
 
 interface Report {
   client: string;
