@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { benchStream } from '../bench/stream.js';
+import { expectWellFormedFigures } from './helpers/figures.js';
 
 /**
  * In quick mode the memory phase opens 500 connections: a bare ws connection costs a few KB, so its RSS
@@ -15,16 +16,7 @@ describe('bench stream smoke', () => {
     timeout: 240_000,
   }, async () => {
     const figures = await benchStream({ quick: true });
-    expect(figures.length).toBeGreaterThan(0);
     expect(figures.some((f) => isRssFigure(f.name))).toBe(true);
-    for (const f of figures) {
-      expect(f.name).not.toBe('');
-      expect(Number.isFinite(f.value), `${f.name} value`).toBe(true);
-      expect(f.baseline, `${f.name} baseline`).toBeDefined();
-      expect(Number.isFinite(f.baseline!.value), `${f.name} baseline value`).toBe(true);
-      if (isRssFigure(f.name)) continue;
-      expect(f.value, `${f.name} value`).toBeGreaterThan(0);
-      expect(f.baseline!.value, `${f.name} baseline value`).toBeGreaterThan(0);
-    }
+    expectWellFormedFigures(figures, isRssFigure);
   });
 });
