@@ -3,6 +3,7 @@ import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
+import { testRuntimeConfig } from './runtime-config.js';
 import { tempDir, tempTraceContext } from './tmp.js';
 
 export interface RuntimeHarness {
@@ -28,11 +29,7 @@ export function startRuntime(
   const runtime = createRuntime({
     bus: context.bus,
     db: context.db,
-    config: {
-      tool_confirmation: { write: 'allow', execute: 'allow', network: 'allow' },
-      ...config,
-      scripted: { token_delay_ms: 0, slow_token_delay_ms: 5, slow_tokens: 400, ...config.scripted },
-    },
+    config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });
   runtime.streaming.subscribe((event) => frames.push(event));

@@ -4,6 +4,7 @@ import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
 import { type MetisServer, type ServerOptions, startServer } from '../../src/core/server/server.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
+import { testRuntimeConfig } from './runtime-config.js';
 import { tempDir, tempTraceContext } from './tmp.js';
 
 export interface TestServer {
@@ -34,11 +35,7 @@ export async function startTestServer(
   const runtime = createRuntime({
     bus: context.bus,
     db: context.db,
-    config: {
-      tool_confirmation: { write: 'allow', execute: 'allow', network: 'allow' },
-      ...config,
-      scripted: { token_delay_ms: 0, slow_token_delay_ms: 5, slow_tokens: 400, ...config.scripted },
-    },
+    config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });
   const server = await startServer(runtime, context, { port: 0, ...options });

@@ -23,6 +23,7 @@ import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
 import { type MetisServer, startServer } from '../../src/core/server/server.js';
 import { openTraceContext, type TraceContext } from '../../src/core/store/trace-context.js';
+import { testRuntimeConfig } from '../helpers/runtime-config.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
@@ -49,11 +50,7 @@ async function startRig(
   const runtime = createRuntime({
     bus: context.bus,
     db: context.db,
-    config: {
-      tool_confirmation: { write: 'allow', execute: 'allow', network: 'allow' },
-      ...config,
-      scripted: { token_delay_ms: 0, slow_token_delay_ms: 5, slow_tokens: 400, ...config.scripted },
-    },
+    config: testRuntimeConfig(config),
     beforeToolExecute,
   });
   const server = await startServer(runtime, context, { port: 0 });
@@ -218,6 +215,22 @@ async function oneTurn(message: string, config: RuntimeConfigInput = {}, filter:
   return { rig, sessionId, lines: client.raw };
 }
 
+/** Starts a `slow:` turn and resolves with its id once six of its deltas have streamed. */
+async function slowTurnSixDeltasIn(rig: Rig, sessionId: string): Promise<string> {
+  let deltas = 0;
+  let sixth!: () => void;
+  const sixDeltas = new Promise<void>((resolve) => {
+    sixth = resolve;
+  });
+  const unsubscribe = rig.runtime.streaming.subscribe((e) => {
+    if (e.type === 'text.delta' && ++deltas === 6) sixth();
+  });
+  const turnId = await rig.submit(sessionId, 'slow: tides');
+  await sixDeltas;
+  unsubscribe();
+  return turnId;
+}
+
 const SCENARIOS: Record<string, Scenario> = {
   'plain-turn': async () => {
     const { rig, sessionId, lines } = await oneTurn('hello there');
@@ -255,17 +268,7 @@ const SCENARIOS: Record<string, Scenario> = {
   'attach-mid-message': async () => {
     const rig = await startRig({ scripted: { slow_token_delay_ms: 10, slow_tokens: 30 } });
     const sessionId = await rig.createSession();
-    let deltas = 0;
-    let sixth!: () => void;
-    const sixDeltas = new Promise<void>((resolve) => {
-      sixth = resolve;
-    });
-    const unsubscribe = rig.runtime.streaming.subscribe((e) => {
-      if (e.type === 'text.delta' && ++deltas === 6) sixth();
-    });
-    const turnId = await rig.submit(sessionId, 'slow: tides');
-    await sixDeltas;
-    unsubscribe();
+    const turnId = await slowTurnSixDeltasIn(rig, sessionId);
     const client = await rig.connect(sessionId);
     await client.subscribe(FULL, null, true);
     await client.waitForEvent(turnEnded(turnId));
@@ -284,17 +287,7 @@ const SCENARIOS: Record<string, Scenario> = {
   'live-attach-mid-message': async () => {
     const rig = await startRig({ scripted: { slow_token_delay_ms: 10, slow_tokens: 30 } });
     const sessionId = await rig.createSession();
-    let deltas = 0;
-    let sixth!: () => void;
-    const sixDeltas = new Promise<void>((resolve) => {
-      sixth = resolve;
-    });
-    const unsubscribe = rig.runtime.streaming.subscribe((e) => {
-      if (e.type === 'text.delta' && ++deltas === 6) sixth();
-    });
-    const turnId = await rig.submit(sessionId, 'slow: tides');
-    await sixDeltas;
-    unsubscribe();
+    const turnId = await slowTurnSixDeltasIn(rig, sessionId);
     const client = await rig.connect(sessionId);
     await client.subscribe(FULL, null, false);
     await client.waitForEvent(turnEnded(turnId));
