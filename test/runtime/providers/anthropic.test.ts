@@ -1,9 +1,17 @@
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { MetisEvent } from '../../../src/core/events/envelope.js';
-import { byType, type RuntimeHarness, shape, startRuntime } from '../../helpers/runtime.js';
-import { type ReplayResponse, type ReplayServer, startReplayServer } from '../../helpers/sse-server.js';
+import {
+  type ProviderContext as Context,
+  expectOneMessage,
+  FAILED_TAIL,
+  HEAD,
+  one,
+  startProviderContext,
+  TEXT_TURN,
+  texts,
+  turn,
+} from '../../helpers/provider-turns.js';
+import { byType, shape } from '../../helpers/runtime.js';
+import type { ReplayResponse } from '../../helpers/sse-server.js';
 
 /** Deliberately not `sk-…`-shaped, so only the adapter's own scrubbing can hide it. */
 const KEY = 'test-key-4f9a8b7c6d5e3a21';
@@ -15,37 +23,14 @@ const PRICE = {
   cache_creation_per_mtok: 3.75,
 };
 
-interface Context {
-  readonly server: ReplayServer;
-  readonly h: RuntimeHarness;
-  readonly sessionId: string;
-}
-
-async function setup(responses: ReplayResponse[], provider: Record<string, unknown> = {}): Promise<Context> {
-  const server = await startReplayServer(responses);
-  const h = startRuntime({
+function setup(responses: ReplayResponse[], provider: Record<string, unknown> = {}): Promise<Context> {
+  return startProviderContext(responses, (url) => ({
     default_model: MODEL,
-    providers: { anthropic: { kind: 'anthropic', base_url: server.url, api_key: KEY, ...provider } },
+    providers: { anthropic: { kind: 'anthropic', base_url: url, api_key: KEY, ...provider } },
     pricing: { 'anthropic:*': PRICE },
-  });
-  writeFileSync(join(h.workspace, 'notes.txt'), 'hello from the notes\n');
-  const session = h.runtime.createSession({ workspacePath: h.workspace });
-  return { server, h, sessionId: session.id };
+  }));
 }
 
-async function turn(ctx: Context, text: string) {
-  const { done } = ctx.h.runtime.submitTurn(ctx.sessionId, text);
-  const outcome = await done;
-  await ctx.h.context.flush();
-  return { outcome, events: ctx.h.framesOf(ctx.sessionId) };
-}
-
-const one = (events: MetisEvent[], type: string, n = 0) => byType(events, type)[n]!.payload;
-const texts = (events: MetisEvent[], type: string) => byType(events, type).map((e) => e.payload.text);
-
-const HEAD = ['session.created', 'turn.started', 'route.decided', 'llm.call_started', 'message.start'];
-const FAILED_TAIL = ['message.complete', 'llm.call_failed', 'turn.completed'];
-const TEXT_TURN = [...HEAD, 'text.delta*', 'message.complete', 'llm.call_completed', 'turn.completed'];
 const HELLO = [{ type: 'text', text: 'Hello from Claude.' }];
 const OVERLOADED_FIRST: ReplayResponse = { fixture: 'anthropic-overloaded-first.sse' };
 
@@ -55,17 +40,6 @@ const assistantRows = (ctx: Context) =>
     .messages(ctx.sessionId)
     .filter((m) => m.role === 'assistant')
     .map((m) => [m.status, m.content]);
-
-/** Every streaming event of the call belongs to the one message its single message.start opened. */
-function expectOneMessage(events: MetisEvent[]): void {
-  const starts = byType(events, 'message.start');
-  expect(starts).toHaveLength(1);
-  expect(byType(events, 'message.complete')).toHaveLength(1);
-  const streamed = events.filter((e) => /^(message|text|thinking|tool\.use_)/.test(e.type));
-  expect(new Set(streamed.map((e) => e.payload.message_id))).toEqual(
-    new Set([starts[0]!.payload.message_id]),
-  );
-}
 
 describe('anthropic adapter through @anthropic-ai/sdk against a replay server', () => {
   it('plain text: deltas, usage with cache read/creation, cost, request shape, persisted message', async () => {

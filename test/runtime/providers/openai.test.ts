@@ -1,10 +1,18 @@
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { RuntimeConfigInput } from '../../../src/core/config/runtime-schema.js';
-import type { MetisEvent } from '../../../src/core/events/envelope.js';
-import { byType, type RuntimeHarness, shape, startRuntime } from '../../helpers/runtime.js';
-import { type ReplayResponse, type ReplayServer, startReplayServer } from '../../helpers/sse-server.js';
+import {
+  type ProviderContext as Context,
+  expectOneMessage,
+  FAILED_TAIL,
+  HEAD,
+  one,
+  startProviderContext,
+  TEXT_TURN,
+  texts,
+  turn,
+} from '../../helpers/provider-turns.js';
+import { byType, shape } from '../../helpers/runtime.js';
+import type { ReplayResponse } from '../../helpers/sse-server.js';
 
 const KEY = 'test-key-9e8d7c6b5a4f3e21';
 const MODEL = 'openai:gpt-test';
@@ -15,13 +23,7 @@ const PRICE = {
   cache_creation_per_mtok: 0,
 };
 
-interface Context {
-  readonly server: ReplayServer;
-  readonly h: RuntimeHarness;
-  readonly sessionId: string;
-}
-
-async function setup(
+function setup(
   responses: ReplayResponse[],
   provider: Record<string, unknown> = {},
   config: (url: string) => RuntimeConfigInput = (url) => ({
@@ -30,43 +32,15 @@ async function setup(
     pricing: { 'openai:*': PRICE },
   }),
 ): Promise<Context> {
-  const server = await startReplayServer(responses);
-  const h = startRuntime(config(server.url));
-  writeFileSync(join(h.workspace, 'notes.txt'), 'hello from the notes\n');
-  const session = h.runtime.createSession({ workspacePath: h.workspace });
-  return { server, h, sessionId: session.id };
+  return startProviderContext(responses, config);
 }
 
-async function turn(ctx: Context, text: string) {
-  const { done } = ctx.h.runtime.submitTurn(ctx.sessionId, text);
-  const outcome = await done;
-  await ctx.h.context.flush();
-  return { outcome, events: ctx.h.framesOf(ctx.sessionId) };
-}
-
-const one = (events: MetisEvent[], type: string, n = 0) => byType(events, type)[n]!.payload;
-const texts = (events: MetisEvent[], type: string) => byType(events, type).map((e) => e.payload.text);
-
-const HEAD = ['session.created', 'turn.started', 'route.decided', 'llm.call_started', 'message.start'];
-const FAILED_TAIL = ['message.complete', 'llm.call_failed', 'turn.completed'];
-const TEXT_TURN = [...HEAD, 'text.delta*', 'message.complete', 'llm.call_completed', 'turn.completed'];
 const HELLO = [{ type: 'text', text: 'Hello from GPT.' }];
 const ERROR_FIRST: ReplayResponse = { fixture: 'openai-error-first.sse' };
 
 /** The message rows of a session as [role, status, content], in order. */
 const rows = (ctx: Context) =>
   ctx.h.runtime.sessions.messages(ctx.sessionId).map((m) => [m.role, m.status, m.content]);
-
-/** Every streaming event of the call belongs to the one message its single message.start opened. */
-function expectOneMessage(events: MetisEvent[]): void {
-  const starts = byType(events, 'message.start');
-  expect(starts).toHaveLength(1);
-  expect(byType(events, 'message.complete')).toHaveLength(1);
-  const streamed = events.filter((e) => /^(message|text|thinking|tool\.use_)/.test(e.type));
-  expect(new Set(streamed.map((e) => e.payload.message_id))).toEqual(
-    new Set([starts[0]!.payload.message_id]),
-  );
-}
 
 describe('openai adapter through the openai SDK against a replay server', () => {
   it('plain text: deltas, include_usage usage with cached tokens, cost, request shape, persisted message', async () => {
