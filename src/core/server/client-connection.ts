@@ -111,9 +111,21 @@ export class ClientConnection implements StreamTarget {
     this.heartbeat.unref();
   }
 
-  /** Whether this connection's own buffer holds every event after `since` (it was open before them). */
-  private bufferedSince(since: string): boolean {
-    return this.acceptedAfterId === null || since >= this.acceptedAfterId;
+  /**
+   * Why a replay from `since` would miss streaming events the filter asks for, or null: they were
+   * dropped from memory (RecentStreams), and this connection's own buffer does not hold them either
+   * (it holds everything after `acceptedAfterId`).
+   */
+  private streamingGap(
+    filter: ResolvedFilter,
+    sessionIds: ReadonlySet<string>,
+    since: string,
+  ): string | null {
+    const bufferHasAll = this.acceptedAfterId === null || since >= this.acceptedAfterId;
+    if (bufferHasAll || !wantsStreaming(filter) || !this.deps.hub.recent.droppedAfter(sessionIds, since)) {
+      return null;
+    }
+    return 'Streaming events after this cursor are no longer kept in memory. Reconnect with snapshot: true.';
   }
 
   wantsWorkers(): boolean {
@@ -221,9 +233,7 @@ export class ClientConnection implements StreamTarget {
         return;
       case 'pong':
         // Only an answer to a ping of ours proves the client is alive: its nonce must match (§3.8).
-        if (this.pingNonces.includes(value.nonce)) {
-          this.pingNonces = [];
-        }
+        if (this.pingNonces.includes(value.nonce)) this.pingNonces = [];
         return;
     }
   }
@@ -270,11 +280,7 @@ export class ClientConnection implements StreamTarget {
     } else if (frame.since !== null) {
       const problem =
         cursorProblem(store, this.sessionId, frame.since, options.retentionDays) ??
-        (wantsStreaming(resolved) &&
-        hub.recent.droppedAfter(sessionIds, frame.since) &&
-        !this.bufferedSince(frame.since)
-          ? 'Streaming events after this cursor are no longer kept in memory. Reconnect with snapshot: true.'
-          : null);
+        this.streamingGap(resolved, sessionIds, frame.since);
       if (problem !== null) {
         this.subscribeError('cursor_expired', problem);
         return;
