@@ -3,10 +3,16 @@ import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { newId } from '../events/ids.js';
 import type { ModelRegistry } from './models/model-registry.js';
 import type { StreamingChannel } from './streaming-channel.js';
-import type { DelegateInput } from './tools/delegate.js';
+import { type DelegateInput, WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
 import { type ToolContext, ToolError, type ToolOutput } from './tools/tool.js';
 import { TurnEvents } from './turn-events.js';
-import { type CancelReason, cancelTurnState, type TurnOutcome, type TurnState } from './turn-runner.js';
+import {
+  type CancelReason,
+  cancelTurnState,
+  isCancelReason,
+  type TurnOutcome,
+  type TurnState,
+} from './turn-runner.js';
 
 /** What delegation needs from the runtime, without a dependency on the Runtime class. */
 export interface DelegationHost {
@@ -30,9 +36,6 @@ interface WorkerTools {
   readonly excluded: ReadonlySet<string>;
   readonly dropped: readonly string[];
 }
-
-/** Tools a worker never gets: recursive delegation is out of scope (bus §6.8). */
-const WORKER_FORBIDDEN: ReadonlySet<string> = new Set(['delegate']);
 
 /**
  * Runs delegated sub-tasks (bus §6.8, streaming §6.4, §7): a worker session with `parent_session_id`,
@@ -140,7 +143,7 @@ export class Delegations {
    * named tools that exist and are not forbidden to workers. The rest of the names are `dropped_tools`.
    */
   private workerTools(allowed: readonly string[] | null): WorkerTools {
-    const workerMay = this.host.toolNames().filter((name) => !WORKER_FORBIDDEN.has(name));
+    const workerMay = this.host.toolNames().filter((name) => !WORKER_FORBIDDEN_TOOLS.has(name));
     const asked = allowed === null ? null : [...new Set(allowed)];
     const kept = asked === null ? workerMay : asked.filter((name) => workerMay.includes(name));
     return {
@@ -153,8 +156,7 @@ export class Delegations {
 
 /** Why the planner's turn was cancelled, from its aborted signal (user_cancel if it does not say). */
 function cancelReasonOf(signal: AbortSignal): CancelReason {
-  const reason: unknown = signal.reason;
-  return reason === 'client_disconnect' || reason === 'timeout' ? reason : 'user_cancel';
+  return isCancelReason(signal.reason) ? signal.reason : 'user_cancel';
 }
 
 function decimal(value: number): string {

@@ -20,10 +20,17 @@ import type { ModelRegistry } from './models/model-registry.js';
 import { costOf } from './pricing.js';
 import { decideRoute } from './router.js';
 import type { ToolDispatcher } from './tool-dispatcher.js';
+import { WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
 import type { Tool } from './tools/tool.js';
 import type { TurnEvents } from './turn-events.js';
 
-export type CancelReason = 'user_cancel' | 'client_disconnect' | 'timeout';
+/** Why a turn was cancelled (streaming §6: `turn.cancelled.reason`). */
+export const CANCEL_REASONS = ['user_cancel', 'client_disconnect', 'timeout'] as const;
+export type CancelReason = (typeof CANCEL_REASONS)[number];
+
+export function isCancelReason(value: unknown): value is CancelReason {
+  return (CANCEL_REASONS as readonly unknown[]).includes(value);
+}
 
 /**
  * Cancels a turn once: records why, then aborts its signal with the reason, so that what runs under the
@@ -408,11 +415,8 @@ export class TurnRunner {
   }
 }
 
-/** Workers never delegate again: recursive delegation is out of scope (bus §6.8). */
-const WORKER_EXCLUDED: ReadonlySet<string> = new Set(['delegate']);
-
 function excludedFor(request: TurnRequest): ReadonlySet<string> | undefined {
-  return request.excludedTools ?? (request.isWorker ? WORKER_EXCLUDED : undefined);
+  return request.excludedTools ?? (request.isWorker ? WORKER_FORBIDDEN_TOOLS : undefined);
 }
 
 function streamingEventOf(messageId: string, chunk: AdapterChunk): [string, Record<string, unknown>] {

@@ -7,6 +7,7 @@ import { isMetisError } from '../errors.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { isCancelReason } from '../runtime/turn-runner.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorProblem } from './cursor.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
@@ -50,7 +51,6 @@ const TOO_SLOW_REASON = JSON.stringify({
   code: 'client_too_slow',
   message: 'Outbound queue overflowed; reconnect with replay.',
 });
-const CANCEL_REASONS = new Set(['user_cancel', 'client_disconnect', 'timeout']);
 const NO_FRAME = Buffer.alloc(0);
 
 /**
@@ -356,7 +356,7 @@ export class ClientConnection implements StreamTarget {
   }
 
   private cancel(turnId: string, reason: string | undefined): void {
-    const cancelReason = reason && CANCEL_REASONS.has(reason) ? (reason as 'user_cancel') : 'user_cancel';
+    const cancelReason = isCancelReason(reason) ? reason : 'user_cancel';
     try {
       this.deps.runtime.cancelTurn(this.sessionId, turnId, cancelReason);
     } catch (error) {

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { isMetisError, MetisError } from '../errors.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { CANCEL_REASONS } from '../runtime/turn-runner.js';
 import type { AttachTokens } from './attach-tokens.js';
 import { HttpError, readJson, sendError, sendJson, validate } from './http-util.js';
 
@@ -13,7 +14,7 @@ const CreateSessionBody = z.strictObject({
 });
 const SubmitTurnBody = z.strictObject({ message: z.string().min(1).max(200_000), model: modelId.optional() });
 const CancelBody = z.strictObject({
-  reason: z.enum(['user_cancel', 'client_disconnect', 'timeout']).optional(),
+  reason: z.enum(CANCEL_REASONS).optional(),
 });
 const ConfirmBody = z.strictObject({
   decision: z.enum(['allow', 'deny']),

@@ -12,6 +12,9 @@ export const DelegateInputSchema = z.strictObject({
 
 export type DelegateInput = z.output<typeof DelegateInputSchema>;
 
+/** Tools a worker never gets: recursive delegation is out of scope (bus §6.8). */
+export const WORKER_FORBIDDEN_TOOLS: ReadonlySet<string> = new Set(['delegate']);
+
 /** Runs a worker session for a delegated task and returns its answer; supplied by the runtime. */
 export type RunDelegation = (input: DelegateInput, context: ToolContext) => Promise<ToolOutput>;
 
