@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
+import { execa } from 'execa';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { builtinTools } from '../../src/core/runtime/tools/builtin.js';
 import { currentTimeTool } from '../../src/core/runtime/tools/current-time.js';
@@ -127,16 +128,37 @@ describe('read_file', () => {
   });
 
   it('reports an unreadable file as permission_denied', async (context) => {
-    if (process.platform === 'win32' || process.getuid?.() === 0) {
-      const reason =
-        'skipped: root (and Windows) can read a file whose mode is 000, so no EACCES can be made';
-      console.warn(reason);
-      context.skip(reason);
-    }
     const file = path.join(workspace, 'secret.txt');
     fs.writeFileSync(file, 'secret');
     fs.chmodSync(file, 0o000);
-    await expectToolError(tool.execute({ path: 'secret.txt' }, contextFor()), 'permission_denied');
+    if (process.getuid?.() !== 0) {
+      await expectToolError(tool.execute({ path: 'secret.txt' }, contextFor()), 'permission_denied');
+      return;
+    }
+    // Root reads a mode-000 file through CAP_DAC_OVERRIDE: run the tool in a child without that
+    // capability (and without CAP_DAC_READ_SEARCH), where the kernel answers EACCES as for any user.
+    const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((candidate) => fs.existsSync(candidate));
+    if (setpriv === undefined) {
+      const reason = 'skipped: running as root and setpriv (util-linux) is missing, so no EACCES can be made';
+      console.warn(reason);
+      context.skip(reason);
+      return;
+    }
+    const child = await execa(
+      setpriv,
+      [
+        '--bounding-set=-dac_override,-dac_read_search',
+        process.execPath,
+        '--import',
+        'tsx',
+        path.resolve('test/fixtures/read-file-child.ts'),
+        workspace,
+        'secret.txt',
+      ],
+      { reject: false },
+    );
+    expect(child.stderr).toBe('');
+    expect(JSON.parse(child.stdout)).toEqual({ errorClass: 'permission_denied' });
   });
 
   it('truncates a large file with a marker giving the cut size', async () => {

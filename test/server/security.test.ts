@@ -210,6 +210,44 @@ describe('Host check (DNS rebinding)', () => {
   });
 });
 
+describe('loopback names are matched whole, never by prefix', () => {
+  // Names that start like a loopback name but resolve anywhere (nip.io maps 127.0.0.1.nip.io to
+  // 127.0.0.1, so a rebinding page can use it): a prefix match would let each of them through.
+  const lookalikes = [
+    'localhost.evil.example',
+    '127.0.0.1.nip.io',
+    'localhostevil.example',
+    '127.0.0.1evil.example',
+    '127.0.0.1.evil.example',
+  ];
+
+  it('refuses a look-alike Host with 403', async () => {
+    const t = await startTestServer();
+    for (const name of lookalikes) {
+      for (const host of [name, `${name}:${t.server.port}`]) {
+        const response = await raw(t.url, 'GET', '/healthz', { headers: { host } });
+        expect(response.status, host).toBe(403);
+        expectErrorShape(response.body, 'METIS_ERR_FORBIDDEN_HOST');
+      }
+    }
+  });
+
+  it('refuses a look-alike Origin with 403 on HTTP and on the upgrade', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    for (const name of lookalikes) {
+      for (const origin of [`http://${name}`, `https://${name}:3000`]) {
+        const response = await raw(t.url, 'GET', '/healthz', { headers: { origin } });
+        expect(response.status, origin).toBe(403);
+        expectErrorShape(response.body, 'METIS_ERR_FORBIDDEN_ORIGIN');
+      }
+    }
+    const handshake = await t.request('GET', `/sessions/${sessionId}`);
+    const upgrade = await tryUpgrade(handshake.body.ws_url, { origin: 'http://localhost.evil.example' });
+    expect(upgrade).toMatchObject({ status: 403, opened: false });
+  });
+});
+
 describe('attach tokens', () => {
   it('refuses a reused token with 401', async () => {
     const t = await startTestServer();
