@@ -505,6 +505,8 @@ export class ClientConnection implements StreamTarget {
    * it reads anything.
    */
   private warnLag(queued: number): void {
+    // Before subscribe there is nothing to shed, and after a close frame nothing may follow it.
+    if (this.state !== 'live' || this.ws.readyState !== this.ws.OPEN) return;
     this.lagWarned = true;
     const { maxQueueEvents, maxQueueBytes } = this.deps.options;
     this.counters.lagWarning();
