@@ -35,6 +35,31 @@ export interface StreamOptions {
   readonly socketHighWaterMark: number;
 }
 
+/** Why a connection closed, as `metis_stream_closes_total` counts it. */
+export type CloseCause =
+  | 'client_too_slow'
+  | 'heartbeat_timeout'
+  | 'client_closed'
+  | 'protocol_error'
+  | 'shutdown';
+export type ReplayOutcome = 'served' | 'cursor_expired' | 'replay_too_large';
+
+/**
+ * What a connection reports to the server's metrics (metrics.ts). Called on rare transitions only (a
+ * close, a warning, a subscribe), never per event; queue depths are read at scrape time instead.
+ */
+export interface StreamCounters {
+  connectionClosed(cause: CloseCause): void;
+  lagWarning(): void;
+  replay(outcome: ReplayOutcome, events: number): void;
+}
+
+const NO_COUNTERS: StreamCounters = {
+  connectionClosed: () => undefined,
+  lagWarning: () => undefined,
+  replay: () => undefined,
+};
+
 export interface ConnectionDeps {
   readonly hub: StreamHub;
   readonly store: TraceStore;
@@ -43,6 +68,7 @@ export interface ConnectionDeps {
   readonly options: StreamOptions;
   readonly logger: Logger;
   readonly faults?: FaultSwitches;
+  readonly counters?: StreamCounters;
 }
 
 type State = 'awaiting_subscribe' | 'live' | 'closed';
@@ -86,6 +112,12 @@ export class ClientConnection implements StreamTarget {
   private queueHead = 0;
   private queuedBytes = 0;
   private flushScheduled = false;
+  /**
+   * Set when a lag_warning went out; cleared once the queue drains below a quarter of both bounds, so
+   * a client that hovers around half gets one warning per episode, not one per frame.
+   */
+  private lagWarned = false;
+  private readonly counters: StreamCounters;
   /** Nonces of the pings sent since the client last answered one; three unanswered close it. */
   private pingNonces: string[] = [];
   private sentSinceTick = false;
@@ -101,10 +133,11 @@ export class ClientConnection implements StreamTarget {
     private readonly deps: ConnectionDeps,
   ) {
     this.faults = deps.faults ?? NO_FAULTS;
+    this.counters = deps.counters ?? NO_COUNTERS;
     this.acceptedAfterId = deps.hub.sequencer.lastReleasedId;
     deps.hub.attach(this);
     ws.on('message', (data, isBinary) => this.onMessage(data, isBinary));
-    ws.on('close', () => this.dispose('client_disconnect'));
+    ws.on('close', () => this.dispose('client_closed'));
     ws.on('error', (error) => deps.logger.debug({ conn: this.id, err: error.message }, 'websocket error'));
     socket.on('drain', () => this.flush());
     this.heartbeat = setInterval(() => this.tick(), deps.options.heartbeatIntervalMs);
@@ -126,6 +159,11 @@ export class ClientConnection implements StreamTarget {
       return null;
     }
     return 'Streaming events after this cursor are no longer kept in memory. Reconnect with snapshot: true.';
+  }
+
+  /** Frames waiting in the outbound queue, for the metrics' queue depth gauges. */
+  queueDepth(): { events: number; bytes: number } {
+    return { events: this.queue.length - this.queueHead, bytes: this.queuedBytes };
   }
 
   wantsWorkers(): boolean {
@@ -190,7 +228,7 @@ export class ClientConnection implements StreamTarget {
     if (this.state === 'closed') return;
     if (isBinary) {
       this.ws.close(CLOSE.unsupportedData, 'binary frames are not part of the protocol');
-      this.dispose('client_disconnect');
+      this.dispose('protocol_error');
       return;
     }
     let parsed: unknown;
@@ -282,6 +320,7 @@ export class ClientConnection implements StreamTarget {
         cursorProblem(store, this.sessionId, frame.since, options.retentionDays) ??
         this.streamingGap(resolved, sessionIds, frame.since);
       if (problem !== null) {
+        this.counters.replay('cursor_expired', 0);
         this.subscribeError('cursor_expired', problem);
         return;
       }
@@ -305,6 +344,7 @@ export class ClientConnection implements StreamTarget {
       replayFrames = mergeReplay(rows, live);
       if (tooLarge || replayFrames.length > options.replayCap) {
         // The buffer stays whole: a later subscribe on this socket may still rely on it.
+        this.counters.replay('replay_too_large', replayFrames.length);
         this.subscribeError(
           'replay_too_large',
           `Gap exceeds replay limit of ${options.replayCap} events. Reconnect with snapshot: true.`,
@@ -315,6 +355,7 @@ export class ClientConnection implements StreamTarget {
       if (this.faults.duplicateReplayEvent && replayFrames.length > 0)
         replayFrames.push(replayFrames.at(-1)!);
       skipUpTo = since;
+      this.counters.replay('served', replayFrames.length);
     }
 
     this.resolved = resolved;
@@ -404,6 +445,12 @@ export class ClientConnection implements StreamTarget {
       this.tooSlow();
       return;
     }
+    if (
+      !this.lagWarned &&
+      (queued > this.deps.options.maxQueueEvents / 2 ||
+        this.queuedBytes > this.deps.options.maxQueueBytes / 2)
+    )
+      this.warnLag(queued);
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       if (flushQueue.length === 0) setImmediate(runFlushQueue);
@@ -443,6 +490,37 @@ export class ClientConnection implements StreamTarget {
       this.queue.length = 0;
       this.queueHead = 0;
     }
+    if (
+      this.lagWarned &&
+      this.queue.length - this.queueHead <= this.deps.options.maxQueueEvents / 4 &&
+      this.queuedBytes <= this.deps.options.maxQueueBytes / 4
+    )
+      this.lagWarned = false;
+  }
+
+  /**
+   * Tells a client that its outbound queue passed half a bound, so it can shed load (a narrower filter,
+   * or reconnect with a cursor later) before the 1008 close. The frame goes to the socket ahead of the
+   * queued ones: it carries no event, so it cannot break their order, and the client reads it as soon as
+   * it reads anything.
+   */
+  private warnLag(queued: number): void {
+    // Before subscribe there is nothing to shed, and after a close frame nothing may follow it.
+    if (this.state !== 'live' || this.ws.readyState !== this.ws.OPEN) return;
+    this.lagWarned = true;
+    const { maxQueueEvents, maxQueueBytes } = this.deps.options;
+    this.counters.lagWarning();
+    this.socket.write(
+      encodeTextFrame(
+        JSON.stringify({
+          type: 'lag_warning',
+          queued_events: queued,
+          queued_bytes: this.queuedBytes,
+          limit_events: maxQueueEvents,
+          limit_bytes: maxQueueBytes,
+        }),
+      ),
+    );
   }
 
   private tooSlow(): void {
@@ -454,7 +532,7 @@ export class ClientConnection implements StreamTarget {
     this.queueHead = 0;
     this.queuedBytes = 0;
     this.ws.close(CLOSE.clientTooSlow, TOO_SLOW_REASON);
-    this.dispose('client_disconnect');
+    this.dispose('client_too_slow');
   }
 
   private tick(): void {
@@ -464,7 +542,7 @@ export class ClientConnection implements StreamTarget {
         CLOSE.heartbeatTimeout,
         JSON.stringify({ code: 'heartbeat_timeout', message: 'three pings unanswered' }),
       );
-      this.dispose('client_disconnect');
+      this.dispose('heartbeat_timeout');
       return;
     }
     if (!this.sentSinceTick) {
@@ -475,10 +553,12 @@ export class ClientConnection implements StreamTarget {
     this.sentSinceTick = false;
   }
 
-  private dispose(reason: 'client_disconnect' | 'shutdown'): void {
+  private dispose(cause: CloseCause): void {
     if (this.state === 'closed') return;
     const wasLive = this.state === 'live';
     this.state = 'closed';
+    this.counters.connectionClosed(cause);
+    const reason = cause === 'shutdown' ? 'shutdown' : 'client_disconnect';
     clearInterval(this.heartbeat);
     this.deps.hub.detachTarget(this);
     this.buffer = [];

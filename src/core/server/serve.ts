@@ -117,6 +117,7 @@ export async function startService(
       },
       faults: faults as FaultSwitches,
       logger,
+      metrics: { plugins: () => plugins?.list() ?? [], processMetrics: true },
       extraRoutes: [
         pluginsRoute(plugins),
         ...(conformance

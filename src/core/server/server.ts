@@ -12,6 +12,7 @@ import { ClientConnection, type StreamOptions } from './client-connection.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { createApi } from './http-api.js';
+import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { checkRequest, isLoopbackHost, type SecurityOptions } from './security.js';
 import { StreamHub } from './stream-hub.js';
 
@@ -30,6 +31,13 @@ export interface ServerOptions {
    * server's hub; return true when the request was answered.
    */
   readonly extraRoutes?: readonly ExtraRoute[];
+  /** What `GET /metrics` reports beyond the server's own figures. */
+  readonly metrics?: {
+    /** The running plugins' error and timeout counts (`GET /plugins`). */
+    readonly plugins?: () => readonly PluginMetricsSource[];
+    /** Node's process metrics; `metis serve` turns them on (prom-client cannot turn them off again). */
+    readonly processMetrics?: boolean;
+  };
 }
 
 export type ExtraRoute = (
@@ -43,6 +51,7 @@ export interface MetisServer {
   readonly url: string;
   readonly port: number;
   readonly hub: StreamHub;
+  readonly metrics: ServerMetrics;
   /**
    * Stops accepting connections; attached clients keep receiving until `close`. Lets a shutdown
    * cancel in-flight turns while their clients still see the cancellation. Safe to call twice.
@@ -95,6 +104,14 @@ export async function startServer(
   const hub = new StreamHub(sequencer, runtime.sessions);
   const tokens = new AttachTokens(options.attachTokenTtlMs);
   const connections = new Set<ClientConnection>();
+  const metrics = new ServerMetrics({
+    bus: trace.bus,
+    writer: trace.writer,
+    streaming: runtime.streaming,
+    connections: () => connections,
+    plugins: options.metrics?.plugins,
+    processMetrics: options.metrics?.processMetrics,
+  });
   let address = '';
   const extraRoutes = options.extraRoutes ?? [];
   const api = createApi({
@@ -116,7 +133,11 @@ export async function startServer(
         response.end(JSON.stringify({ error: { code: verdict.code, message: verdict.message } }));
         return;
       }
-      api(request, response).catch((error: unknown) => {
+      const answer =
+        request.url === '/metrics' || request.url?.startsWith('/metrics?')
+          ? metrics.respond(request, response)
+          : api(request, response);
+      answer.catch((error: unknown) => {
         logger.error({ err: (error as Error).message, path: request.url?.split('?')[0] }, 'request failed');
       });
     },
@@ -155,6 +176,7 @@ export async function startServer(
         options: streamOptions,
         logger,
         faults: options.faults,
+        counters: metrics,
       });
       connections.add(connection);
       ws.on('close', () => connections.delete(connection));
@@ -163,7 +185,10 @@ export async function startServer(
 
   const port = options.port ?? 8421;
   await new Promise<void>((resolve, reject) => {
-    const onError = (error: NodeJS.ErrnoException) => reject(listenError(error, host, port));
+    const onError = (error: NodeJS.ErrnoException) => {
+      metrics.close();
+      reject(listenError(error, host, port));
+    };
     server.once('error', onError);
     server.listen(port, host, () => {
       server.off('error', onError);
@@ -183,6 +208,7 @@ export async function startServer(
     url: `http://${address}`,
     port: bound.port,
     hub,
+    metrics,
     stopAccepting: () => void stopAccepting(),
     close: () => {
       closing ??= (async () => {
@@ -195,6 +221,7 @@ export async function startServer(
         await serverStopped;
         hub.close();
         sequencer.close();
+        metrics.close();
       })();
       return closing;
     },

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
@@ -7,6 +8,15 @@ import type { Db } from './database.js';
 import { eventToParams } from './event-rows.js';
 
 export type CommitListener = (events: readonly MetisEvent[]) => void;
+
+/** What `onBatch` observers learn of each batch: for metrics, so they never touch the write path. */
+export interface BatchReport {
+  readonly events: readonly MetisEvent[];
+  /** Time spent in the transaction that committed the batch (or in its last failed attempt). */
+  readonly durationMs: number;
+  readonly outcome: 'committed' | 'dropped';
+}
+export type BatchListener = (report: BatchReport) => void;
 
 export interface TraceWriterOptions {
   readonly logger?: Logger;
@@ -43,6 +53,7 @@ export class TraceWriter {
   private readonly retryDelayMs: number;
   private readonly listeners: CommitListener[] = [];
   private readonly dropListeners: CommitListener[] = [];
+  private readonly batchListeners: BatchListener[] = [];
   private readonly knownSessions = new Set<string>();
   private readonly backlog: MetisEvent[][] = [];
   private attempts = 0;
@@ -101,6 +112,15 @@ export class TraceWriter {
     this.dropListeners.push(listener);
   }
 
+  /** Observes every batch once it is settled, committed or dropped (metrics). */
+  onBatch(listener: BatchListener): () => void {
+    this.batchListeners.push(listener);
+    return () => {
+      const index = this.batchListeners.indexOf(listener);
+      if (index >= 0) this.batchListeners.splice(index, 1);
+    };
+  }
+
   /** Writes one batch in one transaction, or queues it behind a batch that is waiting to be retried. */
   write(events: readonly MetisEvent[]): void {
     if (events.length === 0) return;
@@ -117,13 +137,16 @@ export class TraceWriter {
   private drainBacklog(): void {
     while (this.backlog.length > 0) {
       const batch = this.backlog[0]!;
+      const started = performance.now();
       try {
         this.commitBatch.immediate(batch);
       } catch (error) {
         if (this.handleFailure(batch, error) === 'retry') return;
         this.backlog.shift();
+        this.report(batch, started, 'dropped');
         continue;
       }
+      this.report(batch, started, 'committed');
       this.backlog.shift();
       this.attempts = 0;
       for (const event of batch) this.knownSessions.add(event.session_id);
@@ -161,6 +184,18 @@ export class TraceWriter {
     );
     for (const listener of this.dropListeners) listener(batch);
     return 'drop';
+  }
+
+  private report(events: readonly MetisEvent[], started: number, outcome: BatchReport['outcome']): void {
+    if (this.batchListeners.length === 0) return;
+    const report: BatchReport = { events, durationMs: performance.now() - started, outcome };
+    for (const listener of this.batchListeners) {
+      try {
+        listener(report);
+      } catch (error) {
+        this.logger.warn({ err: (error as Error).message }, 'batch listener failed');
+      }
+    }
   }
 
   private publish(batch: readonly MetisEvent[]): void {
