@@ -125,4 +125,40 @@ describe('metis trace prune beside a live metis serve (issue 12, observation 4)'
       `trace.swept handed to the running server (pid ${server.pid}), which records it in the system session`,
     );
   }, 180_000);
+
+  it('observation 7: after a serve start/stop and a prune, `system` holds matching writer registration pairs, seq 1..n', async () => {
+    const home = tempDir();
+    const dbPath = join(home, 'metis.db');
+    const server = await serveCli(home, ['--db', dbPath]);
+    expect((await request(server.url, 'POST', '/sessions', { workspace_path: home })).status).toBe(201);
+    expect(await server.stop('SIGTERM')).toBe(0);
+    const pruned = await runCli(['trace', 'prune', '--db', dbPath, '--json'], home);
+    expect(pruned.exitCode, pruned.stderr).toBe(0);
+
+    const db = openDatabase(dbPath, { readonly: true });
+    try {
+      const system = db
+        .prepare("SELECT seq, type, payload_json FROM events WHERE session_id = 'system' ORDER BY seq, id")
+        .all() as { seq: number; type: string; payload_json: string }[];
+      expect(system.map((r) => r.seq)).toEqual(system.map((_, i) => i + 1));
+      const writer = system
+        .filter((r) => JSON.parse(r.payload_json).subscription_name === 'trace-store-writer')
+        .map(
+          (r) =>
+            `${r.type}${r.type === 'bus.subscriber_unregistered' ? `:${JSON.parse(r.payload_json).reason}` : ''}`,
+        );
+      // The server's writer, then the prune's: each registered, then unregistered at shutdown.
+      expect(writer).toEqual([
+        'bus.subscriber_registered',
+        'bus.subscriber_unregistered:shutdown',
+        'bus.subscriber_registered',
+        'bus.subscriber_unregistered:shutdown',
+      ]);
+      expect(system.filter((r) => r.type === 'trace.swept')).toHaveLength(1);
+    } finally {
+      db.close();
+    }
+    // No server ran: the prune recorded its sweep itself.
+    expect(JSON.parse(pruned.stdout)).toMatchObject({ handed_to_server_pid: null });
+  }, 120_000);
 });

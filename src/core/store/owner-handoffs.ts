@@ -124,7 +124,7 @@ const DEFAULT_WATCH_INTERVAL_MS = 200;
 
 /**
  * While the owner runs: drains handoffs whenever another connection committed. The timer is unref'd
- * (it never keeps the process alive) and stops when the trace context closes.
+ * (it never keeps the process alive); when the trace context closes it stops, after a last drain.
  * @returns a function that stops watching and waits for a drain under way (the context's `close()`
  * calls it too).
  */
@@ -156,6 +156,12 @@ export function watchHandoffs(context: TraceContext, options: HandoffWatchOption
     clearInterval(timer);
     await draining; // a drain under way settles before the database closes
   };
-  context.onClose(stop);
+  context.onClose(async () => {
+    await stop();
+    // What was handed over since the last tick is recorded now, not left for the next owner.
+    await drainHandoffs(context).catch((error: unknown) => {
+      options.logger?.warn({ err: (error as Error).message }, 'handed-off events left for the next start');
+    });
+  });
   return stop;
 }
