@@ -147,4 +147,12 @@ describe('owner handoffs: only the owner of a session writes into it (issue 12)'
       db.close();
     }
   });
+
+  it('a handed-off row the catalog rejects is discarded, so it cannot keep the owner from starting', async () => {
+    const context = tempTraceContext(); // strict validation
+    handOff(context.db, 'system', 'trace.swept', { rows_deleted: 'many' });
+    expect(await reportGaps(context)).toEqual([]);
+    expect(pendingHandoffs(context.db)).toEqual([]);
+    expect(context.store.sessionEvents('system').map((e) => e.type)).toEqual(['bus.subscriber_registered']);
+  });
 });

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { EventValidationError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
 import type { TraceContext } from './trace-context.js';
@@ -82,12 +83,14 @@ export function settleHandoffs(db: Db, handoffs: readonly Handoff[]): void {
 /**
  * Emits every pending handoff through the owner's bus, waits until they are stored, then settles the
  * ones that were. A gap reported since it was queued (twice queued, or reported live) is settled
- * without a second event. Returns the handoffs emitted.
+ * without a second event, and so is a row whose payload the catalog rejects (logged). Returns the
+ * handoffs emitted.
  */
-export async function drainHandoffs(context: TraceContext): Promise<Handoff[]> {
+export async function drainHandoffs(context: TraceContext, logger?: Logger): Promise<Handoff[]> {
   const { db, bus } = context;
   const pending = pendingHandoffs(db);
   if (pending.length === 0) return [];
+  /** Settled without an event: already reported, or invalid. */
   const duplicates: Handoff[] = [];
   const emitted: { handoff: Handoff; eventId: string }[] = [];
   const gapsThisDrain = new Set<string>();
@@ -103,8 +106,19 @@ export async function drainHandoffs(context: TraceContext): Promise<Handoff[]> {
       }
       gapsThisDrain.add(key);
     }
-    const event = bus.emit({ type: handoff.type, session_id: handoff.session_id, payload: handoff.payload });
+    let event: ReturnType<typeof bus.emit>;
+    try {
+      event = bus.emit({ type: handoff.type, session_id: handoff.session_id, payload: handoff.payload });
+    } catch (error) {
+      if (!(error instanceof EventValidationError)) throw error;
+      event = null;
+    }
     if (event !== null) emitted.push({ handoff, eventId: event.id });
+    else {
+      // A row no payload schema accepts would be retried for ever and keep the server from starting.
+      logger?.error({ handoff_id: handoff.id, type: handoff.type }, 'discarded an invalid handed-off event');
+      duplicates.push(handoff);
+    }
   }
   await context.flush();
   // Only what reached the table is settled; the rest stays queued for the next drain.
@@ -140,7 +154,7 @@ export function watchHandoffs(context: TraceContext, options: HandoffWatchOption
     if (now === seen) return;
     // Read before draining: a handoff committed during the drain changes it again, so it is not missed.
     seen = now;
-    draining = drainHandoffs(context)
+    draining = drainHandoffs(context, options.logger)
       .then(() => undefined)
       .catch((error: unknown) => {
         seen = -1; // try again on the next tick
@@ -159,7 +173,7 @@ export function watchHandoffs(context: TraceContext, options: HandoffWatchOption
   context.onClose(async () => {
     await stop();
     // What was handed over since the last tick is recorded now, not left for the next owner.
-    await drainHandoffs(context).catch((error: unknown) => {
+    await drainHandoffs(context, options.logger).catch((error: unknown) => {
       options.logger?.warn({ err: (error as Error).message }, 'handed-off events left for the next start');
     });
   });
