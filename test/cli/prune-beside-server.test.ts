@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
 import { purgeOldEvents } from '../../src/core/store/retention.js';
 import { insertOldEvents } from '../helpers/old-events.js';
-import { subscribeOn, waitForType } from '../helpers/protocol.js';
+import { eventually, subscribeOn, waitForType } from '../helpers/protocol.js';
 import { type CliResult, runCli, serveCli } from '../helpers/run-cli.js';
 import { openClient } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -42,6 +42,15 @@ async function traffic(url: string, workspace: string, done: () => boolean): Pro
   return turns;
 }
 
+function sweptCount(dbPath: string): number {
+  const db = openDatabase(dbPath, { readonly: true });
+  try {
+    return db.prepare("SELECT count(*) FROM events WHERE type = 'trace.swept'").pluck().get() as number;
+  } finally {
+    db.close();
+  }
+}
+
 interface Row {
   session_id: string;
   seq: number;
@@ -72,6 +81,9 @@ describe('metis trace prune beside a live metis serve (issue 12, observation 4)'
         const pruned = await runCli(['trace', 'prune', '--days', '1', '--db', dbPath, '--json'], home);
         expect(pruned.exitCode, pruned.stderr).toBe(0);
         cli.push(JSON.parse(pruned.stdout));
+        // The running server records what it was handed while it runs, not only when it stops.
+        const recordedSoFar = 1 + round + inProcess;
+        expect(await eventually(() => sweptCount(dbPath) >= recordedSoFar, 15_000)).toBe(true);
         for (let i = 0; i < 15; i += 1) {
           await purgeOldEvents({ dbPath, days: 1 });
           inProcess += 1;
