@@ -197,7 +197,7 @@ export function fillSyntheticStore(dbs: readonly Db[], spec: SyntheticStoreSpec)
 
 /**
  * Records in a metis store that gap detection has already verified every synthetic event, as the
- * server's startup scan would have: later scans (the prune runs one) read only newer rows.
+ * server's startup scan would have: later scans (the prune runs one) read only each session's newer rows.
  */
 export function recordGapScan(db: Db, store: SyntheticStore): void {
   const saveCursor = db.prepare(
@@ -207,7 +207,6 @@ export function recordGapScan(db: Db, store: SyntheticStore): void {
     store.sessionIds.forEach((sessionId, k) => {
       saveCursor.run(sessionId, store.last[k]!.seq, store.last[k]!.id);
     });
-    db.prepare('INSERT INTO gap_scan_watermark (singleton, last_id) VALUES (1, ?)').run(store.lastId);
   })();
 }
 

@@ -26,6 +26,12 @@ function printHuman(result: PurgeResult, days: number): void {
     `${keep} ${result.rows_audit_exempt} audit events older than the cutoff (audit types are never pruned)`,
   );
   console.log(`oldest event kept: ${result.oldest_kept_timestamp ?? 'none'}`);
+  if (result.handed_to_server_pid !== null) {
+    // Only the owner of a session writes into it: the running server stamps the record of this sweep.
+    console.log(
+      `trace.swept handed to the running server (pid ${result.handed_to_server_pid}), which records it in the system session`,
+    );
+  }
   if (!result.dry_run && result.rows_deleted > 0) {
     // Users look at the file size next and wonder why it did not move.
     console.log(

@@ -207,11 +207,15 @@ export class EventBus {
     return withMailbox;
   }
 
-  /** Removes a subscription; unknown or already removed handles are ignored (idempotent). */
-  unsubscribe(handle: SubscriptionHandle, reason: UnsubscribeReason = 'explicit'): void {
-    if (!this.handles.delete(handle.id)) return;
+  /**
+   * Removes a subscription; unknown or already removed handles are ignored (idempotent). Returns the
+   * `bus.subscriber_unregistered` event, or null when nothing was removed: the removed subscriber does
+   * not receive it, and the trace writer, removing itself at shutdown, stores it from here.
+   */
+  unsubscribe(handle: SubscriptionHandle, reason: UnsubscribeReason = 'explicit'): MetisEvent | null {
+    if (!this.handles.delete(handle.id)) return null;
     this.routesByType.clear();
-    this.emit({
+    return this.emit({
       type: 'bus.subscriber_unregistered',
       session_id: SYSTEM_SESSION_ID,
       payload: { subscription_name: handle.subscription.name, reason },

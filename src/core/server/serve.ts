@@ -8,6 +8,7 @@ import { MetisError } from '../errors.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
+import { watchHandoffs } from '../store/owner-handoffs.js';
 import { openTraceContext, reportGaps, type TraceContext } from '../store/trace-context.js';
 import { conformanceRoutes } from './conformance-hooks.js';
 import { FAULT_NAMES, type FaultName, type FaultSwitches } from './faults.js';
@@ -75,6 +76,7 @@ export async function startService(
     });
     const gaps = await reportGaps(trace);
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
+    watchHandoffs(trace, { logger }); // what a prune beside this server hands it to record; stops on close
     const configPath = options.configPath ?? null;
     plugins = await startPlugins(await loadPlugins(config.plugins, { configPath }), {
       bus: trace.bus,

@@ -16,29 +16,49 @@ function isAlive(pid: number): boolean {
   }
 }
 
-/** The pid of a live process holding the database, or null (a stale lock of a dead process is ignored). */
-export function lockHolder(dbPath: string): number | null {
+/** Who holds a database: the pid, and what that process is (`metis serve`, …; null in old lock files). */
+export interface LockOwner {
+  readonly pid: number;
+  readonly purpose: string | null;
+}
+
+/** The live process holding the database, or null (a stale lock of a dead process is ignored). */
+export function lockOwner(dbPath: string): LockOwner | null {
   try {
-    const pid = Number.parseInt(readFileSync(lockPathFor(dbPath), 'utf8').trim(), 10);
-    return Number.isInteger(pid) && pid > 0 && isAlive(pid) ? pid : null;
+    const [pidLine, purposeLine] = readFileSync(lockPathFor(dbPath), 'utf8').split('\n');
+    const pid = Number.parseInt((pidLine ?? '').trim(), 10);
+    if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return null;
+    return { pid, purpose: purposeLine?.trim() || null };
   } catch {
     return null;
   }
 }
 
+/** The pid of a live process holding the database, or null (a stale lock of a dead process is ignored). */
+export function lockHolder(dbPath: string): number | null {
+  return lockOwner(dbPath)?.pid ?? null;
+}
+
+/** "pid 123" or "pid 123, metis trace prune": how a refusal names the holder. */
+export function describeLockOwner(owner: LockOwner): string {
+  return owner.purpose === null ? `pid ${owner.pid}` : `pid ${owner.pid}, ${owner.purpose}`;
+}
+
 /**
- * Takes the database for this process, so that a second `metis serve` on it refuses to start.
+ * Takes the database for this process, so that a second `metis serve` (or a prune, a restore) on it
+ * refuses to start. The lock file holds the pid and, on its second line, `purpose` (what this process
+ * is), so the refusal can say what is running.
  * @returns a function that releases the lock.
- * @throws MetisError METIS_ERR_DB_LOCKED naming the pid that holds it.
+ * @throws MetisError METIS_ERR_DB_LOCKED naming the pid (and purpose) that holds it.
  */
-export function acquireLock(dbPath: string): () => void {
+export function acquireLock(dbPath: string, purpose?: string): () => void {
   const path = lockPathFor(dbPath);
   // The lock comes before the database, so it may be the first file of a new folder.
   ensurePrivateDir(path);
   for (let attempt = 0; attempt < 2; attempt += 1) {
     try {
       const fd = openSync(path, 'wx', 0o600);
-      writeSync(fd, `${process.pid}\n`);
+      writeSync(fd, purpose === undefined ? `${process.pid}\n` : `${process.pid}\n${purpose}\n`);
       closeSync(fd);
       let released = false;
       return () => {
@@ -48,11 +68,11 @@ export function acquireLock(dbPath: string): () => void {
       };
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const holder = lockHolder(dbPath);
+      const holder = lockOwner(dbPath);
       if (holder !== null) {
         throw new MetisError(
           'METIS_ERR_DB_LOCKED',
-          `${dbPath} is in use by another metis process (pid ${holder})`,
+          `${dbPath} is in use by another metis process (${describeLockOwner(holder)})`,
         );
       }
       rmSync(path, { force: true }); // stale: its owner died without cleaning up

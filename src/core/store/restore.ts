@@ -175,7 +175,7 @@ export function restoreDatabase(options: RestoreOptions): RestoreResult {
   const tmp = tempPathNextTo(target, 'restore');
   let done = false;
   try {
-    release = acquireLock(target); // names the pid of a live holder; keeps a server from starting meanwhile
+    release = acquireLock(target, 'metis restore'); // names the pid of a live holder; keeps a server from starting meanwhile
     copyPrivate(source, tmp);
     const summary = validateCopy(tmp, source);
     rmSync(`${target}-wal`, { force: true });

@@ -1,26 +1,20 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import { encodeTime } from 'ulid';
-import { MetisError } from '../errors.js';
+import { existsSync } from 'node:fs';
+import { isMetisError, MetisError } from '../errors.js';
 import { AUDIT_EVENT_TYPES } from '../events/catalog/index.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { SYSTEM_SESSION_ID } from '../events/envelope.js';
-import { EVENT_ID_PREFIX } from '../events/ids.js';
-import { type Db, openDatabase } from './database.js';
-import { openTraceContext, reportGaps } from './trace-context.js';
+import { openDatabase } from './database.js';
+import { acquireLock, describeLockOwner, type LockOwner, lockOwner } from './lock.js';
+import { drainHandoffs, handOff } from './owner-handoffs.js';
+import { oldestKept, type Plan, type PurgeProgress, plan, sweep } from './retention-sweep.js';
+import { openTraceContext, reportGaps, type TraceContext } from './trace-context.js';
+
+export { eventIdBound, type PurgeProgress } from './retention-sweep.js';
 
 export const DEFAULT_RETENTION_DAYS = 90;
 const DAY_US = 86_400_000_000;
 /** Rows per delete transaction: ~10 ms of write lock on a million-row store. */
 const DEFAULT_BATCH_SIZE = 500;
-/**
- * Between two batches the sweep leaves the write lock free for as long as the last batch held it
- * (within these bounds). A server in another process waiting for the lock polls it from SQLite's busy
- * handler at growing intervals (1, 2, 5, 10, 15… ms); with only a turn of the event loop between
- * batches it almost never finds the lock free, and its commits stall for hundreds of milliseconds.
- */
-const MIN_PAUSE_MS = 2;
-const MAX_PAUSE_MS = 50;
-
 /** What `metis trace prune` did (or would do): the `trace.swept` payload (bus §6.14) plus details. */
 export interface PurgeResult {
   /** Rows deleted; in a dry run, the rows that would be deleted. */
@@ -35,11 +29,11 @@ export interface PurgeResult {
   readonly batches: number;
   /** Rows deleted (or, in a dry run, that would be) per type. */
   readonly by_type: Readonly<Record<string, number>>;
-}
-
-export interface PurgeProgress {
-  readonly deleted: number;
-  readonly total: number;
+  /**
+   * The pid of the live `metis serve` that owns the database and was handed `trace.swept` to record
+   * (DESIGN.md "A session has one owner"); null when this prune owned the database and recorded it.
+   */
+  readonly handed_to_server_pid: number | null;
 }
 
 export interface PurgeOptions {
@@ -50,14 +44,6 @@ export interface PurgeOptions {
   /** The sweep's "now" in unix microseconds (tests); defaults to the clock. */
   readonly nowUs?: number;
   readonly onProgress?: (progress: PurgeProgress) => void;
-}
-
-/**
- * The smallest event id stamped at or after `ms`: every id of an earlier millisecond sorts below it,
- * so `id < eventIdBound(ms)` is an index range over events older than `ms`.
- */
-export function eventIdBound(ms: number): string {
-  return `${EVENT_ID_PREFIX}${encodeTime(Math.max(0, Math.floor(ms)), 10)}${'0'.repeat(16)}`;
 }
 
 /** Parses `--days`: a positive integer. @throws MetisError METIS_ERR_INVALID_ARGUMENT naming the flag. */
@@ -74,54 +60,6 @@ export function parseRetentionDays(raw: string | number | undefined): number {
   return days;
 }
 
-interface Plan {
-  readonly bound: string;
-  readonly cutoffUs: number;
-  readonly byType: Record<string, number>;
-  readonly total: number;
-  readonly auditExempt: number;
-}
-
-/** Counts the rows older than the cutoff, per type, in one pass over the id index range. */
-function plan(db: Db, cutoffUs: number): Plan {
-  const bound = eventIdBound(Math.floor(cutoffUs / 1000) + 1);
-  const rows = db
-    .prepare(
-      'SELECT type, count(*) FROM events INDEXED BY idx_events_id WHERE id < ? AND timestamp_us < ? GROUP BY type',
-    )
-    .raw()
-    .all(bound, cutoffUs) as [string, number][];
-  const byType: Record<string, number> = {};
-  let total = 0;
-  let auditExempt = 0;
-  for (const [type, count] of rows) {
-    if (AUDIT_EVENT_TYPES.has(type)) {
-      auditExempt += count;
-    } else {
-      byType[type] = count;
-      total += count;
-    }
-  }
-  return { bound, cutoffUs, byType, total, auditExempt };
-}
-
-/** Timestamp of the oldest row a sweep with this plan keeps (or kept), by id order. */
-function oldestKept(db: Db, p: Plan, audit: string): string | null {
-  const oldKept = db
-    .prepare(
-      `SELECT timestamp_us FROM events WHERE id < ?
-         AND (timestamp_us >= ? OR type IN (SELECT value FROM json_each(?))) ORDER BY id LIMIT 1`,
-    )
-    .pluck()
-    .get(p.bound, p.cutoffUs, audit) as number | undefined;
-  if (oldKept !== undefined) return microsToIso(oldKept);
-  const recent = db
-    .prepare('SELECT timestamp_us FROM events WHERE id >= ? ORDER BY id LIMIT 1')
-    .pluck()
-    .get(p.bound);
-  return recent === undefined ? null : microsToIso(recent as number);
-}
-
 function validate(options: PurgeOptions): { days: number; cutoffUs: number; batchSize: number } {
   const days = parseRetentionDays(options.days);
   const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
@@ -134,12 +72,57 @@ function validate(options: PurgeOptions): { days: number; cutoffUs: number; batc
   return { days, cutoffUs: (options.nowUs ?? nowMicros()) - days * DAY_US, batchSize };
 }
 
+/** What the lock file of a prune that owns the database says, so a server refused meanwhile names it. */
+export const PRUNE_LOCK_PURPOSE = 'metis trace prune';
+
+type Ownership =
+  | { readonly kind: 'own'; readonly release: () => void }
+  | { readonly kind: 'beside-server'; readonly owner: LockOwner };
+
+/**
+ * Who owns the database for this sweep. No live holder: this prune takes the lock for its duration.
+ * A live `metis serve` (an old lock file names no purpose; only servers wrote those): the sweep runs
+ * beside it and hands it what to record. Anything else (another prune, a restore): refused.
+ */
+function takeOwnership(dbPath: string): Ownership {
+  let owner = lockOwner(dbPath);
+  if (owner === null) {
+    try {
+      return { kind: 'own', release: acquireLock(dbPath, PRUNE_LOCK_PURPOSE) };
+    } catch (error) {
+      owner = lockOwner(dbPath); // taken between the look and the lock
+      if (!isMetisError(error) || error.code !== 'METIS_ERR_DB_LOCKED' || owner === null) throw error;
+    }
+  }
+  if (owner.purpose === null || owner.purpose === 'metis serve') return { kind: 'beside-server', owner };
+  throw new MetisError(
+    'METIS_ERR_DB_LOCKED',
+    `${dbPath} is in use by another metis process (${describeLockOwner(owner)}); run the prune when it has finished`,
+  );
+}
+
+function sweptPayload(swept: PurgeResult): Record<string, unknown> {
+  return {
+    rows_deleted: swept.rows_deleted,
+    rows_audit_exempt: swept.rows_audit_exempt,
+    cutoff_timestamp: swept.cutoff_timestamp,
+    oldest_kept_timestamp: swept.oldest_kept_timestamp,
+    dry_run: false,
+    swept_at: swept.swept_at,
+  };
+}
+
 /**
  * Retention sweep (bus §7.3, DESIGN.md "Retention"): deletes events older than `days` in batches of
- * `batchSize` rows, one `BEGIN IMMEDIATE` transaction each, pausing between them as long as the last
- * batch held the lock, so a server in another process keeps writing. Types in AUDIT_EVENT_TYPES are
- * never deleted. Unless `dryRun`, gaps are reported first and one `trace.swept` is recorded through the
- * bus at the end. A dry run opens the database read-only and writes nothing.
+ * `batchSize` rows, pausing between them so a server in another process keeps writing. Types in
+ * AUDIT_EVENT_TYPES are never deleted. A dry run opens the database read-only and writes nothing.
+ *
+ * Only the owner of a session writes into it (DESIGN.md "A session has one owner"). With no server on
+ * the database, this prune takes its lock for the duration, reports gaps first and records one
+ * `trace.swept` in `system` itself. Beside a live `metis serve` it deletes rows (which writes no event
+ * and no `seq`) but stamps nothing: `trace.swept`, and any hole found in the rows it deletes, are handed
+ * to the server (`owner_handoffs`), which records them with its own bus; gap scans are the server's job.
+ * @throws MetisError METIS_ERR_DB_LOCKED when another prune or a restore holds the database.
  */
 export async function purgeOldEvents(options: PurgeOptions): Promise<PurgeResult> {
   const { cutoffUs, batchSize } = validate(options);
@@ -148,75 +131,90 @@ export async function purgeOldEvents(options: PurgeOptions): Promise<PurgeResult
     const db = openDatabase(options.dbPath, { readonly: true });
     try {
       const p = plan(db, cutoffUs);
-      return result(p, 0, oldestKept(db, p, audit), true);
+      return result(p, 0, oldestKept(db, p, audit), true, null);
     } finally {
       db.close();
     }
   }
-
-  const context = openTraceContext({ dbPath: options.dbPath, create: false });
+  if (!existsSync(options.dbPath)) {
+    throw new MetisError('METIS_ERR_DB_NOT_FOUND', `no database at ${options.dbPath}`);
+  }
+  const ownership = takeOwnership(options.dbPath);
+  if (ownership.kind === 'beside-server') {
+    return purgeBesideServer(options, cutoffUs, audit, batchSize, ownership.owner);
+  }
   try {
-    await reportGaps(context);
-    const p = plan(context.db, cutoffUs);
-    const deleteBatch = context.db
-      .prepare(
-        `DELETE FROM events WHERE id IN (
-           SELECT id FROM events INDEXED BY idx_events_id
-           WHERE id > @after AND id < @bound AND timestamp_us < @cutoff
-             AND type NOT IN (SELECT value FROM json_each(@audit))
-           ORDER BY id LIMIT @limit)
-         RETURNING id, type`,
-      )
-      .raw();
-    const params = { after: '', bound: p.bound, cutoff: cutoffUs, audit, limit: batchSize };
-    const runBatch = context.db.transaction(() => deleteBatch.all(params) as [string, string][]);
-    const byType: Record<string, number> = {};
-    let deleted = 0;
-    let batches = 0;
-    options.onProgress?.({ deleted, total: p.total });
-    for (;;) {
-      const started = performance.now();
-      const rows = runBatch.immediate();
-      const heldMs = performance.now() - started;
-      if (rows.length === 0) break;
-      for (const [id, type] of rows) {
-        byType[type] = (byType[type] ?? 0) + 1;
-        if (id > params.after) params.after = id; // audit rows below the cursor are never scanned again
-      }
-      deleted += rows.length;
-      batches += 1;
-      options.onProgress?.({ deleted, total: Math.max(p.total, deleted) });
-      if (rows.length < batchSize) break;
-      await sleep(Math.min(MAX_PAUSE_MS, Math.max(MIN_PAUSE_MS, heldMs)));
+    const context = openTraceContext({ dbPath: options.dbPath, create: false });
+    try {
+      return await purgeAsOwner(context, options, cutoffUs, audit, batchSize);
+    } finally {
+      await context.close();
     }
-    const done: Plan = { ...p, byType, total: deleted };
-    const swept = result(done, batches, oldestKept(context.db, p, audit), false);
-    context.bus.emit({
-      type: 'trace.swept',
-      session_id: SYSTEM_SESSION_ID,
-      payload: {
-        rows_deleted: swept.rows_deleted,
-        rows_audit_exempt: swept.rows_audit_exempt,
-        cutoff_timestamp: swept.cutoff_timestamp,
-        oldest_kept_timestamp: swept.oldest_kept_timestamp,
-        dry_run: false,
-        swept_at: swept.swept_at,
-      },
-    });
-    await context.flush();
-    if (context.writer.stats.droppedEvents > 0) {
-      throw new MetisError(
-        'METIS_ERR_SQLITE_BUSY',
-        `deleted ${deleted} events but could not record trace.swept`,
-      );
-    }
-    return swept;
   } finally {
-    await context.close();
+    ownership.release();
   }
 }
 
-function result(p: Plan, batches: number, oldest: string | null, dryRun: boolean): PurgeResult {
+async function purgeAsOwner(
+  context: TraceContext,
+  options: PurgeOptions,
+  cutoffUs: number,
+  audit: string,
+  batchSize: number,
+): Promise<PurgeResult> {
+  await reportGaps(context); // also records what a server that since stopped was handed and never drained
+  const p = plan(context.db, cutoffUs);
+  const done = await sweep(context.db, p, audit, batchSize, options.onProgress);
+  const swept = result(
+    { ...p, byType: done.byType, total: done.deleted },
+    done.batches,
+    oldestKept(context.db, p, audit),
+    false,
+    null,
+  );
+  handOff(context.db, SYSTEM_SESSION_ID, 'trace.swept', sweptPayload(swept));
+  const recorded = await drainHandoffs(context);
+  if (!recorded.some((h) => h.type === 'trace.swept' && h.payload.swept_at === swept.swept_at)) {
+    throw new MetisError(
+      'METIS_ERR_SQLITE_BUSY',
+      `deleted ${done.deleted} events but could not record trace.swept (it stays queued for the next start)`,
+    );
+  }
+  return swept;
+}
+
+async function purgeBesideServer(
+  options: PurgeOptions,
+  cutoffUs: number,
+  audit: string,
+  batchSize: number,
+  owner: LockOwner,
+): Promise<PurgeResult> {
+  const db = openDatabase(options.dbPath, { create: false });
+  try {
+    const p = plan(db, cutoffUs);
+    const done = await sweep(db, p, audit, batchSize, options.onProgress);
+    const swept = result(
+      { ...p, byType: done.byType, total: done.deleted },
+      done.batches,
+      oldestKept(db, p, audit),
+      false,
+      owner.pid,
+    );
+    db.transaction(() => handOff(db, SYSTEM_SESSION_ID, 'trace.swept', sweptPayload(swept))).immediate();
+    return swept;
+  } finally {
+    db.close();
+  }
+}
+
+function result(
+  p: Plan,
+  batches: number,
+  oldest: string | null,
+  dryRun: boolean,
+  handedTo: number | null,
+): PurgeResult {
   return {
     rows_deleted: p.total,
     rows_audit_exempt: p.auditExempt,
@@ -226,5 +224,6 @@ function result(p: Plan, batches: number, oldest: string | null, dryRun: boolean
     swept_at: microsToIso(nowMicros()),
     batches,
     by_type: p.byType,
+    handed_to_server_pid: handedTo,
   };
 }

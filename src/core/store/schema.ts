@@ -99,6 +99,23 @@ export const MIGRATIONS: readonly string[] = [
     ORDER BY events.id LIMIT 1
   ) WHERE parent_session_id IS NULL;
   `,
+  // Next (issue 12): gap detection per session. Each session is verified from its own cursor by `seq`
+  // (the index), so a row that commits late with a lower id than rows already scanned is still read;
+  // the global id watermark that skipped such rows goes. `owner_handoffs` holds events another process
+  // (a `metis trace prune` beside a live server) asks the database's owner to emit, so that only the
+  // owner of a session writes into it (DESIGN.md "A session has one owner"). IF (NOT) EXISTS: it must
+  // also apply to a database whose version number was set back by hand (the migration tests do).
+  `
+  DROP TABLE IF EXISTS gap_scan_watermark;
+  CREATE INDEX IF NOT EXISTS idx_events_session_seq ON events(session_id, seq);
+  CREATE TABLE IF NOT EXISTS owner_handoffs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    payload_json TEXT NOT NULL,
+    created_at_us INTEGER NOT NULL
+  );
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

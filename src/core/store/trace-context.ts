@@ -5,6 +5,7 @@ import { ensureIdsAfter } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import { type Db, openDatabase } from './database.js';
 import { type DetectedGap, scanForGaps } from './gap-detector.js';
+import { drainHandoffs } from './owner-handoffs.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
 
@@ -16,8 +17,13 @@ export interface TraceContext {
   readonly dbPath: string;
   /** Waits until every emitted event is dispatched and committed. */
   flush(): Promise<void>;
-  /** Flushes, then closes the database. Safe to call twice. */
+  /**
+   * Runs the close hooks, flushes, records the trace writer's `bus.subscriber_unregistered` (reason
+   * `shutdown`), then closes the database. Safe to call twice.
+   */
   close(): Promise<void>;
+  /** Runs `hook` at the start of `close()`, before the final flush (e.g. to stop a timer that emits). */
+  onClose(hook: () => void | Promise<void>): void;
 }
 
 export interface OpenTraceContextOptions {
@@ -48,7 +54,8 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     lastSeq: (sessionId) => store.lastSeq(sessionId),
   });
   const writer = new TraceWriter(db, { logger });
-  writer.attach(bus);
+  const writerSubscription = writer.attach(bus);
+  const closeHooks: (() => void | Promise<void>)[] = [];
   let closed = false;
   const flush = async () => {
     await bus.flush();
@@ -61,9 +68,18 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     writer,
     dbPath: options.dbPath,
     flush,
+    onClose: (hook) => {
+      closeHooks.push(hook);
+    },
     close: async () => {
       if (closed) return;
       closed = true;
+      for (const hook of closeHooks) await hook();
+      await flush();
+      // The writer is no longer subscribed when its own unregistration is emitted (bus §3.6), so it is
+      // handed that event directly: every process records both ends of the writer's life.
+      const unregistered = bus.unsubscribe(writerSubscription, 'shutdown');
+      if (unregistered !== null) writer.write([unregistered]);
       await flush();
       db.close();
     },
@@ -71,15 +87,15 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
 }
 
 /**
- * Startup gap detection (bus spec §6.10): one `bus.gap_detected` per hole not reported before, each in
- * the affected session's stream. Returns the gaps reported.
+ * Start-up gap detection (bus spec §6.10) by the database's owner: scans every session from its cursor,
+ * then emits what is handed off (the gaps just found, and whatever a prune left for the owner), one
+ * `bus.gap_detected` per hole not reported before, each in the affected session's stream.
+ * Returns the gaps reported.
  */
 export async function reportGaps(context: TraceContext): Promise<readonly DetectedGap[]> {
-  const scan = scanForGaps(context.db);
-  for (const gap of scan.gaps) {
-    context.bus.emit({ type: 'bus.gap_detected', session_id: gap.session_id, payload: { ...gap } });
-  }
-  await context.flush();
-  scan.commit();
-  return scan.gaps;
+  scanForGaps(context.db);
+  const emitted = await drainHandoffs(context);
+  return emitted
+    .filter((handoff) => handoff.type === 'bus.gap_detected')
+    .map((handoff) => handoff.payload as unknown as DetectedGap);
 }

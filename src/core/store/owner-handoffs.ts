@@ -1,0 +1,181 @@
+import type { Logger } from 'pino';
+import { EventValidationError } from '../errors.js';
+import { nowMicros } from '../events/clock.js';
+import type { Db } from './database.js';
+import type { TraceContext } from './trace-context.js';
+
+/**
+ * Events another process asks the database's owner to emit (DESIGN.md "A session has one owner").
+ *
+ * Only the process that owns a session stamps its ids and `seq`; a second process that stamped its own
+ * (a `metis trace prune` beside a live `metis serve`) gave two events the same `seq`. So that process
+ * writes what it wants said into the `owner_handoffs` table instead, and the owner emits it through its
+ * own bus: the server at start-up and, while it runs, whenever another connection committed (it polls
+ * `PRAGMA data_version`, which changes only then); a prune that owns the database drains it itself.
+ *
+ * Delivery is at least once: a handoff row is deleted only after the event it became is stored, so a
+ * crash in between emits it again at the next start rather than losing an audit event (`trace.swept`).
+ */
+
+export type HandoffType = 'bus.gap_detected' | 'trace.swept';
+
+export interface Handoff {
+  readonly id: number;
+  readonly session_id: string;
+  readonly type: HandoffType;
+  readonly payload: Record<string, unknown>;
+}
+
+/** Queues an event for the owner. Call it inside the transaction whose effect the event reports. */
+export function handOff(
+  db: Db,
+  sessionId: string,
+  type: HandoffType,
+  payload: Record<string, unknown>,
+): void {
+  db.prepare(
+    'INSERT INTO owner_handoffs (session_id, type, payload_json, created_at_us) VALUES (?, ?, ?, ?)',
+  ).run(sessionId, type, JSON.stringify(payload), nowMicros());
+}
+
+/** Handoffs waiting for the owner, oldest first. */
+export function pendingHandoffs(db: Db): Handoff[] {
+  const rows = db
+    .prepare('SELECT id, session_id, type, payload_json FROM owner_handoffs ORDER BY id')
+    .all() as { id: number; session_id: string; type: HandoffType; payload_json: string }[];
+  return rows.map((row) => ({
+    id: row.id,
+    session_id: row.session_id,
+    type: row.type,
+    payload: JSON.parse(row.payload_json) as Record<string, unknown>,
+  }));
+}
+
+/** True when this gap is recorded as reported (by a scan, a drain, or the writer's live drop report). */
+export function gapAlreadyReported(db: Db, sessionId: string, gapStartId: string): boolean {
+  return (
+    db
+      .prepare('SELECT 1 FROM reported_gaps WHERE session_id = ? AND gap_start_id = ?')
+      .pluck()
+      .get(sessionId, gapStartId) !== undefined
+  );
+}
+
+/** Marks handoffs as done in one transaction: their gaps become reported and their rows go. */
+export function settleHandoffs(db: Db, handoffs: readonly Handoff[]): void {
+  if (handoffs.length === 0) return;
+  const saveGap = db.prepare(
+    'INSERT OR IGNORE INTO reported_gaps (session_id, gap_start_id, gap_end_id, missing_count, reported_at_us) ' +
+      'VALUES (?, ?, ?, ?, ?)',
+  );
+  const remove = db.prepare('DELETE FROM owner_handoffs WHERE id = ?');
+  db.transaction(() => {
+    for (const handoff of handoffs) {
+      if (handoff.type === 'bus.gap_detected') {
+        const p = handoff.payload;
+        saveGap.run(handoff.session_id, p.gap_start_id, p.gap_end_id, p.estimated_missing_count, nowMicros());
+      }
+      remove.run(handoff.id);
+    }
+  }).immediate();
+}
+
+/**
+ * Emits every pending handoff through the owner's bus, waits until they are stored, then settles the
+ * ones that were. A gap reported since it was queued (twice queued, or reported live) is settled
+ * without a second event, and so is a row whose payload the catalog rejects (logged). Returns the
+ * handoffs emitted.
+ */
+export async function drainHandoffs(context: TraceContext, logger?: Logger): Promise<Handoff[]> {
+  const { db, bus } = context;
+  const pending = pendingHandoffs(db);
+  if (pending.length === 0) return [];
+  /** Settled without an event: already reported, or invalid. */
+  const duplicates: Handoff[] = [];
+  const emitted: { handoff: Handoff; eventId: string }[] = [];
+  const gapsThisDrain = new Set<string>();
+  for (const handoff of pending) {
+    if (handoff.type === 'bus.gap_detected') {
+      const key = `${handoff.session_id}\u0000${String(handoff.payload.gap_start_id)}`;
+      if (
+        gapsThisDrain.has(key) ||
+        gapAlreadyReported(db, handoff.session_id, String(handoff.payload.gap_start_id))
+      ) {
+        duplicates.push(handoff);
+        continue;
+      }
+      gapsThisDrain.add(key);
+    }
+    let event: ReturnType<typeof bus.emit>;
+    try {
+      event = bus.emit({ type: handoff.type, session_id: handoff.session_id, payload: handoff.payload });
+    } catch (error) {
+      if (!(error instanceof EventValidationError)) throw error;
+      event = null;
+    }
+    if (event !== null) emitted.push({ handoff, eventId: event.id });
+    else {
+      // A row no payload schema accepts would be retried for ever and keep the server from starting.
+      logger?.error({ handoff_id: handoff.id, type: handoff.type }, 'discarded an invalid handed-off event');
+      duplicates.push(handoff);
+    }
+  }
+  await context.flush();
+  // Only what reached the table is settled; the rest stays queued for the next drain.
+  const stored = db.prepare('SELECT 1 FROM events WHERE id = ?').pluck();
+  const done = emitted.filter((e) => stored.get(e.eventId) !== undefined).map((e) => e.handoff);
+  settleHandoffs(db, [...duplicates, ...done]);
+  return done;
+}
+
+export interface HandoffWatchOptions {
+  readonly logger?: Logger;
+  /** How often to look at `PRAGMA data_version` (a read of shared memory, no disk access). */
+  readonly intervalMs?: number;
+}
+
+const DEFAULT_WATCH_INTERVAL_MS = 200;
+
+/**
+ * While the owner runs: drains handoffs whenever another connection committed. The timer is unref'd
+ * (it never keeps the process alive); when the trace context closes it stops, after a last drain.
+ * @returns a function that stops watching and waits for a drain under way (the context's `close()`
+ * calls it too).
+ */
+export function watchHandoffs(context: TraceContext, options: HandoffWatchOptions = {}): () => Promise<void> {
+  const { db } = context;
+  const dataVersion = () => db.pragma('data_version', { simple: true }) as number;
+  let seen = dataVersion();
+  let draining: Promise<void> | null = null;
+  let stopped = false;
+  const timer = setInterval(() => {
+    if (draining !== null || stopped) return;
+    const now = dataVersion();
+    if (now === seen) return;
+    // Read before draining: a handoff committed during the drain changes it again, so it is not missed.
+    seen = now;
+    draining = drainHandoffs(context, options.logger)
+      .then(() => undefined)
+      .catch((error: unknown) => {
+        seen = -1; // try again on the next tick
+        options.logger?.warn({ err: (error as Error).message }, 'could not emit handed-off events; retrying');
+      })
+      .finally(() => {
+        draining = null;
+      });
+  }, options.intervalMs ?? DEFAULT_WATCH_INTERVAL_MS);
+  timer.unref();
+  const stop = async () => {
+    stopped = true;
+    clearInterval(timer);
+    await draining; // a drain under way settles before the database closes
+  };
+  context.onClose(async () => {
+    await stop();
+    // What was handed over since the last tick is recorded now, not left for the next owner.
+    await drainHandoffs(context, options.logger).catch((error: unknown) => {
+      options.logger?.warn({ err: (error as Error).message }, 'handed-off events left for the next start');
+    });
+  });
+  return stop;
+}
