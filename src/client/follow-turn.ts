@@ -54,6 +54,9 @@ export async function followTurn(
   let status: FollowResult['status'] | null = null;
   let lastCallFailed = false;
   for await (const item of client) {
+    // Only its own turn: another client's next turn in the session (after a restart cut this one, say)
+    // is not this turn's answer, and must neither be shown nor end the follow.
+    if (isEventOfAnotherTurn(item, turnId, options.sessionId)) continue;
     if (item.kind === 'frame') state = reduce(state, item.frame);
     options.render(item, state);
     if (item.kind === 'status' && item.status === 'connected' && turnId === null) {
@@ -70,7 +73,13 @@ export async function followTurn(
         if (event.type === 'llm.call_failed') lastCallFailed = true;
         if (event.type === 'llm.call_completed') lastCallFailed = false;
         if (event.type === 'turn.completed') {
-          status = lastCallFailed || event.payload.llm_call_count === 0 ? 'failed' : 'completed';
+          // `signals_extra.failure`: a turn that failed outside a model call, or that a crash cut and
+          // the next start closed (docs/decisions.md "Turns a crash cut").
+          const failure = (event.payload.signals_extra as { failure?: unknown } | null)?.failure;
+          status =
+            lastCallFailed || event.payload.llm_call_count === 0 || typeof failure === 'string'
+              ? 'failed'
+              : 'completed';
         }
         if (event.type === 'turn.cancelled') status = 'cancelled';
       }
@@ -82,4 +91,16 @@ export async function followTurn(
   }
   if (turnId === null || status === null) throw new FollowTurnError(client.failure);
   return { turnId, status, state };
+}
+
+/** An event frame that belongs to another turn than the one followed (all of them, before the submit). */
+function isEventOfAnotherTurn(
+  item: { kind: string; frame?: unknown },
+  turnId: string | null,
+  sessionId: string,
+) {
+  if (item.kind !== 'frame') return false;
+  const frame = item.frame as { type: string; event?: { turn_id?: unknown; session_id?: unknown } };
+  if (frame.type !== 'event' || frame.event === undefined) return false;
+  return turnId === null || frame.event.turn_id !== turnId || frame.event.session_id !== sessionId;
 }
