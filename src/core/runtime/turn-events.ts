@@ -131,6 +131,7 @@ export class OpenTurnRecord {
  */
 export class TurnEvents {
   readonly open = new OpenTurnRecord();
+  private fallingBack = false;
 
   constructor(
     private readonly bus: EventBus,
@@ -154,9 +155,31 @@ export class TurnEvents {
       actor: this.isWorker && typical === 'agent' ? 'worker' : typical,
       payload,
     });
+    if (event === null && (type === 'turn.completed' || type === 'turn.cancelled') && !this.fallingBack) {
+      this.fallingBack = true;
+      return this.emitFallbackEnd(parent);
+    }
     const id = event?.id ?? parent;
     this.open.noteEmitted(type, parent, id, payload);
     return { id, event };
+  }
+
+  /**
+   * A turn always ends: when lenient validation dropped its terminal event (a total no schema
+   * accepts), the turn ends with a `turn.completed` that carries nothing but the failure.
+   */
+  private emitFallbackEnd(parent: string | null): EmittedEvent {
+    const payload = {
+      stop_reason: 'end_turn',
+      llm_call_count: this.open.llmCalls,
+      tool_call_count: this.open.toolCalls,
+      total_input_tokens: 0,
+      total_output_tokens: 0,
+      total_cost_usd: 0,
+      wall_time_seconds: 0,
+      signals_extra: { failure: 'invalid_terminal_event' },
+    };
+    return this.emit('turn.completed', parent, payload);
   }
 
   /** The message being streamed is rebuilt by `builder`: a failure closes it with what it holds. */
