@@ -145,6 +145,48 @@ describe.skipIf(linuxOnly)('a server killed mid-turn, started again (issue 12, o
     expect(await second.stop('SIGTERM')).toBe(0);
   }, 90_000);
 
+  it('a delegation cut mid-worker: the worker turn, the delegation, the tool call and the planner turn end', async () => {
+    const { home, dbPath, args } = project();
+    const first = await serveCli(home, args);
+    const planner = (await post(first.url, '/sessions', { workspace_path: home })).session_id as string;
+    const turnId = (
+      await post(first.url, `/sessions/${planner}/turns`, { message: 'delegate: slow: dig deep' })
+    ).turn_id as string;
+    const query = reader(dbPath);
+    const workerCall = () =>
+      query<{ session_id: string; turn_id: string }>(
+        "SELECT session_id, turn_id FROM events WHERE type = 'llm.call_started' AND session_id != ?",
+        planner,
+      );
+    expect(await eventually(() => workerCall().length === 1, 20_000)).toBe(true);
+    await first.stop('SIGKILL');
+    const [{ session_id: worker, turn_id: workerTurn }] = workerCall() as [
+      { session_id: string; turn_id: string },
+    ];
+
+    const second = await serveCli(home, args);
+    expect(query(OPEN_TURNS)).toEqual([]);
+    const typesOf = (id: string) =>
+      query<{ type: string }>('SELECT type FROM events WHERE turn_id = ? ORDER BY id', id).map((r) => r.type);
+    expect(typesOf(workerTurn).slice(-2)).toEqual(['llm.call_failed', 'turn.completed']);
+    expect(typesOf(turnId).slice(-3)).toEqual(['delegate.failed', 'tool.failed', 'turn.completed']);
+    const [failed] = query<{ payload_json: string }>(
+      "SELECT payload_json FROM events WHERE turn_id = ? AND type = 'delegate.failed'",
+      turnId,
+    );
+    expect(JSON.parse(failed!.payload_json)).toMatchObject({
+      worker_session_id: worker,
+      failure_mode: 'worker_error',
+    });
+    expect(query('SELECT status, disposition FROM sessions WHERE id = ?', worker)).toEqual([
+      { status: 'ended', disposition: 'error' },
+    ]);
+    expect(
+      query("SELECT type FROM events WHERE session_id = ? AND type = 'session.ended'", worker),
+    ).toHaveLength(1);
+    expect(await second.stop('SIGTERM')).toBe(0);
+  }, 90_000);
+
   it('send --follow sees its own turn end after the restart and never adopts the next turn', async () => {
     const { home, args } = project();
     const first = await serveCli(home, args);

@@ -86,73 +86,81 @@ export function recoverCrashedTurns(
     ...openTurns.filter((t) => t.parent_session_id === null),
   ];
   for (const turn of ordered) {
-    const stored = (
-      turnEvents.all(turn.turn_id) as (Omit<StoredEvent, 'payload'> & { payload_json: string })[]
-    )
-      .filter((row) => row.type !== 'bus.gap_detected')
-      .map(({ payload_json, ...row }) => ({
-        ...row,
-        payload: JSON.parse(payload_json) as Record<string, any>,
-      }));
-    const ended = new Set(stored.filter((e) => ENDINGS.has(e.type)).map((e) => e.parent_event_id));
-    const lastUs = stored.reduce((last, e) => Math.max(last, e.timestamp_us), 0);
-    const latency = (e: StoredEvent) => Math.max(0, Math.round((lastUs - e.timestamp_us) / 1000));
-    const events = new TurnEvents(
-      bus,
-      streaming,
-      turn.session_id,
-      turn.turn_id,
-      turn.parent_session_id !== null,
-    );
+    // One turn that cannot be closed (a stored payload no schema accepts) must not stop the start.
+    try {
+      const stored = (
+        turnEvents.all(turn.turn_id) as (Omit<StoredEvent, 'payload'> & { payload_json: string })[]
+      )
+        .filter((row) => row.type !== 'bus.gap_detected')
+        .map(({ payload_json, ...row }) => ({
+          ...row,
+          payload: JSON.parse(payload_json) as Record<string, any>,
+        }));
+      const ended = new Set(stored.filter((e) => ENDINGS.has(e.type)).map((e) => e.parent_event_id));
+      const lastUs = stored.reduce((last, e) => Math.max(last, e.timestamp_us), 0);
+      const latency = (e: StoredEvent) => Math.max(0, Math.round((lastUs - e.timestamp_us) / 1000));
+      const events = new TurnEvents(
+        bus,
+        streaming,
+        turn.session_id,
+        turn.turn_id,
+        turn.parent_session_id !== null,
+      );
 
-    for (const e of stored) {
-      if (ended.has(e.id)) continue;
-      if (e.type === 'llm.call_started') {
-        events.emit('llm.call_failed', e.id, {
-          model: e.payload.model,
-          provider: e.payload.provider,
-          error_class: 'other',
-          error_message_redacted: STOPPED,
-          retry_count: 0,
+      for (const e of stored) {
+        if (ended.has(e.id)) continue;
+        if (e.type === 'llm.call_started') {
+          events.emit('llm.call_failed', e.id, {
+            model: e.payload.model,
+            provider: e.payload.provider,
+            error_class: 'other',
+            error_message_redacted: STOPPED,
+            retry_count: 0,
+            latency_ms: latency(e),
+          });
+          report.modelCalls += 1;
+        } else if (e.type === 'delegate.started') {
+          const workerId = String(e.payload.worker_session_id);
+          events.emit('delegate.failed', e.id, {
+            tool_use_id: e.payload.tool_use_id,
+            worker_session_id: workerId,
+            failure_mode: 'worker_error',
+            error_message: STOPPED,
+            worker_total_cost_usd: decimal(sessions.storedCost(workerId)),
+            pricing_version: options.pricingVersion,
+          });
+          cutWorkers.push(workerId);
+          report.delegations += 1;
+        }
+      }
+      for (const e of stored) {
+        if (ended.has(e.id) || e.type !== 'tool.called') continue;
+        events.emit('tool.failed', e.id, {
+          tool_use_id: e.payload.tool_use_id,
+          error_class: 'execution_error',
+          error_message: STOPPED,
           latency_ms: latency(e),
         });
-        report.modelCalls += 1;
-      } else if (e.type === 'delegate.started') {
-        const workerId = String(e.payload.worker_session_id);
-        events.emit('delegate.failed', e.id, {
-          tool_use_id: e.payload.tool_use_id,
-          worker_session_id: workerId,
-          failure_mode: 'worker_error',
-          error_message: STOPPED,
-          worker_total_cost_usd: decimal(sessions.storedCost(workerId)),
-          pricing_version: options.pricingVersion,
-        });
-        cutWorkers.push(workerId);
-        report.delegations += 1;
+        report.toolCalls += 1;
       }
-    }
-    for (const e of stored) {
-      if (ended.has(e.id) || e.type !== 'tool.called') continue;
-      events.emit('tool.failed', e.id, {
-        tool_use_id: e.payload.tool_use_id,
-        error_class: 'execution_error',
-        error_message: STOPPED,
-        latency_ms: latency(e),
+      const completed = stored.filter((e) => e.type === 'llm.call_completed');
+      events.emit('turn.completed', turn.id, {
+        stop_reason: 'end_turn',
+        llm_call_count: stored.filter((e) => e.type === 'llm.call_started').length,
+        tool_call_count: stored.filter((e) => e.type === 'tool.called').length,
+        total_input_tokens: sum(completed, 'input_tokens'),
+        total_output_tokens: sum(completed, 'output_tokens'),
+        total_cost_usd: sum(completed, 'cost_usd'),
+        wall_time_seconds: Math.max(0, lastUs - (stored[0]?.timestamp_us ?? lastUs)) / 1_000_000,
+        signals_extra: { failure: 'server_stopped' },
       });
-      report.toolCalls += 1;
+      report.turns += 1;
+    } catch (error) {
+      options.logger.error(
+        { session_id: turn.session_id, turn_id: turn.turn_id, err: error },
+        'could not close a turn the last run left open',
+      );
     }
-    const completed = stored.filter((e) => e.type === 'llm.call_completed');
-    events.emit('turn.completed', turn.id, {
-      stop_reason: 'end_turn',
-      llm_call_count: stored.filter((e) => e.type === 'llm.call_started').length,
-      tool_call_count: stored.filter((e) => e.type === 'tool.called').length,
-      total_input_tokens: sum(completed, 'input_tokens'),
-      total_output_tokens: sum(completed, 'output_tokens'),
-      total_cost_usd: sum(completed, 'cost_usd'),
-      wall_time_seconds: Math.max(0, lastUs - (stored[0]?.timestamp_us ?? lastUs)) / 1_000_000,
-      signals_extra: { failure: 'server_stopped' },
-    });
-    report.turns += 1;
   }
 
   for (const workerId of cutWorkers) {
