@@ -73,6 +73,7 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
         db: dbPath,
         config: filepath,
         gaps: service.gaps.length,
+        recovered_turns: service.recovery.turns,
         plugins: pluginNames,
       }),
     );
@@ -84,6 +85,8 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
     if (pluginNames.length > 0) console.log(`  plugins   ${pluginNames.join(', ')}`);
     if (service.gaps.length > 0)
       console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);
+    if (service.recovery.turns > 0)
+      console.log(`  recovered ${service.recovery.turns} turns the last run left open, ended as failed`);
     console.log('Press Ctrl-C to stop.');
   }
   await new Promise<void>((resolve) => {

@@ -105,6 +105,7 @@ describe.skipIf(linuxOnly)('a server killed mid-turn, started again (issue 12, o
     ).toEqual([chatTurn, shellTurn].sort());
 
     const second = await serveCli(home, args);
+    expect(JSON.parse(second.stdout().split('\n')[0]!)).toMatchObject({ recovered_turns: 2 });
     expect(await eventually(() => isGone(sleepPid!), 10_000)).toBe(true);
     expect(query(OPEN_TURNS)).toEqual([]);
     for (const turnId of [chatTurn, shellTurn]) {
