@@ -18,8 +18,11 @@ export interface FollowOptions {
 
 /** The stream ended before the turn did; `failure` says why when the server refused the client. */
 export class FollowTurnError extends Error {
-  constructor(readonly failure: ClientFailure | null) {
-    super(failure?.message ?? 'the connection ended before the turn finished');
+  constructor(
+    readonly failure: ClientFailure | null,
+    message?: string,
+  ) {
+    super(message ?? failure?.message ?? 'the connection ended before the turn finished');
     this.name = 'FollowTurnError';
   }
 }
@@ -32,6 +35,19 @@ export interface FollowResult {
    */
   readonly status: 'completed' | 'failed' | 'cancelled';
   readonly state: ConversationState;
+}
+
+/** How long a follower back from a drop waits for the end of a turn the server no longer runs. */
+const LOST_END_GRACE_MS = 10_000;
+
+/** The session's turn in flight, as the server reports it (`GET /sessions/{id}`). */
+async function currentTurnOf(options: FollowOptions): Promise<string | null> {
+  const response = await fetch(`${options.url}/sessions/${encodeURIComponent(options.sessionId)}`, {
+    headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
+  });
+  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  const body = (await response.json()) as { session?: { current_turn_id?: string | null } };
+  return body.session?.current_turn_id ?? null;
 }
 
 /**
@@ -53,7 +69,26 @@ export async function followTurn(
   let turnId: string | null = null;
   let status: FollowResult['status'] | null = null;
   let lastCallFailed = false;
+  let connects = 0;
+  let lostTimer: NodeJS.Timeout | null = null;
+  let lost = false;
   for await (const item of client) {
+    if (item.kind === 'status' && item.status === 'connected') connects += 1;
+    if (item.kind === 'status' && item.status === 'connected' && connects > 1 && turnId !== null) {
+      // Back after a drop or a restart. The replay from the cursor brings the turn's end; but when the
+      // turn is over and its end never comes (the connection dropped before any event of it arrived,
+      // so there is no cursor to replay from), waiting would last for ever.
+      const current = await currentTurnOf(options).catch(() => undefined);
+      if (current !== undefined && current !== turnId && lostTimer === null) {
+        lostTimer = setTimeout(() => {
+          lost = true;
+          client.close();
+        }, LOST_END_GRACE_MS);
+      }
+    }
+    // Only its own turn: another client's next turn in the session (after a restart cut this one, say)
+    // is not this turn's answer, and must neither be shown nor end the follow.
+    if (isEventOfAnotherTurn(item, turnId, options.sessionId)) continue;
     if (item.kind === 'frame') state = reduce(state, item.frame);
     options.render(item, state);
     if (item.kind === 'status' && item.status === 'connected' && turnId === null) {
@@ -70,7 +105,13 @@ export async function followTurn(
         if (event.type === 'llm.call_failed') lastCallFailed = true;
         if (event.type === 'llm.call_completed') lastCallFailed = false;
         if (event.type === 'turn.completed') {
-          status = lastCallFailed || event.payload.llm_call_count === 0 ? 'failed' : 'completed';
+          // `signals_extra.failure`: a turn that failed outside a model call, or that a crash cut and
+          // the next start closed (docs/decisions.md "Turns a crash cut").
+          const failure = (event.payload.signals_extra as { failure?: unknown } | null)?.failure;
+          status =
+            lastCallFailed || event.payload.llm_call_count === 0 || typeof failure === 'string'
+              ? 'failed'
+              : 'completed';
         }
         if (event.type === 'turn.cancelled') status = 'cancelled';
       }
@@ -80,6 +121,26 @@ export async function followTurn(
       break;
     }
   }
+  if (lostTimer !== null) clearTimeout(lostTimer);
+  if (lost && status === null) {
+    throw new FollowTurnError(
+      null,
+      `turn ${turnId} ended while the connection was down and its end was not received; ` +
+        `see it with: metis tail ${options.sessionId}`,
+    );
+  }
   if (turnId === null || status === null) throw new FollowTurnError(client.failure);
   return { turnId, status, state };
+}
+
+/** An event frame that belongs to another turn than the one followed (all of them, before the submit). */
+function isEventOfAnotherTurn(
+  item: { kind: string; frame?: unknown },
+  turnId: string | null,
+  sessionId: string,
+) {
+  if (item.kind !== 'frame') return false;
+  const frame = item.frame as { type: string; event?: { turn_id?: unknown; session_id?: unknown } };
+  if (frame.type !== 'event' || frame.event === undefined) return false;
+  return turnId === null || frame.event.turn_id !== turnId || frame.event.session_id !== sessionId;
 }

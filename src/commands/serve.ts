@@ -52,6 +52,15 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
   if (faults.length > 0 && !options.conformance) {
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--fault: only with --conformance');
   }
+  // The safety net under every turn and handler: a promise that rejects with no handler is a bug, but
+  // on a server it must cost one request or one turn, not the process (Node's default is to exit 1).
+  const onUnhandledRejection = (reason: unknown) => {
+    logger.error(
+      { err: reason, diagnostic: 'unhandled_rejection' },
+      'a promise rejected and nothing handled it; the server carries on (please report this as a bug)',
+    );
+  };
+  process.on('unhandledRejection', onUnhandledRejection);
   const service = await startService(config, dbPath, logger, {
     conformance: options.conformance ? { faults: faults as FaultName[] } : undefined,
     configPath: filepath,
@@ -64,6 +73,7 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
         db: dbPath,
         config: filepath,
         gaps: service.gaps.length,
+        recovered_turns: service.recovery.turns,
         plugins: pluginNames,
       }),
     );
@@ -75,6 +85,8 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
     if (pluginNames.length > 0) console.log(`  plugins   ${pluginNames.join(', ')}`);
     if (service.gaps.length > 0)
       console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);
+    if (service.recovery.turns > 0)
+      console.log(`  recovered ${service.recovery.turns} turns the last run left open, ended as failed`);
     console.log('Press Ctrl-C to stop.');
   }
   await new Promise<void>((resolve) => {
@@ -82,10 +94,16 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
       process.off('SIGINT', onInt);
       process.off('SIGTERM', onTerm);
       if (!options.json) console.error(`\n${signal}: stopping (cancelling turns, flushing the trace)…`);
-      service.stop().then(resolve, (error: unknown) => {
-        console.error(`error while stopping: ${(error as Error).message}`);
-        resolve();
-      });
+      service.stop().then(
+        () => {
+          process.off('unhandledRejection', onUnhandledRejection);
+          resolve();
+        },
+        (error: unknown) => {
+          console.error(`error while stopping: ${(error as Error).message}`);
+          resolve();
+        },
+      );
     };
     const onInt = () => stop('SIGINT');
     const onTerm = () => stop('SIGTERM');

@@ -55,7 +55,13 @@ export class Delegations {
   async run(input: DelegateInput, context: ToolContext): Promise<ToolOutput> {
     const planner = new TurnEvents(this.bus, this.streaming, context.sessionId, context.turnId, false);
     const model = this.config.worker_tiers[input.tier];
-    const failed = (parent: string, workerId: string | null, mode: string, message: string, cost = 0) =>
+    const failed = (
+      parent: string | null,
+      workerId: string | null,
+      mode: string,
+      message: string,
+      cost = 0,
+    ) =>
       planner.emit('delegate.failed', parent, {
         tool_use_id: context.toolUseId,
         worker_session_id: workerId,

@@ -9,6 +9,7 @@ import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import type { Db } from '../store/database.js';
 import { SessionStore } from '../store/session-store.js';
+import type { ChildProcessRecord } from './child-process-record.js';
 import { ConfirmationBroker } from './confirmations.js';
 import { CostAccumulator } from './cost-accumulator.js';
 import { Delegations } from './delegations.js';
@@ -38,6 +39,8 @@ export interface RuntimeOptions {
   readonly tools?: readonly Tool[];
   /** Test and conformance hook: awaited after `tool.called`, before a tool starts executing. */
   readonly beforeToolExecute?: () => Promise<void>;
+  /** Where the shell tool records its running process groups (`metis serve`: next to the database). */
+  readonly childProcesses?: ChildProcessRecord;
 }
 
 export interface SessionInfo {
@@ -125,7 +128,9 @@ export class Runtime {
       session: (id) => this.require(id),
     });
     const tools = [
-      ...builtinTools({ shell: { timeoutMs: this.config.shell_timeout_ms } }),
+      ...builtinTools({
+        shell: { timeoutMs: this.config.shell_timeout_ms, children: options.childProcesses },
+      }),
       createDelegateTool((input, context) => delegations.run(input, context)),
       ...(options.tools ?? []),
     ];
@@ -307,7 +312,12 @@ export class Runtime {
     this.costs.detach(this.bus);
   }
 
-  private async runTurn(
+  /**
+   * Runs one turn; the promise never rejects. The runner ends a failing turn as a failed turn itself;
+   * the catch below is the last line, so that even a bug there cannot leave a rejection no one handles
+   * (Node would exit) or a session stuck with a turn in flight.
+   */
+  private runTurn(
     session: LiveSession,
     message: string,
     overrideModel: string | null,
@@ -331,21 +341,30 @@ export class Runtime {
         workspacePath: session.workspacePath,
         isWorker: session.isWorker,
         excludedTools,
-        history: this.history(session.id),
+        history: () => this.history(session.id),
         sessionAllowed: session.sessionAllowed,
         beforeToolExecute: this.beforeToolExecute,
+      })
+      .catch((error: unknown): TurnOutcome => {
+        this.logger.error(
+          { session_id: session.id, turn_id: state.turnId, err: error },
+          'turn failed outside the agent loop',
+        );
+        return {
+          status: 'failed',
+          model: '',
+          finalText: '',
+          llmCalls: 0,
+          toolCalls: 0,
+          costUsd: 0,
+          wallTimeSeconds: 0,
+        };
       })
       .finally(() => {
         clearTimeout(timer);
         session.turn = null;
         this.touch(session);
       });
-    entry.done.catch((error: unknown) => {
-      this.logger.error(
-        { session_id: session.id, err: (error as Error).message },
-        'turn failed unexpectedly',
-      );
-    });
     return entry.done;
   }
 
@@ -362,7 +381,13 @@ export class Runtime {
     if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
     if (session.ended || this.closed) return;
     session.inactivityTimer = setTimeout(() => {
-      if (session.turn === null && !session.ended) this.endSession(session.id, 'abandoned');
+      if (session.turn !== null || session.ended) return;
+      // A throw in a timer callback would end the process: a refused write only leaves it active.
+      try {
+        this.endSession(session.id, 'abandoned');
+      } catch (error) {
+        this.logger.error({ session_id: session.id, err: error }, 'could not end an idle session');
+      }
     }, this.config.inactivity_timeout_ms);
     session.inactivityTimer.unref();
   }

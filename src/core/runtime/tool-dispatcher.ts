@@ -15,7 +15,7 @@ type ToolResultBlock = Extract<ContentBlock, { type: 'tool_result' }>;
 export interface DispatchRequest {
   readonly events: TurnEvents;
   readonly toolUses: readonly ToolUseBlock[];
-  readonly callCompletedId: string;
+  readonly callCompletedId: string | null;
   readonly messageId: string;
   readonly workspacePath: string;
   readonly signal: AbortSignal;
@@ -33,7 +33,7 @@ export interface DispatchRequest {
 export interface DispatchResult {
   readonly results: ToolResultBlock[];
   /** The last event the dispatcher emitted: parent of the next `llm.call_started`. */
-  readonly lastEventId: string;
+  readonly lastEventId: string | null;
   readonly toolCallCount: number;
   readonly cancelled: boolean;
 }
@@ -42,7 +42,7 @@ interface Scheduled {
   readonly use: ToolUseBlock;
   readonly tool: Tool;
   readonly input: unknown;
-  readonly calledId: string;
+  readonly calledId: string | null;
 }
 
 /**
@@ -81,7 +81,7 @@ export class ToolDispatcher {
     const { events } = request;
     const results: ToolResultBlock[] = [];
     const scheduled: Scheduled[] = [];
-    let lastEventId = request.callCompletedId;
+    let lastEventId: string | null = request.callCompletedId;
 
     for (const use of request.toolUses) {
       const tool = request.excludedTools?.has(use.name) ? undefined : this.tools.get(use.name);
@@ -130,9 +130,15 @@ export class ToolDispatcher {
   private async runOne(
     call: Scheduled,
     request: DispatchRequest,
-  ): Promise<{ result: ToolResultBlock; eventId: string }> {
+  ): Promise<{ result: ToolResultBlock; eventId: string | null }> {
     const { events, signal } = request;
     const started = performance.now();
+    const row = {
+      id: call.use.id,
+      session_id: events.sessionId,
+      turn_id: events.turnId,
+      message_id: request.messageId,
+    };
     const fail = (errorClass: ToolErrorClass, message: string) => {
       const event = events.emit('tool.failed', call.calledId, {
         tool_use_id: call.use.id,
@@ -140,7 +146,7 @@ export class ToolDispatcher {
         error_message: message,
         latency_ms: Math.round(performance.now() - started),
       });
-      this.sessions.updateToolCall(call.use.id, {
+      this.sessions.updateToolCall(row, {
         status: errorClass === 'cancelled' ? 'cancelled' : 'failed',
         error_class: errorClass,
         output: message,
@@ -154,7 +160,7 @@ export class ToolDispatcher {
     if (request.beforeExecute) await request.beforeExecute();
     if (signal.aborted) return fail('cancelled', 'the turn was cancelled before this tool ran');
 
-    this.sessions.updateToolCall(call.use.id, { status: 'running' });
+    this.sessions.updateToolCall(row, { status: 'running' });
     try {
       const output = await call.tool.execute(call.input, {
         sessionId: events.sessionId,
@@ -175,7 +181,7 @@ export class ToolDispatcher {
         files_modified: output.filesModified ? [...output.filesModified] : null,
         command_executed: output.commandExecuted ?? null,
       });
-      this.sessions.updateToolCall(call.use.id, { status: 'completed', output: output.content });
+      this.sessions.updateToolCall(row, { status: 'completed', output: output.content });
       return {
         result: {
           type: 'tool_result',

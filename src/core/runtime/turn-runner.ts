@@ -23,6 +23,9 @@ import type { ToolDispatcher } from './tool-dispatcher.js';
 import { WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
 import type { Tool } from './tools/tool.js';
 import type { TurnEvents } from './turn-events.js';
+import { closeFailedTurn, redact } from './turn-failure.js';
+
+export { redact };
 
 /** Why a turn was cancelled (streaming §6: `turn.cancelled.reason`). */
 export const CANCEL_REASONS = ['user_cancel', 'client_disconnect', 'timeout'] as const;
@@ -61,7 +64,8 @@ export interface TurnRequest {
   readonly isWorker: boolean;
   /** Tools this turn's model is not offered and may not call (a worker's, set by its delegation). */
   readonly excludedTools?: ReadonlySet<string>;
-  readonly history: readonly ConversationMessage[];
+  /** Earlier messages of the session, read once the turn has started (a failed read fails the turn). */
+  readonly history: () => readonly ConversationMessage[];
   readonly sessionAllowed: Set<string>;
   readonly beforeToolExecute?: () => Promise<void>;
 }
@@ -87,7 +91,7 @@ type CallResult =
       text: string;
       content: ContentBlock[];
       stopReason: AdapterResult['stop_reason'];
-      completedEventId: string;
+      completedEventId: string | null;
       messageId: string;
     };
 
@@ -116,15 +120,44 @@ export class TurnRunner {
     private readonly logger: Logger,
   ) {}
 
+  /**
+   * Runs the turn to its end. Never rejects: whatever throws out of the loop (a storage write refused,
+   * an event strict validation rejects, a bug) ends the turn as a failed turn with its terminal events
+   * ({@link closeFailedTurn}), so one turn cannot take the server down.
+   */
   async run(request: TurnRequest): Promise<TurnOutcome> {
+    const startedAt = performance.now();
+    try {
+      return await this.loop(request, startedAt);
+    } catch (error) {
+      return closeFailedTurn(
+        request.events,
+        request.state,
+        this.sessions,
+        this.config,
+        this.logger,
+        error,
+        startedAt,
+      );
+    }
+  }
+
+  private async loop(request: TurnRequest, startedAt: number): Promise<TurnOutcome> {
     const { events, state } = request;
     const signal = state.controller.signal;
-    const startedAt = performance.now();
     const userMessage: ConversationMessage = {
       role: 'user',
       content: [{ type: 'text', text: request.messageText }],
     };
-    const conversation: ConversationMessage[] = [...request.history, userMessage];
+    // A history that cannot be read still gets its turn.started, then fails the turn below.
+    let history: readonly ConversationMessage[] = [];
+    let historyError: unknown = null;
+    try {
+      history = request.history();
+    } catch (error) {
+      historyError = error ?? new Error('the session history could not be read');
+    }
+    const conversation: ConversationMessage[] = [...history, userMessage];
     const totals = { llmCalls: 0, toolCalls: 0, input: 0, output: 0, cost: 0 };
 
     const turnStarted = events.emit('turn.started', null, {
@@ -132,8 +165,9 @@ export class TurnRunner {
       user_message_text_redacted: null,
       estimated_input_tokens: estimateTokens(conversation),
       has_images: false,
-      has_tool_calls_in_history: request.history.some((m) => m.content.some((b) => b.type === 'tool_use')),
+      has_tool_calls_in_history: history.some((m) => m.content.some((b) => b.type === 'tool_use')),
     });
+    if (historyError !== null) throw historyError;
     this.sessions.saveMessage({
       id: newId('msg'),
       session_id: events.sessionId,
@@ -211,7 +245,7 @@ export class TurnRunner {
     events.emit('route.decided', turnStarted.id, { ...route });
     const adapter = resolution.adapter;
 
-    let parent = turnStarted.id;
+    let parent: string | null = turnStarted.id;
     let finalText = '';
     for (;;) {
       if (signal.aborted) return cancelled(finalText);
@@ -264,7 +298,7 @@ export class TurnRunner {
     adapter: ModelAdapter,
     model: string,
     conversation: readonly ConversationMessage[],
-    parent: string,
+    parent: string | null,
     request: TurnRequest,
   ): Promise<CallResult> {
     const { events, state } = request;
@@ -285,6 +319,7 @@ export class TurnRunner {
       model,
     });
     const builder = new MessageBuilder();
+    events.trackContent(builder);
     const streamChunk = (chunk: AdapterChunk) => {
       builder.add(chunk);
       const [type, payload] = streamingEventOf(messageId, chunk);
@@ -457,12 +492,4 @@ function textOf(content: readonly { type: string; text?: string }[]): string {
     .filter((b) => b.type === 'text')
     .map((b) => b.text ?? '')
     .join('');
-}
-
-/** Heuristic scrub of provider messages (bus §10.4): emails, home paths, key-like tokens. */
-export function redact(message: string): string {
-  return message
-    .replace(/[\w.+-]+@[\w-]+\.[\w.-]+/g, '[email]')
-    .replace(/\/(?:home|Users)\/[^\s/]+/g, '/~')
-    .replace(/\b(?:sk|pk|key|tok)[-_][A-Za-z0-9_-]{12,}\b/g, '[key]');
 }

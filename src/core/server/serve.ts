@@ -5,6 +5,8 @@ import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import { pluginsRoute } from '../../plugins/plugins-route.js';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
+import { ChildProcessRecord, killLeftoverChildren } from '../runtime/child-process-record.js';
+import { type RecoveryReport, recoverCrashedTurns } from '../runtime/crash-recovery.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
@@ -30,6 +32,8 @@ export interface RunningService {
   readonly url: string;
   readonly dbPath: string;
   readonly gaps: readonly DetectedGap[];
+  /** What the last run left open and this start closed. */
+  readonly recovery: RecoveryReport;
   readonly runtime: Runtime;
   readonly trace: TraceContext;
   readonly server: MetisServer;
@@ -74,6 +78,15 @@ export async function startService(
       queueLimit: config.bus.queue_limit,
       synchronous: config.storage.synchronous,
     });
+    // What a crash left behind is closed before anything else runs: tool processes still running,
+    // then turns without an end (docs/decisions.md "Turns a crash cut").
+    const childRecordFile = `${dbPath}.children`;
+    killLeftoverChildren(childRecordFile, logger);
+    const recovery = recoverCrashedTurns(trace.db, trace.bus, {
+      pricingVersion: config.runtime.pricing_version,
+      logger,
+    });
+    await trace.flush();
     const gaps = await reportGaps(trace);
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
     watchHandoffs(trace, { logger }); // what a prune beside this server hands it to record; stops on close
@@ -90,6 +103,7 @@ export async function startService(
       db: trace.db,
       config: runtimeConfig,
       logger,
+      childProcesses: new ChildProcessRecord(childRecordFile, logger),
       // A fixed pause between tool.called and execution gives the suite a seam to cancel into.
       beforeToolExecute: conformance
         ? () => new Promise((resolve) => setTimeout(resolve, SEAM_PAUSE_MS))
@@ -141,6 +155,7 @@ export async function startService(
       url: server.url,
       dbPath,
       gaps,
+      recovery,
       runtime,
       trace: opened,
       server,

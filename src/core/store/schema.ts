@@ -99,7 +99,36 @@ export const MIGRATIONS: readonly string[] = [
     ORDER BY events.id LIMIT 1
   ) WHERE parent_session_id IS NULL;
   `,
-  // Next (issue 12): gap detection per session. Each session is verified from its own cursor by `seq`
+  // 3: a provider's tool_use id is unique only within its message (an OpenAI-compatible server may
+  // answer `call_1` in every turn), so it no longer keys the table: rows get their own id, and
+  // (session, turn, message, provider id) is what is unique. Rows keep their order.
+  `
+  CREATE TABLE tool_calls_v3 (
+    row_id INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    turn_id TEXT,
+    message_id TEXT,
+    tool_name TEXT NOT NULL,
+    input_json TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+    output_json TEXT,
+    error_class TEXT,
+    created_at_us INTEGER NOT NULL,
+    updated_at_us INTEGER NOT NULL
+  );
+  INSERT INTO tool_calls_v3 (id, session_id, turn_id, message_id, tool_name, input_json, status, output_json,
+                             error_class, created_at_us, updated_at_us)
+    SELECT id, session_id, turn_id, message_id, tool_name, input_json, status, output_json,
+           error_class, created_at_us, updated_at_us
+    FROM tool_calls ORDER BY created_at_us, id;
+  DROP TABLE tool_calls;
+  ALTER TABLE tool_calls_v3 RENAME TO tool_calls;
+  CREATE UNIQUE INDEX idx_tool_calls_key ON tool_calls(session_id, turn_id, message_id, id);
+  CREATE INDEX idx_tool_calls_session ON tool_calls(session_id, id);
+  CREATE INDEX idx_tool_calls_open ON tool_calls(status) WHERE status IN ('pending', 'running');
+  `,
+  // 4 (issue 12): gap detection per session. Each session is verified from its own cursor by `seq`
   // (the index), so a row that commits late with a lower id than rows already scanned is still read;
   // the global id watermark that skipped such rows goes. `owner_handoffs` holds events another process
   // (a `metis trace prune` beside a live server) asks the database's owner to emit, so that only the

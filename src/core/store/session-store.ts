@@ -50,6 +50,18 @@ export interface ToolCallRecord {
   readonly error_class: string | null;
 }
 
+/**
+ * Which row a tool call is: a provider's tool_use id is unique only within its message (an
+ * OpenAI-compatible server may answer `call_1` in every turn), so the row is keyed by the message too
+ * (schema version 3).
+ */
+export interface ToolCallKey {
+  readonly id: string;
+  readonly session_id: string;
+  readonly turn_id: string | null;
+  readonly message_id: string | null;
+}
+
 interface MessageRow {
   id: string;
   session_id: string;
@@ -249,28 +261,67 @@ export class SessionStore {
   }
 
   updateToolCall(
-    id: string,
+    key: ToolCallKey,
     update: { status: ToolCallStatus; output?: unknown; error_class?: string | null },
   ): void {
     this.db
       .prepare(
-        'UPDATE tool_calls SET status = ?, output_json = coalesce(?, output_json), error_class = ?, updated_at_us = ? WHERE id = ?',
+        `UPDATE tool_calls SET status = ?, output_json = coalesce(?, output_json), error_class = ?, updated_at_us = ?
+         WHERE session_id = ? AND turn_id IS ? AND message_id IS ? AND id = ?`,
       )
       .run(
         update.status,
         update.output === undefined ? null : JSON.stringify(update.output),
         update.error_class ?? null,
         nowMicros(),
-        id,
+        key.session_id,
+        key.turn_id,
+        key.message_id,
+        key.id,
       );
   }
 
-  toolCall(id: string): ToolCallRecord | null {
-    const row = this.db.prepare('SELECT * FROM tool_calls WHERE id = ?').get(id) as
+  /**
+   * Closes the tool calls of a session (of one turn, when given) still `pending` or `running`: after a
+   * turn failed, or at start-up for turns a crash cut. Returns how many rows it closed.
+   */
+  closeOpenToolCalls(
+    sessionId: string,
+    close: { turnId?: string; status: 'failed' | 'cancelled'; errorClass: string; output: string },
+  ): number {
+    return this.db
+      .prepare(
+        `UPDATE tool_calls SET status = ?, error_class = ?, output_json = coalesce(output_json, ?), updated_at_us = ?
+         WHERE session_id = ? AND (? IS NULL OR turn_id = ?) AND status IN ('pending', 'running')`,
+      )
+      .run(
+        close.status,
+        close.errorClass,
+        JSON.stringify(close.output),
+        nowMicros(),
+        sessionId,
+        close.turnId ?? null,
+        close.turnId ?? null,
+      ).changes;
+  }
+
+  /** The newest tool call with this provider id (in one session, when given). */
+  toolCall(id: string, sessionId?: string): ToolCallRecord | null {
+    const row = this.db
+      .prepare(
+        'SELECT * FROM tool_calls WHERE id = ? AND (? IS NULL OR session_id = ?) ORDER BY row_id DESC LIMIT 1',
+      )
+      .get(id, sessionId ?? null, sessionId ?? null) as
       | (Omit<ToolCallRecord, 'input' | 'output'> & { input_json: string; output_json: string | null })
       | undefined;
     if (!row) return null;
-    const { input_json, output_json, ...rest } = row as typeof row & {
+    const {
+      input_json,
+      output_json,
+      row_id: _rowId,
+      ...rest
+    } = row as typeof row & {
+      row_id?: number;
       created_at_us?: number;
       updated_at_us?: number;
     };

@@ -25,6 +25,11 @@ export interface ShellToolOptions {
   readonly maxOutputBytes?: number;
   /** Time between SIGTERM and SIGKILL when a command is cancelled or times out. Default 2 s. */
   readonly killGraceMs?: number;
+  /**
+   * Where running process groups are recorded, so that the next start stops what a crash left
+   * running (`ChildProcessRecord`).
+   */
+  readonly children?: { add(pgid: number): void; remove(pgid: number): void };
 }
 
 const inputSchema = z.strictObject({
@@ -100,6 +105,7 @@ export function createShellTool(options: ShellToolOptions = {}) {
         );
       }
       trackGroup(pid);
+      options.children?.add(pid);
 
       const output = new OutputCapture(maxOutputBytes);
       subprocess.all?.on('data', (chunk: Buffer | string) => output.push(chunk));
@@ -151,7 +157,10 @@ export function createShellTool(options: ShellToolOptions = {}) {
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
       }
-      if (fate.gone) untrackGroup(pid);
+      if (fate.gone) {
+        untrackGroup(pid);
+        options.children?.remove(pid);
+      }
 
       const aftermath = fate.gone
         ? 'its process group was terminated'

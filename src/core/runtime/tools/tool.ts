@@ -33,9 +33,9 @@ export interface ToolContext {
   /** Aborts when the turn is cancelled: stop at once and clean up (kill child processes). */
   readonly signal: AbortSignal;
   /** The `tool.called` event of this call. */
-  readonly toolCalledEventId: string;
+  readonly toolCalledEventId: string | null;
   /** The `llm.call_completed` that asked for this call: parent of `delegate.started` (bus §6.8). */
-  readonly callCompletedEventId: string;
+  readonly callCompletedEventId: string | null;
 }
 
 export interface ToolOutput {

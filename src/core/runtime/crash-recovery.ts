@@ -1,0 +1,202 @@
+import type { Logger } from 'pino';
+import type { EventBus } from '../bus/event-bus.js';
+import { nowMicros } from '../events/clock.js';
+import type { Db } from '../store/database.js';
+import { SessionStore } from '../store/session-store.js';
+import { StreamingChannel } from './streaming-channel.js';
+import { TurnEvents } from './turn-events.js';
+
+/** What start-up recovery closed, for the log and the tests. */
+export interface RecoveryReport {
+  /** Turns that had a `turn.started` and no end; each now ends with `turn.completed`. */
+  readonly turns: number;
+  readonly modelCalls: number;
+  readonly toolCalls: number;
+  readonly delegations: number;
+  /** Worker sessions whose delegation the crash cut; each now ends with `session.ended error`. */
+  readonly workerSessions: number;
+  /** `tool_calls` rows left `pending` or `running`, now `failed`. */
+  readonly toolCallRows: number;
+}
+
+interface StoredEvent {
+  readonly id: string;
+  readonly type: string;
+  readonly parent_event_id: string | null;
+  readonly timestamp_us: number;
+  readonly payload: Record<string, any>;
+}
+
+/** The events that end a call, a tool call or a delegation: their parent is what they end. */
+const ENDINGS = new Set([
+  'llm.call_completed',
+  'llm.call_failed',
+  'tool.completed',
+  'tool.failed',
+  'delegate.completed',
+  'delegate.failed',
+]);
+
+const STOPPED = 'the server stopped before this ended (closed at the next start)';
+
+/**
+ * Closes what a crash left open, before the server takes requests (docs/decisions.md "Turns a crash
+ * cut"). A turn the store shows started and never ended gets, in its own session and turn, what a
+ * failing turn would have emitted: `llm.call_failed` for a model call without an end, `tool.failed`
+ * for a `tool.called` without one, `delegate.failed` for a delegation without one (its worker session
+ * ends `error`), then `turn.completed` in the failed-turn shape, with parent its `turn.started` and
+ * `signals_extra.failure: "server_stopped"`. Tool-call rows left pending or running are marked failed.
+ * Messages need nothing: a message is stored only once it ends, so a cut one was never stored.
+ *
+ * Only the process that holds the database lock may call this: it writes into sessions it now owns,
+ * through its own bus, so per-session `seq` continues without a hole or a duplicate.
+ */
+export function recoverCrashedTurns(
+  db: Db,
+  bus: EventBus,
+  options: { pricingVersion: string; logger: Logger },
+): RecoveryReport {
+  const sessions = new SessionStore(db);
+  const streaming = new StreamingChannel();
+  const openTurns = db
+    .prepare(
+      `SELECT s.session_id, s.turn_id, s.id, se.parent_session_id FROM events s
+       JOIN sessions se ON se.id = s.session_id
+       WHERE s.type = 'turn.started' AND s.turn_id IS NOT NULL AND NOT EXISTS (
+         SELECT 1 FROM events e WHERE e.turn_id = s.turn_id AND e.type IN ('turn.completed', 'turn.cancelled'))
+       ORDER BY s.id`,
+    )
+    .all() as { session_id: string; turn_id: string; id: string; parent_session_id: string | null }[];
+  const turnEvents = db.prepare(
+    'SELECT id, type, parent_event_id, timestamp_us, payload_json FROM events WHERE turn_id = ? ORDER BY id',
+  );
+  const report = {
+    turns: 0,
+    modelCalls: 0,
+    toolCalls: 0,
+    delegations: 0,
+    workerSessions: 0,
+    toolCallRows: 0,
+  };
+  const cutWorkers: string[] = [];
+
+  // Workers first: a worker's turn ends before the delegation of its planner's turn does.
+  const ordered = [
+    ...openTurns.filter((t) => t.parent_session_id !== null),
+    ...openTurns.filter((t) => t.parent_session_id === null),
+  ];
+  for (const turn of ordered) {
+    // One turn that cannot be closed (a stored payload no schema accepts) must not stop the start.
+    try {
+      const stored = (
+        turnEvents.all(turn.turn_id) as (Omit<StoredEvent, 'payload'> & { payload_json: string })[]
+      )
+        .filter((row) => row.type !== 'bus.gap_detected')
+        .map(({ payload_json, ...row }) => ({
+          ...row,
+          payload: JSON.parse(payload_json) as Record<string, any>,
+        }));
+      const ended = new Set(stored.filter((e) => ENDINGS.has(e.type)).map((e) => e.parent_event_id));
+      const lastUs = stored.reduce((last, e) => Math.max(last, e.timestamp_us), 0);
+      const latency = (e: StoredEvent) => Math.max(0, Math.round((lastUs - e.timestamp_us) / 1000));
+      const events = new TurnEvents(
+        bus,
+        streaming,
+        turn.session_id,
+        turn.turn_id,
+        turn.parent_session_id !== null,
+      );
+
+      for (const e of stored) {
+        if (ended.has(e.id)) continue;
+        if (e.type === 'llm.call_started') {
+          events.emit('llm.call_failed', e.id, {
+            model: e.payload.model,
+            provider: e.payload.provider,
+            error_class: 'other',
+            error_message_redacted: STOPPED,
+            retry_count: 0,
+            latency_ms: latency(e),
+          });
+          report.modelCalls += 1;
+        } else if (e.type === 'delegate.started') {
+          const workerId = String(e.payload.worker_session_id);
+          events.emit('delegate.failed', e.id, {
+            tool_use_id: e.payload.tool_use_id,
+            worker_session_id: workerId,
+            failure_mode: 'worker_error',
+            error_message: STOPPED,
+            worker_total_cost_usd: decimal(sessions.storedCost(workerId)),
+            pricing_version: options.pricingVersion,
+          });
+          cutWorkers.push(workerId);
+          report.delegations += 1;
+        }
+      }
+      for (const e of stored) {
+        if (ended.has(e.id) || e.type !== 'tool.called') continue;
+        events.emit('tool.failed', e.id, {
+          tool_use_id: e.payload.tool_use_id,
+          error_class: 'execution_error',
+          error_message: STOPPED,
+          latency_ms: latency(e),
+        });
+        report.toolCalls += 1;
+      }
+      const completed = stored.filter((e) => e.type === 'llm.call_completed');
+      events.emit('turn.completed', turn.id, {
+        stop_reason: 'end_turn',
+        llm_call_count: stored.filter((e) => e.type === 'llm.call_started').length,
+        tool_call_count: stored.filter((e) => e.type === 'tool.called').length,
+        total_input_tokens: sum(completed, 'input_tokens'),
+        total_output_tokens: sum(completed, 'output_tokens'),
+        total_cost_usd: sum(completed, 'cost_usd'),
+        wall_time_seconds: Math.max(0, lastUs - (stored[0]?.timestamp_us ?? lastUs)) / 1_000_000,
+        signals_extra: { failure: 'server_stopped' },
+      });
+      report.turns += 1;
+    } catch (error) {
+      options.logger.error(
+        { session_id: turn.session_id, turn_id: turn.turn_id, err: error },
+        'could not close a turn the last run left open',
+      );
+    }
+  }
+
+  for (const workerId of cutWorkers) {
+    const worker = sessions.getSession(workerId);
+    if (worker === null || worker.status === 'ended') continue;
+    sessions.endSession(workerId, 'error');
+    new TurnEvents(bus, streaming, workerId, null, false).emit('session.ended', null, {
+      disposition: 'error',
+      turn_count: sessions.turnCount(workerId),
+      total_cost_usd: sessions.storedCost(workerId),
+      duration_seconds: Math.max(0, nowMicros() - worker.created_at_us) / 1_000_000,
+    });
+    report.workerSessions += 1;
+  }
+
+  const withOpenRows = db
+    .prepare("SELECT DISTINCT session_id FROM tool_calls WHERE status IN ('pending', 'running')")
+    .pluck()
+    .all() as string[];
+  for (const sessionId of withOpenRows) {
+    report.toolCallRows += sessions.closeOpenToolCalls(sessionId, {
+      status: 'failed',
+      errorClass: 'execution_error',
+      output: STOPPED,
+    });
+  }
+  if (report.turns > 0 || report.toolCallRows > 0) {
+    options.logger.warn({ ...report }, 'closed what the last run left open when it stopped');
+  }
+  return report;
+}
+
+function sum(events: readonly StoredEvent[], field: string): number {
+  return events.reduce((total, e) => total + (Number(e.payload[field]) || 0), 0);
+}
+
+function decimal(value: number): string {
+  return value.toFixed(8).replace(/\.?0+$/, '') || '0';
+}
