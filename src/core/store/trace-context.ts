@@ -5,6 +5,7 @@ import { ensureIdsAfter } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import { type Db, openDatabase } from './database.js';
 import { type DetectedGap, scanForGaps } from './gap-detector.js';
+import { asStorageError } from './storage-errors.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
 
@@ -16,7 +17,10 @@ export interface TraceContext {
   readonly dbPath: string;
   /** Waits until every emitted event is dispatched and committed. */
   flush(): Promise<void>;
-  /** Flushes, then closes the database. Safe to call twice. */
+  /**
+   * Flushes, then closes the database. Safe to call twice. When storage stays unavailable it waits at
+   * most `closeFlushTimeoutMs`, then logs what is lost and closes anyway.
+   */
   close(): Promise<void>;
 }
 
@@ -27,6 +31,10 @@ export interface OpenTraceContextOptions {
   readonly validation?: ValidationMode;
   readonly queueLimit?: number;
   readonly synchronous?: 'NORMAL' | 'FULL';
+  /** Bounds of what waits in memory while storage is unavailable (TraceWriter options). */
+  readonly writerBuffer?: { readonly maxEvents?: number; readonly maxBytes?: number };
+  /** How long `close` waits for storage to take what is still buffered before it gives up (default 5 s). */
+  readonly closeFlushTimeoutMs?: number;
 }
 
 /**
@@ -39,6 +47,12 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     create: options.create ?? true,
     synchronous: options.synchronous,
   });
+  try {
+    probeWrite(db);
+  } catch (error) {
+    db.close();
+    throw asStorageError(error, options.dbPath);
+  }
   const store = new TraceStore(db);
   ensureIdsAfter(store.lastEventId());
   const bus = new EventBus({
@@ -47,12 +61,27 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     queueLimit: options.queueLimit,
     lastSeq: (sessionId) => store.lastSeq(sessionId),
   });
-  const writer = new TraceWriter(db, { logger });
+  const writer = new TraceWriter(db, {
+    logger,
+    path: options.dbPath,
+    maxBufferedEvents: options.writerBuffer?.maxEvents,
+    maxBufferedBytes: options.writerBuffer?.maxBytes,
+  });
   writer.attach(bus);
   let closed = false;
   const flush = async () => {
     await bus.flush();
     await writer.idle();
+  };
+  const flushBounded = async () => {
+    await bus.flush();
+    const done = await writer.idle(options.closeFlushTimeoutMs ?? 5000);
+    if (!done) {
+      logger.error(
+        { failure: writer.failure, ...writer.buffered },
+        'closing the trace store while storage is unavailable: the events still waiting are lost',
+      );
+    }
   };
   return {
     db,
@@ -64,10 +93,22 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     close: async () => {
       if (closed) return;
       closed = true;
-      await flush();
+      await flushBounded();
+      writer.close();
       db.close();
     },
   };
+}
+
+/**
+ * One small write transaction at open (the busy timeout still the long start-up one), so that a full
+ * disk or a lock held by another process is a clear start-up error rather than a server that starts and
+ * cannot store its first event.
+ */
+function probeWrite(db: Db): void {
+  db.transaction(() => {
+    db.prepare("UPDATE sessions SET updated_at_us = updated_at_us WHERE id = 'system'").run();
+  }).immediate();
 }
 
 /**
