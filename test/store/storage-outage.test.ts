@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { scanForGaps } from '../../src/core/store/gap-detector.js';
+import { SessionStore } from '../../src/core/store/session-store.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
 import { turnStarted } from '../helpers/events.js';
 import { holdWriteLockInChild } from '../helpers/lock-holder.js';
@@ -112,5 +113,73 @@ describe('trace writer while another process holds the write lock', () => {
     await settleLogs();
     const log = at(LEVEL.error).find((r) => r.msg.includes('dropped while storage was unavailable'));
     expect(log).toMatchObject({ first_dropped_id: emitted[5]!.id, last_dropped_id: emitted[20]!.id });
+  });
+});
+
+describe('session store writes beside the trace writer', () => {
+  it('queues rows while storage is locked, reads its own pending messages, and commits them in order after', async () => {
+    const context = tempTraceContext();
+    await context.flush();
+    context.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT}`);
+    const sessions = new SessionStore(context.db);
+    sessions.createSession({
+      id: 'sess_rows',
+      workspace_path: '/tmp/ws',
+      workspace_hash: 'h',
+      active_model: null,
+    });
+    const lock = await holdWriteLockInChild(context.dbPath, 60_000);
+    const message = (id: string, text: string) => ({
+      id,
+      session_id: 'sess_rows',
+      turn_id: 'turn_1',
+      role: 'user' as const,
+      content: [{ type: 'text', text }],
+      status: 'complete' as const,
+      model: null,
+      usage: null,
+    });
+    // The old store wrote synchronously: under a lock these threw SQLITE_BUSY into the caller (a turn).
+    expect(() => sessions.saveMessage(message('msg_01', 'first'))).not.toThrow();
+    expect(() => sessions.saveMessage(message('msg_02', 'second'))).not.toThrow();
+    expect(() => sessions.endSession('sess_rows', 'completed')).not.toThrow();
+    // The next turn's history reads what is still waiting for storage.
+    expect(sessions.messages('sess_rows').map((m) => m.id)).toEqual(['msg_01', 'msg_02']);
+    expect(sessions.hasMessage('sess_rows', 'msg_02')).toBe(true);
+    expect(context.db.prepare('SELECT count(*) FROM messages').pluck().get()).toBe(0);
+    await lock.release();
+    await context.flush();
+    const stored = context.db.prepare('SELECT id FROM messages ORDER BY id').pluck().all();
+    expect(stored).toEqual(['msg_01', 'msg_02']);
+    expect(sessions.getSession('sess_rows')?.status).toBe('ended');
+  });
+
+  it('refuses a reused tool-call id alone, logs it, and never throws it into the caller', async () => {
+    const { logger, at } = captureLogs();
+    const context = tempTraceContext({ logger });
+    const sessions = new SessionStore(context.db);
+    sessions.createSession({
+      id: 'sess_tools',
+      workspace_path: '/tmp/ws',
+      workspace_hash: 'h',
+      active_model: null,
+    });
+    const call = (turn: string) => ({
+      id: 'call_reused',
+      session_id: 'sess_tools',
+      turn_id: turn,
+      message_id: null,
+      tool_name: 'read_file',
+      input: { path: 'a' },
+      status: 'pending' as const,
+    });
+    sessions.saveToolCall(call('turn_1'));
+    expect(() => sessions.saveToolCall(call('turn_2'))).not.toThrow();
+    await context.flush();
+    await settleLogs();
+    expect(sessions.toolCall('call_reused')?.turn_id).toBe('turn_1');
+    expect(context.writer.stats.rejectedRows).toBe(1);
+    const refused = at(LEVEL.error).find((r) => r.msg.includes('refused one row'));
+    expect(JSON.stringify(refused)).toContain('UNIQUE constraint failed: tool_calls.id');
   });
 });
