@@ -149,6 +149,20 @@ describe('server while another process holds the database write lock', () => {
   }, 30_000);
 });
 
+describe('start-up while another process holds the write lock', () => {
+  it('metis serve waits the start-up busy timeout, then says the database is locked, without a stack trace', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const context = openTraceContext({ dbPath });
+    await context.close();
+    const lock = await holdWriteLockInChild(dbPath, 60_000);
+    const cli = await runCli(['serve', '--port', '0', '--db', dbPath], tempDir('metis-home-'));
+    await lock.release();
+    expect(cli.stderr).toContain(`database locked by another process for too long: ${dbPath}`);
+    expect(cli.stderr).not.toMatch(/internal error|\n\s+at /);
+    expect(cli.exitCode).toBe(1);
+  }, 30_000);
+});
+
 // ---------------------------------------------------------------------------------------------------
 // A full disk: a real tmpfs
 // ---------------------------------------------------------------------------------------------------
