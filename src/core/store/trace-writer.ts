@@ -3,12 +3,17 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { silentLogger } from '../logger.js';
+import { BatchCommitter, type RowWrite, type WriteItem } from './batch-committer.js';
 import { CommitWaiters } from './commit-waiters.js';
 import type { Db } from './database.js';
 import { DropLedger } from './drop-ledger.js';
 import { eventToParams } from './event-rows.js';
 import { reportDroppedRanges } from './report-dropped.js';
-import { type StorageFailure, storageError, storageFailureOf } from './storage-errors.js';
+import { RetrySchedule } from './retry-schedule.js';
+import { type StorageFailure, storageError } from './storage-errors.js';
+import { WriteQueue } from './write-queue.js';
+
+export type { RowWrite } from './batch-committer.js';
 
 export type CommitListener = (events: readonly MetisEvent[]) => void;
 
@@ -33,17 +38,6 @@ export interface TraceWriterStats {
   /** Events and rows refused by a non-transient error (a constraint), each dropped alone. */
   rejectedRows: number;
 }
-
-/** A row write of the session store, queued with the events so that it commits in order with them. */
-export interface RowWrite {
-  /** What the row is, for the log when it is refused. */
-  readonly what: string;
-  run(): void;
-  /** Called once the row committed (true) or was refused by a non-transient error (false). */
-  settled?(committed: boolean): void;
-}
-
-type Item = { event: MetisEvent; params: unknown[]; bytes: number } | { row: RowWrite; bytes: number };
 
 /** A recovery after an outage commits the backlog in transactions of at most this many items. */
 const MAX_ITEMS_PER_RECOVERY_TRANSACTION = 5000;
@@ -81,31 +75,19 @@ export class TraceWriter {
   private readonly path: string | null;
   private readonly maxEvents: number;
   private readonly maxBytes: number;
-  private readonly retryDelayMs: number;
-  private readonly retryMaxDelayMs: number;
   private readonly listeners: CommitListener[] = [];
   private readonly dropListeners: CommitListener[] = [];
-  private readonly knownSessions = new Set<string>();
   private readonly waiters = new CommitWaiters();
   private readonly ledger = new DropLedger();
-  private queue: Item[] = [];
-  private head = 0;
-  private bufferedEvents = 0;
-  private bufferedBytes = 0;
+  private readonly queue = new WriteQueue();
   private draining = false;
   private closed = false;
   /** One ERROR line per overflow episode, not one per tick. */
   private overflowLogged = false;
-  private currentFailure: StorageFailure | null = null;
-  private failingSince = 0;
-  private attempts = 0;
-  private retryTimer: NodeJS.Timeout | null = null;
   private idleWaiters: (() => void)[] = [];
   private bus: EventBus | null = null;
-  private readonly insertEvent;
-  private readonly insertSession;
-  private readonly commitAll;
-  private readonly commitIsolated;
+  private readonly committer: BatchCommitter;
+  private readonly retries: RetrySchedule;
 
   constructor(
     readonly db: Db,
@@ -115,33 +97,13 @@ export class TraceWriter {
     this.path = options.path ?? null;
     this.maxEvents = options.maxBufferedEvents ?? 100_000;
     this.maxBytes = options.maxBufferedBytes ?? 64 * 1024 * 1024;
-    this.retryDelayMs = options.retryDelayMs ?? 10;
-    this.retryMaxDelayMs = options.retryMaxDelayMs ?? 1000;
-    this.insertEvent = db.prepare(
-      `INSERT OR IGNORE INTO events
-         (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    this.committer = new BatchCommitter(db);
+    this.retries = new RetrySchedule(
+      this.logger,
+      this.path,
+      options.retryDelayMs ?? 10,
+      options.retryMaxDelayMs ?? 1000,
     );
-    this.insertSession = db.prepare(
-      'INSERT OR IGNORE INTO sessions (id, created_at_us, updated_at_us) VALUES (?, ?, ?)',
-    );
-    this.commitAll = db.transaction((items: readonly Item[]) => {
-      for (const item of items) this.apply(item);
-    });
-    // Second pass after a non-transient failure: a savepoint per item keeps the good ones.
-    const applyOne = db.transaction((item: Item) => this.apply(item));
-    this.commitIsolated = db.transaction((items: readonly Item[]) => {
-      const refused = new Map<Item, unknown>();
-      for (const item of items) {
-        try {
-          applyOne(item);
-        } catch (error) {
-          if (storageFailureOf(error) !== null) throw error;
-          refused.set(item, error);
-        }
-      }
-      return refused;
-    });
     WRITERS.set(db, this);
   }
 
@@ -171,34 +133,29 @@ export class TraceWriter {
 
   /** The storage failure the writer is waiting out, or null when storage is writable. */
   get failure(): StorageFailure | null {
-    return this.currentFailure;
+    return this.retries.failure;
   }
 
   /** Events and rows waiting to be committed. */
   get buffered(): { events: number; bytes: number; items: number } {
-    return { events: this.bufferedEvents, bytes: this.bufferedBytes, items: this.queue.length - this.head };
+    return { events: this.queue.events, bytes: this.queue.bytes, items: this.queue.length };
   }
 
   /** Queues one tick's events; commits them now unless storage is being waited out. */
   write(events: readonly MetisEvent[]): void {
     if (events.length === 0) return;
-    const bounded = this.retryTimer !== null;
+    const bounded = this.retries.waiting;
     const dropped: MetisEvent[] = [];
     for (const event of events) {
       const params = eventToParams(event);
       const bytes = (params[9] as string).length + ROW_OVERHEAD_BYTES;
-      if (
-        bounded &&
-        (this.bufferedEvents + 1 > this.maxEvents || this.bufferedBytes + bytes > this.maxBytes)
-      ) {
+      if (bounded && (this.queue.events >= this.maxEvents || this.queue.bytes + bytes > this.maxBytes)) {
         dropped.push(event);
         this.ledger.dropped(event);
         continue;
       }
       this.ledger.kept(event);
       this.queue.push({ event, params, bytes });
-      this.bufferedEvents += 1;
-      this.bufferedBytes += bytes;
     }
     if (dropped.length > 0) this.dropOverflow(dropped);
     this.drain();
@@ -207,7 +164,6 @@ export class TraceWriter {
   /** Queues a session-store row behind every event and row already queued. Rows are never dropped. */
   writeRow(row: RowWrite): void {
     this.queue.push({ row, bytes: ROW_OVERHEAD_BYTES });
-    this.bufferedBytes += ROW_OVERHEAD_BYTES;
     this.drain();
   }
 
@@ -216,7 +172,7 @@ export class TraceWriter {
    * was dropped, or when it is still waiting after `timeoutMs` (0: no limit).
    */
   whenCommitted(eventId: string, timeoutMs = 0): Promise<void> {
-    const failed = () => storageError(this.currentFailure ?? 'busy', this.path);
+    const failed = () => storageError(this.retries.failure ?? 'busy', this.path);
     const wait = this.waiters.wait(eventId, failed);
     if (timeoutMs <= 0) return wait;
     return new Promise((resolve, reject) => {
@@ -236,7 +192,7 @@ export class TraceWriter {
 
   /** Resolves once nothing waits to be committed; with a timeout, resolves false if still waiting. */
   idle(timeoutMs = 0): Promise<boolean> {
-    if (this.head === this.queue.length) return Promise.resolve(true);
+    if (this.queue.length === 0) return Promise.resolve(true);
     return new Promise((resolve) => {
       const timer = timeoutMs > 0 ? setTimeout(() => resolve(false), timeoutMs) : null;
       this.idleWaiters.push(() => {
@@ -249,48 +205,27 @@ export class TraceWriter {
   /** Stops retrying (the database is about to close); whatever still waits is abandoned. */
   close(): void {
     this.closed = true;
-    if (this.retryTimer !== null) clearTimeout(this.retryTimer);
-    this.retryTimer = null;
-  }
-
-  private apply(item: Item): void {
-    if ('row' in item) {
-      item.row.run();
-      return;
-    }
-    const sessionId = item.event.session_id;
-    if (!this.knownSessions.has(sessionId)) {
-      const now = Date.now() * 1000;
-      this.insertSession.run(sessionId, now, now);
-    }
-    this.insertEvent.run(item.params);
+    this.retries.cancel();
   }
 
   private drain(): void {
-    if (this.retryTimer !== null || this.draining || this.closed) return;
+    if (this.retries.waiting || this.draining || this.closed) return;
     this.draining = true;
     try {
-      while (this.head < this.queue.length) {
-        const recovering = this.currentFailure !== null;
-        const end = recovering
-          ? Math.min(this.queue.length, this.head + MAX_ITEMS_PER_RECOVERY_TRANSACTION)
-          : this.queue.length;
-        const items = this.queue.slice(this.head, end);
+      while (this.queue.length > 0) {
+        const recovering = this.retries.failure !== null;
+        const items = this.queue.front(recovering ? MAX_ITEMS_PER_RECOVERY_TRANSACTION : undefined);
         const refused = this.commit(items);
         if (refused === null) return;
-        this.head = end;
-        if (this.head > 1024 && this.head * 2 > this.queue.length) {
-          this.queue = this.queue.slice(this.head);
-          this.head = 0;
-        }
+        this.queue.removeFront(items.length);
         this.settle(items, refused);
-        if (recovering && this.head < this.queue.length) {
+        if (recovering && this.queue.length > 0) {
           // A long backlog: let the loop breathe between transactions.
           setImmediate(() => this.drain());
           return;
         }
       }
-      if (this.currentFailure !== null) this.recovered();
+      if (this.retries.failure !== null) this.recovered();
       const waiters = this.idleWaiters;
       this.idleWaiters = [];
       for (const resolve of waiters) resolve();
@@ -299,31 +234,21 @@ export class TraceWriter {
     }
   }
 
-  /** Commits `items` in one transaction; returns the items refused, or null when it must be retried. */
-  private commit(items: readonly Item[]): Map<Item, unknown> | null {
+  /** Commits `items`; returns the items refused, or null when storage failed and a retry is scheduled. */
+  private commit(items: readonly WriteItem[]): Map<WriteItem, unknown> | null {
     try {
-      this.commitAll.immediate(items);
-      return new Map();
+      return this.committer.commit(items);
     } catch (error) {
-      if (storageFailureOf(error, this.path ?? undefined) === null) {
-        try {
-          return this.commitIsolated.immediate(items);
-        } catch (second) {
-          this.scheduleRetry(second, items.length);
-          return null;
-        }
-      }
-      this.scheduleRetry(error, items.length);
+      this.stats.retries += 1;
+      this.retries.failed(error, items.length, () => this.drain());
       return null;
     }
   }
 
-  private settle(items: readonly Item[], refused: Map<Item, unknown>): void {
+  private settle(items: readonly WriteItem[], refused: Map<WriteItem, unknown>): void {
     const committed: MetisEvent[] = [];
     const rejected: MetisEvent[] = [];
     for (const item of items) {
-      this.bufferedBytes -= item.bytes;
-      if ('event' in item) this.bufferedEvents -= 1;
       const error = refused.get(item);
       if (error !== undefined) {
         this.stats.rejectedRows += 1;
@@ -338,7 +263,6 @@ export class TraceWriter {
         else item.row.settled?.(false);
       } else if ('event' in item) {
         committed.push(item.event);
-        this.knownSessions.add(item.event.session_id);
       } else {
         item.row.settled?.(true);
       }
@@ -356,37 +280,8 @@ export class TraceWriter {
     }
   }
 
-  private scheduleRetry(error: unknown, items: number): void {
-    const failure = storageFailureOf(error, this.path ?? undefined) ?? 'io';
-    this.attempts += 1;
-    this.stats.retries += 1;
-    if (this.currentFailure === null) this.failingSince = performance.now();
-    // The first failure of an outage and then every power of two: an hour-long outage logs ~20 lines.
-    if ((this.attempts & (this.attempts - 1)) === 0) {
-      this.logger.warn(
-        { failure, attempt: this.attempts, waiting_items: items, err: (error as Error).message },
-        'trace store unavailable; events wait in memory and the write is retried',
-      );
-    }
-    this.currentFailure = failure;
-    const delay = Math.min(this.retryMaxDelayMs, this.retryDelayMs * 2 ** Math.min(this.attempts - 1, 20));
-    this.retryTimer = setTimeout(() => {
-      this.retryTimer = null;
-      this.drain();
-    }, delay);
-  }
-
   private recovered(): void {
-    this.logger.info(
-      {
-        failure: this.currentFailure,
-        outage_ms: Math.round(performance.now() - this.failingSince),
-        retries: this.attempts,
-      },
-      'trace store writable again; every waiting event is committed',
-    );
-    this.currentFailure = null;
-    this.attempts = 0;
+    this.retries.recovered();
     this.overflowLogged = false;
     if (!this.ledger.empty) {
       const reports = this.ledger.take();
@@ -408,7 +303,7 @@ export class TraceWriter {
         'trace store buffer full while storage is unavailable; events dropped (reported as bus.gap_detected once storage is back)',
       );
     this.overflowLogged = true;
-    this.waiters.dropped(dropped, () => storageError(this.currentFailure ?? 'busy', this.path));
+    this.waiters.dropped(dropped, () => storageError(this.retries.failure ?? 'busy', this.path));
     this.publish(this.dropListeners, dropped);
   }
 
