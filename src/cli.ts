@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { registerCommands } from './commands/register.js';
 import { isMetisError } from './core/errors.js';
+import { asStorageError } from './core/store/storage-errors.js';
 
 /** Thrown by commands after they printed their own message, to exit with a code and nothing more. */
 export class ExitError extends Error {
@@ -37,8 +38,10 @@ export async function run(argv: readonly string[]): Promise<void> {
   }
 }
 
-function exitCodeFor(error: unknown): number {
-  if (error instanceof ExitError) return error.exitCode;
+function exitCodeFor(thrown: unknown): number {
+  if (thrown instanceof ExitError) return thrown.exitCode;
+  // A full disk, a lock held too long or an I/O error is the operator's to fix, not a metis bug.
+  const error = asStorageError(thrown);
   if (error instanceof CommanderError) {
     // commander already printed help, the version or its usage error.
     return error.exitCode === 0 ? 0 : 2;

@@ -4,6 +4,7 @@ import { createLogger } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
 import { startService } from '../core/server/serve.js';
 import { resolveDbPath } from '../core/store/paths.js';
+import { asStorageError } from '../core/store/storage-errors.js';
 
 export interface ServeOptions {
   host?: string;
@@ -64,6 +65,9 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
   const service = await startService(config, dbPath, logger, {
     conformance: options.conformance ? { faults: faults as FaultName[] } : undefined,
     configPath: filepath,
+  }).catch((error: unknown) => {
+    // A full disk or a held lock at start-up (the lock file, the database) names the database path.
+    throw asStorageError(error, dbPath);
   });
   const pluginNames = service.plugins.list().map((p) => p.name);
   if (options.json) {

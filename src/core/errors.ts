@@ -54,10 +54,26 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'The file is damaged; restore an older backup.',
   },
+  /** Kept for `metis trace prune` (retention.ts) until it moves to METIS_ERR_STORAGE_BUSY; same meaning. */
   METIS_ERR_SQLITE_BUSY: {
     status: 503,
     exitCode: 1,
     hint: 'Another process holds a write lock on the database for too long; try again.',
+  },
+  METIS_ERR_STORAGE_BUSY: {
+    status: 503,
+    exitCode: 1,
+    hint: 'Another process holds the database write lock; metis retries by itself. Find it with `fuser <db>` or try again later.',
+  },
+  METIS_ERR_STORAGE_FULL: {
+    status: 507,
+    exitCode: 1,
+    hint: 'Free space on the disk that holds the database; metis resumes writing by itself once there is room.',
+  },
+  METIS_ERR_STORAGE_IO: {
+    status: 503,
+    exitCode: 1,
+    hint: 'The disk reported an I/O error; check the disk and the system log. metis retries by itself.',
   },
   METIS_ERR_SESSION_NOT_FOUND: { status: 404, exitCode: 1, hint: 'List sessions with `metis sessions`.' },
   METIS_ERR_TURN_IN_FLIGHT: {

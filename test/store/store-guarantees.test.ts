@@ -416,17 +416,17 @@ describe('trace writer under SQLITE_BUSY', () => {
     expect(committedAt).toBeGreaterThanOrEqual(releasedAt - 5);
     expectAllCommitted(context, 'busy', ids);
     expect(dropped).toEqual([]);
-    // 200 ms is well inside database.ts's busy_timeout (5 s): SQLite's busy handler absorbed the wait
-    // and the writer's own retry was not needed.
+    // 200 ms is well inside the start-up and CLI busy_timeout (5 s, database.ts): SQLite's busy handler
+    // absorbed the wait. A server's connection waits only LOOP_BUSY_TIMEOUT_MS and retries off the loop
+    // instead (test/store/storage-outage.test.ts).
     expect(context.writer.stats.retries).toBe(0);
   });
 
   it('retries a batch that still meets SQLITE_BUSY, keeps later batches behind it, and drops nothing', async () => {
     const context = tempTraceContext();
     await context.flush();
-    // With the default busy_timeout (5 s, database.ts) the writer's own retry (5 attempts, 25 ms × n
-    // backoff, trace-writer.ts) is reached only after a 5 s wait per attempt. openTraceContext does not
-    // expose the timeout, so the test lowers it on the writer's connection to reach the retry quickly.
+    // With the CLI's busy_timeout (5 s, database.ts) SQLite's busy handler would absorb this lock; the
+    // test lowers it on the writer's connection, as a server does, to reach the writer's own retry.
     context.db.pragma('busy_timeout = 50');
     const dropped: unknown[] = [];
     context.writer.onDrop((batch) => dropped.push(batch));

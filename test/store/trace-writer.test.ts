@@ -102,13 +102,16 @@ describe('trace writer', () => {
     expect(context.store.causalChain(route.id).at(-1)!.id).toBe(turn.id);
   });
 
-  it('logs and drops a batch that cannot be committed, leaving a seq hole', async () => {
+  it('drops only the row a constraint refuses, logs it, and commits the rest of its batch', async () => {
     const { logger, at } = captureLogs();
     const context = tempTraceContext({ logger });
     context.bus.emit(turnStarted('s'));
     await context.flush();
     context.db.exec(`CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.type = 'turn.completed'
                      BEGIN SELECT RAISE(ABORT, 'simulated write failure'); END`);
+    const dropped: string[] = [];
+    context.writer.onDrop((batch) => dropped.push(...batch.map((e) => e.type)));
+    // One dispatch tick, one transaction: the good event beside the refused one must survive.
     context.bus.emit(turnStarted('s'));
     context.bus.emit(turnCompleted('s', null));
     await context.flush();
@@ -116,9 +119,11 @@ describe('trace writer', () => {
     context.bus.emit(turnStarted('s'));
     await context.flush();
     await settleLogs();
-    expect(context.writer.stats.droppedEvents).toBe(2);
-    expect(at(LEVEL.error).some((r) => r.msg.includes('dropped'))).toBe(true);
-    expect(context.store.sessionEvents('s').map((e) => e.seq)).toEqual([1, 4]);
+    expect(context.writer.stats.droppedEvents).toBe(1);
+    expect(context.writer.stats.rejectedRows).toBe(1);
+    expect(dropped).toEqual(['turn.completed']);
+    expect(at(LEVEL.error).some((r) => r.msg.includes('refused one row'))).toBe(true);
+    expect(context.store.sessionEvents('s').map((e) => e.seq)).toEqual([1, 2, 4]);
   });
 });
 

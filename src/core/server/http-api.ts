@@ -3,7 +3,10 @@ import { z } from 'zod';
 import { isMetisError, MetisError } from '../errors.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { CANCEL_REASONS } from '../runtime/turn-runner.js';
+import { asStorageError } from '../store/storage-errors.js';
+import type { TraceContext } from '../store/trace-context.js';
 import type { AttachTokens } from './attach-tokens.js';
+import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
 import { HttpError, readJson, sendError, sendJson, validate } from './http-util.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
@@ -28,6 +31,10 @@ const MessagesQuery = z.strictObject({
 
 export interface ApiContext {
   readonly runtime: Runtime;
+  /** The runtime's trace store: a 201/202 is answered only once its first event is committed there. */
+  readonly trace: TraceContext;
+  /** Bound of that wait (default 5 s); storage that does not come back by then answers 503/507. */
+  readonly commitWaitMs?: number;
   readonly tokens: AttachTokens;
   /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
   readonly wsBase: () => string;
@@ -45,7 +52,7 @@ type Handler = (request: IncomingMessage, params: string[], url: URL) => Promise
  * and health. Every body is validated; every failure is `{error: {code, message}}` with its status.
  */
 export function createApi(context: ApiContext) {
-  const { runtime, tokens } = context;
+  const { runtime, tokens, trace } = context;
   const routes: [string, RegExp, Handler][] = [
     ['GET', /^\/healthz$/, async () => [200, { status: 'ok' }]],
     [
@@ -53,10 +60,19 @@ export function createApi(context: ApiContext) {
       /^\/sessions$/,
       async (request) => {
         const body = validate(CreateSessionBody, await readJson(request));
-        const session = runtime.createSession({
-          workspacePath: body.workspace_path,
-          model: body.model ?? null,
-        });
+        assertStorageWritable(trace);
+        const { result: session, event } = emittedDuring(
+          trace,
+          (e) => e.type === 'session.created',
+          () => runtime.createSession({ workspacePath: body.workspace_path, model: body.model ?? null }),
+        );
+        try {
+          await untilCommitted(trace, event, context.commitWaitMs);
+        } catch (error) {
+          // The client never learns this id: end the session so it is not left open for ever.
+          runtime.endSession(session.id, 'abandoned');
+          throw error;
+        }
         return [201, { session_id: session.id, ...session }];
       },
     ],
@@ -84,8 +100,21 @@ export function createApi(context: ApiContext) {
       /^\/sessions\/([^/]+)\/turns$/,
       async (request, [id]) => {
         const body = validate(SubmitTurnBody, await readJson(request));
-        const { turnId } = runtime.submitTurn(id!, body.message, { model: body.model ?? null });
-        return [202, { turn_id: turnId }];
+        assertStorageWritable(trace);
+        const { result, event } = emittedDuring(
+          trace,
+          (e) => e.type === 'turn.started' && e.session_id === id,
+          () => runtime.submitTurn(id!, body.message, { model: body.model ?? null }),
+        );
+        try {
+          await untilCommitted(trace, event, context.commitWaitMs);
+        } catch (error) {
+          // Not acknowledged, so not run: the turn ends as cancelled once storage takes its events.
+          if (runtime.currentTurn(id!)?.turnId === result.turnId)
+            runtime.cancelTurn(id!, result.turnId, 'timeout');
+          throw error;
+        }
+        return [202, { turn_id: result.turnId }];
       },
     ],
     [
@@ -174,7 +203,9 @@ export function createApi(context: ApiContext) {
       else sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no route ${path}`);
     } catch (error) {
       if (error instanceof HttpError) return sendError(response, error.status, error.code, error.message);
-      if (isMetisError(error)) return sendError(response, error.status, error.code, error.message);
+      // A read that met a full disk or an I/O error is a storage failure, not a metis bug.
+      const mapped = asStorageError(error, trace.dbPath);
+      if (isMetisError(mapped)) return sendError(response, mapped.status, mapped.code, mapped.message);
       sendError(response, 500, 'METIS_ERR_INTERNAL', 'internal error');
       throw error;
     }

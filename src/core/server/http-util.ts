@@ -15,9 +15,15 @@ export class HttpError extends Error {
   }
 }
 
-export function sendJson(response: ServerResponse, status: number, body: unknown): void {
+export function sendJson(
+  response: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   const text = JSON.stringify(body);
   response.writeHead(status, {
+    ...headers,
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(text),
     'cache-control': 'no-store',
@@ -26,8 +32,23 @@ export function sendJson(response: ServerResponse, status: number, body: unknown
   response.end(text);
 }
 
+/**
+ * Seconds a client should wait before retrying a storage failure (RFC 9110 Retry-After): the trace
+ * writer retries within a second, a lock is usually short, a full disk needs a person.
+ */
+const RETRY_AFTER_SECONDS: Readonly<Record<string, number>> = {
+  METIS_ERR_STORAGE_BUSY: 1,
+  METIS_ERR_STORAGE_IO: 2,
+  METIS_ERR_STORAGE_FULL: 10,
+  METIS_ERR_SQLITE_BUSY: 1,
+  METIS_ERR_BUS_OVERFLOW: 1,
+};
+
 export function sendError(response: ServerResponse, status: number, code: string, message: string): void {
-  sendJson(response, status, { error: { code, message } });
+  const retryAfter = RETRY_AFTER_SECONDS[code];
+  const headers: Record<string, string> =
+    retryAfter === undefined ? {} : { 'retry-after': String(retryAfter) };
+  sendJson(response, status, { error: { code, message } }, headers);
 }
 
 /** Reads a JSON body: `application/json` only (415), at most 1 MiB (413), valid JSON (400). */

@@ -6,6 +6,7 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import { MetisError } from '../errors.js';
 import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { AttachTokens } from './attach-tokens.js';
 import { ClientConnection, type StreamOptions } from './client-connection.js';
@@ -38,6 +39,11 @@ export interface ServerOptions {
     /** Node's process metrics; `metis serve` turns them on (prom-client cannot turn them off again). */
     readonly processMetrics?: boolean;
   };
+  /**
+   * How long `POST /sessions` and `POST .../turns` wait for their first event to be committed before
+   * answering 503/507 (default 5 s). The wait is async; the loop keeps serving.
+   */
+  readonly commitWaitMs?: number;
 }
 
 export type ExtraRoute = (
@@ -99,6 +105,8 @@ export async function startServer(
     bearerToken,
     loopbackOnly,
   };
+  // From here the connection serves the loop: no write may wait long for another process's lock.
+  trace.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
   const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
   const sequencer = new EventSequencer(trace.bus, trace.writer, runtime.streaming);
   const hub = new StreamHub(sequencer, runtime.sessions);
@@ -116,6 +124,8 @@ export async function startServer(
   const extraRoutes = options.extraRoutes ?? [];
   const api = createApi({
     runtime,
+    trace,
+    commitWaitMs: options.commitWaitMs,
     tokens,
     wsBase: () => `ws://${address}`,
     extraRoutes: async (request, response, path) => {

@@ -3,6 +3,16 @@ import Database from 'better-sqlite3';
 import { MetisError } from '../errors.js';
 import { ensurePrivateDir } from './paths.js';
 import { MIGRATIONS, SCHEMA_VERSION } from './schema.js';
+import { asStorageError, storageFailureOf } from './storage-errors.js';
+
+/**
+ * busy_timeout of a connection on the server's event loop. SQLite's busy handler sleeps on the calling
+ * thread, so this is the longest a write stalls the loop when another process holds the write lock;
+ * the trace writer retries later with backoff instead (docs/decisions.md "Storage that never blocks").
+ */
+export const LOOP_BUSY_TIMEOUT_MS = 5;
+/** busy_timeout of CLI commands and of start-up, where nothing else waits on the thread. */
+export const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 
 export type Db = Database.Database;
 
@@ -31,20 +41,25 @@ export function openDatabase(path: string, options: OpenOptions = {}): Db {
     throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is a folder; name the database file in it`);
   }
   if (!exists) {
-    ensurePrivateDir(path);
-    // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode.
-    closeSync(openSync(path, 'wx', 0o600));
+    try {
+      ensurePrivateDir(path);
+      // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode.
+      closeSync(openSync(path, 'wx', 0o600));
+    } catch (error) {
+      throw asStorageError(error, path);
+    }
   }
   let db: Db;
   try {
     db = new Database(path, { readonly: options.readonly ?? false, fileMustExist: !options.create });
   } catch (error) {
+    if (storageFailureOf(error, path) !== null) throw asStorageError(error, path);
     throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `cannot open ${path}: ${(error as Error).message}`, {
       cause: error,
     });
   }
   try {
-    db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
+    db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS}`);
     // Identify the file before any pragma that writes to it (journal_mode): a refused file is left as
     // it was. An empty file is a new database only for a caller that may create one.
     if (options.readonly) assertCurrentSchema(db, path);
@@ -58,7 +73,8 @@ export function openDatabase(path: string, options: OpenOptions = {}): Db {
     if (code === 'SQLITE_NOTADB' || code === 'SQLITE_CORRUPT') {
       throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${path} is not a SQLite database`, { cause: error });
     }
-    throw error;
+    // A full disk, another process's lock or an I/O error: say which, with the path.
+    throw asStorageError(error, path);
   }
   return db;
 }

@@ -1,5 +1,6 @@
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
+import { type RowWrite, writerOf } from './trace-writer.js';
 
 export type MessageRole = 'user' | 'assistant' | 'tool';
 export type MessageStatus = 'complete' | 'cancelled' | 'error';
@@ -88,9 +89,30 @@ function toMessage(row: MessageRow): MessageRecord {
   };
 }
 
-/** The canonical session/message/tool-call store that shares the trace database. */
+/**
+ * The canonical session/message/tool-call store that shares the trace database.
+ *
+ * Writes go through the connection's trace writer when one is attached (a server, a CLI that emits):
+ * they commit in order with the events of the same tick, are retried with them while storage is busy
+ * or full, and never throw a SQLite error into a turn. Messages still waiting for storage are read
+ * from memory, so the next turn's history has them.
+ */
 export class SessionStore {
+  /** Messages written but not committed yet, by id. */
+  private readonly pendingMessages = new Map<string, MessageRecord>();
+
   constructor(private readonly db: Db) {}
+
+  /** Runs `run` now (no writer) or queues it on the writer; see the class comment. */
+  private write(what: string, run: () => void, settled?: RowWrite['settled']): void {
+    const writer = writerOf(this.db);
+    if (writer === undefined) {
+      run();
+      settled?.(true);
+      return;
+    }
+    writer.writeRow({ what, run, settled });
+  }
 
   createSession(session: {
     id: string;
@@ -102,25 +124,27 @@ export class SessionStore {
   }): void {
     const now = nowMicros();
     // The trace writer may already have created a bare row for this id; fill it in.
-    this.db
-      .prepare(
-        `INSERT INTO sessions (id, parent_session_id, workspace_path, workspace_hash, active_model, sticky_model,
+    this.write(`session ${session.id}`, () =>
+      this.db
+        .prepare(
+          `INSERT INTO sessions (id, parent_session_id, workspace_path, workspace_hash, active_model, sticky_model,
                                created_at_us, updated_at_us)
          VALUES (@id, @parent, @path, @hash, @model, @sticky, @now, @now)
          ON CONFLICT (id) DO UPDATE SET parent_session_id = excluded.parent_session_id,
            workspace_path = excluded.workspace_path, workspace_hash = excluded.workspace_hash,
            active_model = excluded.active_model, sticky_model = excluded.sticky_model,
            updated_at_us = excluded.updated_at_us`,
-      )
-      .run({
-        id: session.id,
-        parent: session.parent_session_id ?? null,
-        path: session.workspace_path,
-        hash: session.workspace_hash,
-        model: session.active_model,
-        sticky: session.sticky_model ?? null,
-        now,
-      });
+        )
+        .run({
+          id: session.id,
+          parent: session.parent_session_id ?? null,
+          path: session.workspace_path,
+          hash: session.workspace_hash,
+          model: session.active_model,
+          sticky: session.sticky_model ?? null,
+          now,
+        }),
+    );
   }
 
   getSession(id: string): SessionRecord | null {
@@ -169,9 +193,12 @@ export class SessionStore {
 
   /** Pins the session's model (`manual_sticky`); it is also the active model from now on. */
   setStickyModel(id: string, model: string): void {
-    this.db
-      .prepare('UPDATE sessions SET active_model = ?, sticky_model = ?, updated_at_us = ? WHERE id = ?')
-      .run(model, model, nowMicros(), id);
+    const now = nowMicros();
+    this.write(`sticky model of ${id}`, () =>
+      this.db
+        .prepare('UPDATE sessions SET active_model = ?, sticky_model = ?, updated_at_us = ? WHERE id = ?')
+        .run(model, model, now, id),
+    );
   }
 
   /** Turns the session has run, in any process: one `turn.started` each, cancelled and failed included. */
@@ -183,34 +210,50 @@ export class SessionStore {
   }
 
   endSession(id: string, disposition: string): void {
-    this.db
-      .prepare("UPDATE sessions SET status = 'ended', disposition = ?, updated_at_us = ? WHERE id = ?")
-      .run(disposition, nowMicros(), id);
+    const now = nowMicros();
+    this.write(`end of ${id}`, () =>
+      this.db
+        .prepare("UPDATE sessions SET status = 'ended', disposition = ?, updated_at_us = ? WHERE id = ?")
+        .run(disposition, now, id),
+    );
   }
 
   saveMessage(message: Omit<MessageRecord, 'created_at_us'>): void {
-    this.db
-      .prepare(
-        `INSERT INTO messages (id, session_id, turn_id, role, content_json, status, model, usage_json, created_at_us)
+    const now = nowMicros();
+    const pending: MessageRecord = { ...message, created_at_us: now };
+    this.pendingMessages.set(message.id, pending);
+    const settled = () => {
+      // A later save of the same message replaced this one: that one clears the entry.
+      if (this.pendingMessages.get(message.id) === pending) this.pendingMessages.delete(message.id);
+    };
+    this.write(
+      `message ${message.id}`,
+      () =>
+        this.db
+          .prepare(
+            `INSERT INTO messages (id, session_id, turn_id, role, content_json, status, model, usage_json, created_at_us)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (id) DO UPDATE SET content_json = excluded.content_json, status = excluded.status,
            usage_json = excluded.usage_json`,
-      )
-      .run(
-        message.id,
-        message.session_id,
-        message.turn_id,
-        message.role,
-        JSON.stringify(message.content),
-        message.status,
-        message.model,
-        message.usage === null ? null : JSON.stringify(message.usage),
-        nowMicros(),
-      );
+          )
+          .run(
+            message.id,
+            message.session_id,
+            message.turn_id,
+            message.role,
+            JSON.stringify(message.content),
+            message.status,
+            message.model,
+            message.usage === null ? null : JSON.stringify(message.usage),
+            now,
+          ),
+      settled,
+    );
   }
 
   /** Whether `messageId` is a stored message of this session. */
   hasMessage(sessionId: string, messageId: string): boolean {
+    if (this.pendingMessages.get(messageId)?.session_id === sessionId) return true;
     return (
       this.db.prepare('SELECT 1 FROM messages WHERE id = ? AND session_id = ?').get(messageId, sessionId) !==
       undefined
@@ -229,7 +272,25 @@ export class SessionStore {
         options.beforeId ?? null,
         options.limit ?? 50,
       ) as MessageRow[];
-    return rows.reverse().map(toMessage);
+    const stored = rows.reverse().map(toMessage);
+    return this.withPending(sessionId, stored, options.beforeId ?? null, options.limit ?? 50);
+  }
+
+  /** `stored` with the session's messages still waiting for storage merged in, newest `limit` kept. */
+  private withPending(
+    sessionId: string,
+    stored: MessageRecord[],
+    beforeId: string | null,
+    limit: number,
+  ): MessageRecord[] {
+    if (this.pendingMessages.size === 0) return stored;
+    const pending = [...this.pendingMessages.values()].filter(
+      (m) => m.session_id === sessionId && (beforeId === null || m.id < beforeId),
+    );
+    if (pending.length === 0) return stored;
+    const byId = new Map(stored.map((m) => [m.id, m]));
+    for (const message of pending) byId.set(message.id, message);
+    return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).slice(-limit);
   }
 
   saveToolCall(call: {
@@ -242,43 +303,48 @@ export class SessionStore {
     status: ToolCallStatus;
   }): void {
     const now = nowMicros();
-    this.db
-      .prepare(
-        `INSERT INTO tool_calls (id, session_id, turn_id, message_id, tool_name, input_json, status, created_at_us, updated_at_us)
+    this.write(`tool call ${call.id}`, () =>
+      this.db
+        .prepare(
+          `INSERT INTO tool_calls (id, session_id, turn_id, message_id, tool_name, input_json, status, created_at_us, updated_at_us)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(
-        call.id,
-        call.session_id,
-        call.turn_id,
-        call.message_id,
-        call.tool_name,
-        JSON.stringify(call.input),
-        call.status,
-        now,
-        now,
-      );
+        )
+        .run(
+          call.id,
+          call.session_id,
+          call.turn_id,
+          call.message_id,
+          call.tool_name,
+          JSON.stringify(call.input),
+          call.status,
+          now,
+          now,
+        ),
+    );
   }
 
   updateToolCall(
     key: ToolCallKey,
     update: { status: ToolCallStatus; output?: unknown; error_class?: string | null },
   ): void {
-    this.db
-      .prepare(
-        `UPDATE tool_calls SET status = ?, output_json = coalesce(?, output_json), error_class = ?, updated_at_us = ?
-         WHERE session_id = ? AND turn_id IS ? AND message_id IS ? AND id = ?`,
-      )
-      .run(
-        update.status,
-        update.output === undefined ? null : JSON.stringify(update.output),
-        update.error_class ?? null,
-        nowMicros(),
-        key.session_id,
-        key.turn_id,
-        key.message_id,
-        key.id,
-      );
+    const now = nowMicros();
+    this.write(`tool call ${key.id} ${update.status}`, () =>
+      this.db
+        .prepare(
+          `UPDATE tool_calls SET status = ?, output_json = coalesce(?, output_json), error_class = ?, updated_at_us = ?
+           WHERE session_id = ? AND turn_id IS ? AND message_id IS ? AND id = ?`,
+        )
+        .run(
+          update.status,
+          update.output === undefined ? null : JSON.stringify(update.output),
+          update.error_class ?? null,
+          now,
+          key.session_id,
+          key.turn_id,
+          key.message_id,
+          key.id,
+        ),
+    );
   }
 
   /**
@@ -289,20 +355,26 @@ export class SessionStore {
     sessionId: string,
     close: { turnId?: string; status: 'failed' | 'cancelled'; errorClass: string; output: string },
   ): number {
-    return this.db
+    const turnId = close.turnId ?? null;
+    // Counted from what is committed; the update itself is queued behind rows not committed yet (a
+    // tool call of the same turn still waiting for storage), so it closes those too.
+    const open = this.db
       .prepare(
-        `UPDATE tool_calls SET status = ?, error_class = ?, output_json = coalesce(output_json, ?), updated_at_us = ?
+        `SELECT count(*) FROM tool_calls
          WHERE session_id = ? AND (? IS NULL OR turn_id = ?) AND status IN ('pending', 'running')`,
       )
-      .run(
-        close.status,
-        close.errorClass,
-        JSON.stringify(close.output),
-        nowMicros(),
-        sessionId,
-        close.turnId ?? null,
-        close.turnId ?? null,
-      ).changes;
+      .pluck()
+      .get(sessionId, turnId, turnId) as number;
+    const now = nowMicros();
+    this.write(`open tool calls of ${turnId ?? sessionId}`, () =>
+      this.db
+        .prepare(
+          `UPDATE tool_calls SET status = ?, error_class = ?, output_json = coalesce(output_json, ?), updated_at_us = ?
+           WHERE session_id = ? AND (? IS NULL OR turn_id = ?) AND status IN ('pending', 'running')`,
+        )
+        .run(close.status, close.errorClass, JSON.stringify(close.output), now, sessionId, turnId, turnId),
+    );
+    return open;
   }
 
   /** The newest tool call with this provider id (in one session, when given). */

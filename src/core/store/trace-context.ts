@@ -6,6 +6,7 @@ import { silentLogger } from '../logger.js';
 import { type Db, openDatabase } from './database.js';
 import { type DetectedGap, scanForGaps } from './gap-detector.js';
 import { drainHandoffs } from './owner-handoffs.js';
+import { asStorageError } from './storage-errors.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
 
@@ -19,7 +20,8 @@ export interface TraceContext {
   flush(): Promise<void>;
   /**
    * Runs the close hooks, flushes, records the trace writer's `bus.subscriber_unregistered` (reason
-   * `shutdown`), then closes the database. Safe to call twice.
+   * `shutdown`), then closes the database. Safe to call twice. When storage stays unavailable it waits
+   * at most `closeFlushTimeoutMs` for each flush, then logs what is lost and closes anyway.
    */
   close(): Promise<void>;
   /** Runs `hook` at the start of `close()`, before the final flush (e.g. to stop a timer that emits). */
@@ -33,6 +35,10 @@ export interface OpenTraceContextOptions {
   readonly validation?: ValidationMode;
   readonly queueLimit?: number;
   readonly synchronous?: 'NORMAL' | 'FULL';
+  /** Bounds of what waits in memory while storage is unavailable (TraceWriter options). */
+  readonly writerBuffer?: { readonly maxEvents?: number; readonly maxBytes?: number };
+  /** How long `close` waits for storage to take what is still buffered before it gives up (default 5 s). */
+  readonly closeFlushTimeoutMs?: number;
 }
 
 /**
@@ -45,6 +51,12 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     create: options.create ?? true,
     synchronous: options.synchronous,
   });
+  try {
+    probeWrite(db);
+  } catch (error) {
+    db.close();
+    throw asStorageError(error, options.dbPath);
+  }
   const store = new TraceStore(db);
   ensureIdsAfter(store.lastEventId());
   const bus = new EventBus({
@@ -53,13 +65,28 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     queueLimit: options.queueLimit,
     lastSeq: (sessionId) => store.lastSeq(sessionId),
   });
-  const writer = new TraceWriter(db, { logger });
+  const writer = new TraceWriter(db, {
+    logger,
+    path: options.dbPath,
+    maxBufferedEvents: options.writerBuffer?.maxEvents,
+    maxBufferedBytes: options.writerBuffer?.maxBytes,
+  });
   const writerSubscription = writer.attach(bus);
   const closeHooks: (() => void | Promise<void>)[] = [];
   let closed = false;
   const flush = async () => {
     await bus.flush();
     await writer.idle();
+  };
+  const flushBounded = async () => {
+    await bus.flush();
+    const done = await writer.idle(options.closeFlushTimeoutMs ?? 5000);
+    if (!done) {
+      logger.error(
+        { failure: writer.failure, ...writer.buffered },
+        'closing the trace store while storage is unavailable: the events still waiting are lost',
+      );
+    }
   };
   return {
     db,
@@ -75,15 +102,27 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
       if (closed) return;
       closed = true;
       for (const hook of closeHooks) await hook();
-      await flush();
+      await flushBounded();
       // The writer is no longer subscribed when its own unregistration is emitted (bus §3.6), so it is
       // handed that event directly: every process records both ends of the writer's life.
       const unregistered = bus.unsubscribe(writerSubscription, 'shutdown');
       if (unregistered !== null) writer.write([unregistered]);
-      await flush();
+      await flushBounded();
+      writer.close();
       db.close();
     },
   };
+}
+
+/**
+ * One small write transaction at open (the busy timeout still the long start-up one), so that a full
+ * disk or a lock held by another process is a clear start-up error rather than a server that starts and
+ * cannot store its first event.
+ */
+function probeWrite(db: Db): void {
+  db.transaction(() => {
+    db.prepare("UPDATE sessions SET updated_at_us = updated_at_us WHERE id = 'system'").run();
+  }).immediate();
 }
 
 /**

@@ -4,15 +4,24 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { silentLogger } from '../logger.js';
+import { BatchCommitter, type RowWrite, type WriteItem } from './batch-committer.js';
+import { CommitWaiters } from './commit-waiters.js';
 import type { Db } from './database.js';
+import { DropLedger } from './drop-ledger.js';
 import { eventToParams } from './event-rows.js';
+import { reportDroppedRanges } from './report-dropped.js';
+import { RetrySchedule } from './retry-schedule.js';
+import { type StorageFailure, storageError } from './storage-errors.js';
+import { WriteQueue } from './write-queue.js';
+
+export type { RowWrite } from './batch-committer.js';
 
 export type CommitListener = (events: readonly MetisEvent[]) => void;
 
 /** What `onBatch` observers learn of each batch: for metrics, so they never touch the write path. */
 export interface BatchReport {
   readonly events: readonly MetisEvent[];
-  /** Time spent in the transaction that committed the batch (or in its last failed attempt). */
+  /** Time spent in the transaction that committed the batch (0 for events dropped without one). */
   readonly durationMs: number;
   readonly outcome: 'committed' | 'dropped';
 }
@@ -20,9 +29,15 @@ export type BatchListener = (report: BatchReport) => void;
 
 export interface TraceWriterOptions {
   readonly logger?: Logger;
-  /** Attempts for a batch that meets SQLITE_BUSY before it is dropped (default 5). */
-  readonly maxAttempts?: number;
+  /** The database file, named in error messages ("disk full at ..."). */
+  readonly path?: string;
+  /** Events that may wait for storage to come back; past this, new events are dropped (default 100,000). */
+  readonly maxBufferedEvents?: number;
+  /** Bytes of events (their payload JSON plus a row overhead) that may wait (default 64 MiB). */
+  readonly maxBufferedBytes?: number;
+  /** First retry delay; it doubles per attempt up to `retryMaxDelayMs` (defaults 10 ms and 1 s). */
   readonly retryDelayMs?: number;
+  readonly retryMaxDelayMs?: number;
 }
 
 export interface TraceWriterStats {
@@ -30,16 +45,33 @@ export interface TraceWriterStats {
   committedBatches: number;
   droppedEvents: number;
   retries: number;
+  /** Events and rows refused by a non-transient error (a constraint), each dropped alone. */
+  rejectedRows: number;
+}
+
+/** A recovery after an outage commits the backlog in transactions of at most this many items. */
+const MAX_ITEMS_PER_RECOVERY_TRANSACTION = 5000;
+/** Approximate bytes of a row beside its payload JSON, for the buffer's byte bound. */
+const ROW_OVERHEAD_BYTES = 200;
+
+const WRITERS = new WeakMap<Db, TraceWriter>();
+
+/** The trace writer of a connection, if one is attached: the session store queues its rows there. */
+export function writerOf(db: Db): TraceWriter | undefined {
+  return WRITERS.get(db);
 }
 
 /**
- * The trace store's fast-path subscriber (bus spec §3.3). Group commit: every event of one dispatch
- * tick is written in one `BEGIN IMMEDIATE` transaction (DESIGN.md invariant 3). Listeners registered
- * with `onCommit` receive each batch after its transaction committed, in order: the streaming server
- * publishes only from there (invariant 2).
+ * The trace store's fast-path subscriber (bus spec §3.3). Group commit: the events of one dispatch
+ * tick are written in one `BEGIN IMMEDIATE` transaction (DESIGN.md invariant 3), and listeners
+ * registered with `onCommit` get each batch after it committed: the server publishes only from there
+ * (invariant 2). The session store's rows go through the same ordered queue.
  *
- * A batch that meets SQLITE_BUSY is retried later, and the batches behind it wait so order holds. A
- * batch that still fails is logged at ERROR and dropped: its `seq` hole is what gap detection reports.
+ * Storage that fails for a while (another process's lock, a full disk, an I/O error) never blocks the
+ * loop and never loses order: the queue waits and is retried with backoff until storage comes back.
+ * While it waits it is bounded (events and bytes); events past the bound are dropped, and once storage
+ * is back each dropped run is reported as `bus.gap_detected` in its session. A row refused for its own
+ * sake (a constraint) is isolated with a savepoint per item and dropped alone, with an ERROR log.
  */
 export class TraceWriter {
   readonly stats: TraceWriterStats = {
@@ -47,50 +79,50 @@ export class TraceWriter {
     committedBatches: 0,
     droppedEvents: 0,
     retries: 0,
+    rejectedRows: 0,
   };
   private readonly logger: Logger;
-  private readonly maxAttempts: number;
-  private readonly retryDelayMs: number;
+  private readonly path: string | null;
+  private readonly maxEvents: number;
+  private readonly maxBytes: number;
   private readonly listeners: CommitListener[] = [];
   private readonly dropListeners: CommitListener[] = [];
   private readonly batchListeners: BatchListener[] = [];
-  private readonly knownSessions = new Set<string>();
-  private readonly backlog: MetisEvent[][] = [];
-  private attempts = 0;
-  private retryTimer: NodeJS.Timeout | null = null;
+  /** Duration of the last transaction that committed, for `onBatch`. */
+  private lastCommitMs = 0;
+  private readonly waiters = new CommitWaiters();
+  private readonly ledger = new DropLedger();
+  private readonly queue = new WriteQueue();
+  private draining = false;
+  private closed = false;
+  /** One ERROR line per overflow episode, not one per tick. */
+  private overflowLogged = false;
   private idleWaiters: (() => void)[] = [];
-  private readonly insertEvent;
-  private readonly insertSession;
-  private readonly commitBatch;
+  private bus: EventBus | null = null;
+  private readonly committer: BatchCommitter;
+  private readonly retries: RetrySchedule;
 
   constructor(
     readonly db: Db,
     options: TraceWriterOptions = {},
   ) {
     this.logger = options.logger ?? silentLogger();
-    this.maxAttempts = options.maxAttempts ?? 5;
-    this.retryDelayMs = options.retryDelayMs ?? 25;
-    this.insertEvent = db.prepare(
-      `INSERT OR IGNORE INTO events
-         (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    this.path = options.path ?? null;
+    this.maxEvents = options.maxBufferedEvents ?? 100_000;
+    this.maxBytes = options.maxBufferedBytes ?? 64 * 1024 * 1024;
+    this.committer = new BatchCommitter(db);
+    this.retries = new RetrySchedule(
+      this.logger,
+      this.path,
+      options.retryDelayMs ?? 10,
+      options.retryMaxDelayMs ?? 1000,
     );
-    this.insertSession = db.prepare(
-      'INSERT OR IGNORE INTO sessions (id, created_at_us, updated_at_us) VALUES (?, ?, ?)',
-    );
-    this.commitBatch = db.transaction((events: readonly MetisEvent[]) => {
-      for (const event of events) {
-        if (!this.knownSessions.has(event.session_id)) {
-          const now = Date.now() * 1000;
-          this.insertSession.run(event.session_id, now, now);
-        }
-        this.insertEvent.run(eventToParams(event));
-      }
-    });
+    WRITERS.set(db, this);
   }
 
   /** Subscribes to every event on the bus, on the fast path. */
   attach(bus: EventBus): SubscriptionHandle {
+    this.bus = bus;
     return bus.subscribe({
       name: 'trace-store-writer',
       fastPath: true,
@@ -107,7 +139,7 @@ export class TraceWriter {
     };
   }
 
-  /** Called with each batch that was dropped after failing to commit. */
+  /** Called with the events dropped: past the buffer's bound, or refused one by one. */
   onDrop(listener: CommitListener): void {
     this.dropListeners.push(listener);
   }
@@ -121,85 +153,202 @@ export class TraceWriter {
     };
   }
 
-  /** Writes one batch in one transaction, or queues it behind a batch that is waiting to be retried. */
+  /** The storage failure the writer is waiting out, or null when storage is writable. */
+  get failure(): StorageFailure | null {
+    return this.retries.failure;
+  }
+
+  /** Events and rows waiting to be committed. */
+  get buffered(): { events: number; bytes: number; items: number } {
+    return { events: this.queue.events, bytes: this.queue.bytes, items: this.queue.length };
+  }
+
+  /** Queues one tick's events; commits them now unless storage is being waited out. */
   write(events: readonly MetisEvent[]): void {
     if (events.length === 0) return;
-    this.backlog.push(events.slice());
-    if (this.retryTimer === null) this.drainBacklog();
-  }
-
-  /** Resolves once no batch is waiting for a retry. */
-  idle(): Promise<void> {
-    if (this.backlog.length === 0) return Promise.resolve();
-    return new Promise((resolve) => this.idleWaiters.push(resolve));
-  }
-
-  private drainBacklog(): void {
-    while (this.backlog.length > 0) {
-      const batch = this.backlog[0]!;
-      const started = performance.now();
-      try {
-        this.commitBatch.immediate(batch);
-      } catch (error) {
-        if (this.handleFailure(batch, error) === 'retry') return;
-        this.backlog.shift();
-        this.report(batch, started, 'dropped');
+    const bounded = this.retries.waiting;
+    const dropped: MetisEvent[] = [];
+    for (const event of events) {
+      const params = eventToParams(event);
+      const bytes = (params[9] as string).length + ROW_OVERHEAD_BYTES;
+      if (bounded && (this.queue.events >= this.maxEvents || this.queue.bytes + bytes > this.maxBytes)) {
+        dropped.push(event);
+        this.ledger.dropped(event);
         continue;
       }
-      this.report(batch, started, 'committed');
-      this.backlog.shift();
-      this.attempts = 0;
-      for (const event of batch) this.knownSessions.add(event.session_id);
-      this.stats.committedEvents += batch.length;
-      this.stats.committedBatches += 1;
-      this.publish(batch);
+      this.ledger.kept(event);
+      this.queue.push({ event, params, bytes });
     }
-    const waiters = this.idleWaiters;
-    this.idleWaiters = [];
-    for (const resolve of waiters) resolve();
+    if (dropped.length > 0) this.dropOverflow(dropped);
+    this.drain();
   }
 
-  private handleFailure(batch: readonly MetisEvent[], error: unknown): 'retry' | 'drop' {
-    const code = (error as { code?: string }).code ?? '';
-    this.attempts += 1;
-    if (code.startsWith('SQLITE_BUSY') && this.attempts < this.maxAttempts) {
+  /** Queues a session-store row behind every event and row already queued. Rows are never dropped. */
+  writeRow(row: RowWrite): void {
+    this.queue.push({ row, bytes: ROW_OVERHEAD_BYTES });
+    this.drain();
+  }
+
+  /**
+   * Resolves once `eventId` is committed. Rejects with METIS_ERR_STORAGE_BUSY, _FULL or _IO when it
+   * was dropped, or when it is still waiting after `timeoutMs` (0: no limit).
+   */
+  whenCommitted(eventId: string, timeoutMs = 0): Promise<void> {
+    const failed = () => storageError(this.retries.failure ?? 'busy', this.path);
+    const wait = this.waiters.wait(eventId, failed);
+    if (timeoutMs <= 0) return wait;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(failed()), timeoutMs);
+      wait.then(
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** Resolves once nothing waits to be committed; with a timeout, resolves false if still waiting. */
+  idle(timeoutMs = 0): Promise<boolean> {
+    if (this.queue.length === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = timeoutMs > 0 ? setTimeout(() => resolve(false), timeoutMs) : null;
+      this.idleWaiters.push(() => {
+        if (timer !== null) clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  /** Stops retrying (the database is about to close); whatever still waits is abandoned. */
+  close(): void {
+    this.closed = true;
+    this.retries.cancel();
+  }
+
+  private drain(): void {
+    if (this.retries.waiting || this.draining || this.closed) return;
+    this.draining = true;
+    try {
+      while (this.queue.length > 0) {
+        const recovering = this.retries.failure !== null;
+        const items = this.queue.front(recovering ? MAX_ITEMS_PER_RECOVERY_TRANSACTION : undefined);
+        const refused = this.commit(items);
+        if (refused === null) return;
+        this.queue.removeFront(items.length);
+        this.settle(items, refused);
+        if (recovering && this.queue.length > 0) {
+          // A long backlog: let the loop breathe between transactions.
+          setImmediate(() => this.drain());
+          return;
+        }
+      }
+      if (this.retries.failure !== null) this.recovered();
+      const waiters = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const resolve of waiters) resolve();
+    } finally {
+      this.draining = false;
+    }
+  }
+
+  /** Commits `items`; returns the items refused, or null when storage failed and a retry is scheduled. */
+  private commit(items: readonly WriteItem[]): Map<WriteItem, unknown> | null {
+    const started = performance.now();
+    try {
+      const refused = this.committer.commit(items);
+      this.lastCommitMs = performance.now() - started;
+      return refused;
+    } catch (error) {
       this.stats.retries += 1;
-      this.logger.warn({ attempt: this.attempts, events: batch.length }, 'trace store busy; retrying batch');
-      this.retryTimer = setTimeout(() => {
-        this.retryTimer = null;
-        this.drainBacklog();
-      }, this.retryDelayMs * this.attempts);
-      return 'retry';
+      this.retries.failed(error, items.length, () => this.drain());
+      return null;
     }
-    this.attempts = 0;
-    this.stats.droppedEvents += batch.length;
-    this.logger.error(
-      {
-        events: batch.length,
-        first_id: batch[0]?.id,
-        last_id: batch[batch.length - 1]?.id,
-        err: error instanceof Error ? { message: error.message, code } : String(error),
-      },
-      'trace store failed to commit a batch; events dropped (gap detection will report the hole)',
-    );
-    for (const listener of this.dropListeners) listener(batch);
-    return 'drop';
   }
 
-  private report(events: readonly MetisEvent[], started: number, outcome: BatchReport['outcome']): void {
+  private settle(items: readonly WriteItem[], refused: Map<WriteItem, unknown>): void {
+    const committed: MetisEvent[] = [];
+    const rejected: MetisEvent[] = [];
+    for (const item of items) {
+      const error = refused.get(item);
+      if (error !== undefined) {
+        this.stats.rejectedRows += 1;
+        this.logger.error(
+          {
+            row: 'event' in item ? { event_id: item.event.id, type: item.event.type } : item.row.what,
+            err: { message: (error as Error).message, code: (error as { code?: string }).code },
+          },
+          'trace store refused one row; it is dropped and the rest of its batch committed',
+        );
+        if ('event' in item) rejected.push(item.event);
+        else item.row.settled?.(false);
+      } else if ('event' in item) {
+        committed.push(item.event);
+      } else {
+        item.row.settled?.(true);
+      }
+    }
+    if (committed.length > 0) {
+      this.stats.committedEvents += committed.length;
+      this.stats.committedBatches += 1;
+      this.waiters.committed(committed);
+      this.publish(this.listeners, committed);
+      this.report(committed, this.lastCommitMs, 'committed');
+    }
+    if (rejected.length > 0) {
+      this.stats.droppedEvents += rejected.length;
+      this.waiters.dropped(rejected, () => storageError('io', this.path));
+      this.publish(this.dropListeners, rejected);
+      this.report(rejected, this.lastCommitMs, 'dropped');
+    }
+  }
+
+  private recovered(): void {
+    this.retries.recovered();
+    this.overflowLogged = false;
+    if (!this.ledger.empty) {
+      const reports = this.ledger.take();
+      setImmediate(() => reportDroppedRanges(reports, this, this.bus, this.logger));
+    }
+  }
+
+  private dropOverflow(dropped: MetisEvent[]): void {
+    this.stats.droppedEvents += dropped.length;
+    if (!this.overflowLogged)
+      this.logger.error(
+        {
+          events: dropped.length,
+          first_id: dropped[0]!.id,
+          last_id: dropped.at(-1)!.id,
+          max_events: this.maxEvents,
+          max_bytes: this.maxBytes,
+        },
+        'trace store buffer full while storage is unavailable; events dropped (reported as bus.gap_detected once storage is back)',
+      );
+    this.overflowLogged = true;
+    this.waiters.dropped(dropped, () => storageError(this.retries.failure ?? 'busy', this.path));
+    this.publish(this.dropListeners, dropped);
+    this.report(dropped, 0, 'dropped');
+  }
+
+  private report(events: readonly MetisEvent[], durationMs: number, outcome: BatchReport['outcome']): void {
     if (this.batchListeners.length === 0) return;
-    const report: BatchReport = { events, durationMs: performance.now() - started, outcome };
+    const report: BatchReport = { events, durationMs, outcome };
     for (const listener of this.batchListeners) {
       try {
         listener(report);
       } catch (error) {
-        this.logger.warn({ err: (error as Error).message }, 'batch listener failed');
+        this.logger.warn({ err: (error as Error).message }, 'batch observer failed');
       }
     }
   }
 
-  private publish(batch: readonly MetisEvent[]): void {
-    for (const listener of this.listeners) {
+  private publish(listeners: readonly CommitListener[], batch: readonly MetisEvent[]): void {
+    for (const listener of listeners) {
       try {
         listener(batch);
       } catch (error) {

@@ -1,0 +1,54 @@
+import type { MetisEvent } from '../events/envelope.js';
+import { storageError } from '../store/storage-errors.js';
+import type { TraceContext } from '../store/trace-context.js';
+
+/** Default bound of the wait behind a 2xx: storage that does not take the event by then is a 503/507. */
+export const DEFAULT_COMMIT_WAIT_MS = 5000;
+
+/**
+ * Runs `act` and returns its result with the first event it emitted that `match` accepts. The runtime
+ * emits `session.created` inside `createSession` and `turn.started` inside `submitTurn` before either
+ * returns, so the event is known without the runtime handing its id out.
+ */
+export function emittedDuring<T>(
+  trace: TraceContext,
+  match: (event: MetisEvent) => boolean,
+  act: () => T,
+): { result: T; event: MetisEvent | null } {
+  let found: MetisEvent | null = null;
+  const stop = trace.bus.onEmit((event) => {
+    if (found === null && match(event)) found = event;
+  });
+  try {
+    return { result: act(), event: found };
+  } finally {
+    stop();
+  }
+}
+
+/**
+ * Fails fast while the trace writer is waiting out a storage failure: a request that would only wait
+ * for the same failure is answered 503/507 at once rather than after the full commit wait.
+ * @throws MetisError METIS_ERR_STORAGE_BUSY, _FULL or _IO
+ */
+export function assertStorageWritable(trace: TraceContext): void {
+  const failure = trace.writer.failure;
+  if (failure !== null) throw storageError(failure, trace.dbPath);
+}
+
+/**
+ * Waits (asynchronously, at most `timeoutMs`) until `event` is committed: what makes a 2xx honest. An
+ * event not seen (the runtime changed how it emits) falls back to waiting for the writer to be idle.
+ * @throws MetisError METIS_ERR_STORAGE_BUSY, _FULL or _IO when storage does not take it in time
+ */
+export async function untilCommitted(
+  trace: TraceContext,
+  event: MetisEvent | null,
+  timeoutMs = DEFAULT_COMMIT_WAIT_MS,
+): Promise<void> {
+  if (event !== null) return trace.writer.whenCommitted(event.id, timeoutMs);
+  trace.bus.dispatchNow();
+  if (!(await trace.writer.idle(timeoutMs))) {
+    throw storageError(trace.writer.failure ?? 'busy', trace.dbPath);
+  }
+}
