@@ -154,7 +154,7 @@ describe('session store writes beside the trace writer', () => {
     expect(sessions.getSession('sess_rows')?.status).toBe('ended');
   });
 
-  it('refuses a reused tool-call id alone, logs it, and never throws it into the caller', async () => {
+  it('refuses a duplicate tool-call row alone, logs it, and never throws it into the caller', async () => {
     const { logger, at } = captureLogs();
     const context = tempTraceContext({ logger });
     const sessions = new SessionStore(context.db);
@@ -164,22 +164,24 @@ describe('session store writes beside the trace writer', () => {
       workspace_hash: 'h',
       active_model: null,
     });
-    const call = (turn: string) => ({
+    const call = (path: string) => ({
       id: 'call_reused',
       session_id: 'sess_tools',
-      turn_id: turn,
-      message_id: null,
+      turn_id: 'turn_1',
+      message_id: 'msg_1',
       tool_name: 'read_file',
-      input: { path: 'a' },
+      input: { path },
       status: 'pending' as const,
     });
-    sessions.saveToolCall(call('turn_1'));
-    expect(() => sessions.saveToolCall(call('turn_2'))).not.toThrow();
+    // The same provider id twice in one message is a constraint violation (schema 3 keys tool calls by
+    // session, turn, message and provider id); the second row is refused on its own.
+    sessions.saveToolCall(call('a'));
+    expect(() => sessions.saveToolCall(call('b'))).not.toThrow();
     await context.flush();
     await settleLogs();
-    expect(sessions.toolCall('call_reused')?.turn_id).toBe('turn_1');
+    expect(sessions.toolCall('call_reused')?.input).toEqual({ path: 'a' });
     expect(context.writer.stats.rejectedRows).toBe(1);
     const refused = at(LEVEL.error).find((r) => r.msg.includes('refused one row'));
-    expect(JSON.stringify(refused)).toContain('UNIQUE constraint failed: tool_calls.id');
+    expect(JSON.stringify(refused)).toContain('UNIQUE constraint failed: tool_calls');
   });
 });
