@@ -4,6 +4,7 @@ import type { EventBus } from '../core/bus/event-bus.js';
 import { Mailbox } from '../core/bus/mailbox.js';
 import { isSlow, slow } from '../core/bus/slow.js';
 import type { SubscriptionHandle, SubscriptionStats } from '../core/bus/subscription.js';
+import { DeadlineExceeded, latch, withDeadline } from '../core/deadline.js';
 import { FastPathHandlerError, MetisError } from '../core/errors.js';
 import { CATALOG } from '../core/events/catalog/index.js';
 import { ACTORS, type MetisEvent } from '../core/events/envelope.js';
@@ -11,6 +12,7 @@ import { describeFilter, toEventFilter } from '../core/events/filter.js';
 import { rowToEvent } from '../core/store/event-rows.js';
 import type { TraceStore } from '../core/store/trace-store.js';
 import type { PluginContext, PluginFilter, PluginInstance, TraceQuery } from './define-plugin.js';
+import { type GuardedPlugin, type GuardOptions, guardHandler } from './handler-deadline.js';
 import { describeSource, type LoadedPlugin } from './load-plugins.js';
 
 /** One line of `metis plugins` and `GET /plugins`. */
@@ -22,6 +24,8 @@ export interface PluginStatus {
   readonly fast_path: boolean;
   /** True once a fast-path plugin overran its budget and was moved to a mailbox. */
   readonly demoted: boolean;
+  /** Why the plugin no longer receives events (a handler over `plugin_timeouts.handler_ms`), or null. */
+  readonly disabled: string | null;
   readonly filter: Record<string, string[] | null>;
   readonly delivered: number;
   readonly failed: number;
@@ -32,9 +36,25 @@ export interface PluginStatus {
 
 export interface PluginHost {
   list(): PluginStatus[];
-  /** Delivers what is queued, unsubscribes, then stops each plugin, newest first. Safe to call twice. */
-  stop(): Promise<void>;
+  /**
+   * Delivers what is queued (within `stop_ms`), unsubscribes, then stops each plugin, newest first
+   * (each within `stop_ms`). Never waits past `deadline` (a `Date.now()` time) when one is given: what
+   * is still running then is abandoned and named in the log. Safe to call twice.
+   */
+  stop(options?: { deadline?: number }): Promise<void>;
 }
+
+/** How long the host waits on plugin code (config `plugin_timeouts`, docs/configuration.md). */
+export interface PluginTimeouts {
+  /** `create()` and `start()`, each. */
+  readonly startMs: number;
+  /** One `handle()` / `handleBatch()` call from a mailbox. */
+  readonly handlerMs: number;
+  /** Delivering what is queued at shutdown, then each `stop()`. */
+  readonly stopMs: number;
+}
+
+export const DEFAULT_PLUGIN_TIMEOUTS: PluginTimeouts = { startMs: 10_000, handlerMs: 30_000, stopMs: 5_000 };
 
 export interface PluginEnvironment {
   readonly bus: EventBus;
@@ -42,8 +62,7 @@ export interface PluginEnvironment {
   readonly logger: Logger;
   /** The folder that holds the database. */
   readonly dataDir: string;
-  /** Bound on delivering queued events and on each `stop()` at shutdown (default 5 s). */
-  readonly stopTimeoutMs?: number;
+  readonly timeouts?: Partial<PluginTimeouts>;
 }
 
 /**
@@ -56,7 +75,7 @@ const FAST_PATH_WINDOW = 100;
 const FAST_PATH_AVERAGE_MS = 1;
 const DEMOTED_MAILBOX_LIMIT = 10_000;
 
-interface Running {
+interface Running extends GuardedPlugin {
   readonly plugin: LoadedPlugin;
   readonly instance: PluginInstance;
   readonly logger: Logger;
@@ -127,15 +146,6 @@ function checkFilter(filter: unknown, fail: (problem: string) => Error): void {
   }
 }
 
-function withTimeout(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-    timer.unref();
-  });
-  return Promise.race([promise.then(() => true), timeout]).finally(() => clearTimeout(timer));
-}
-
 /**
  * Creates, starts and subscribes every loaded plugin, in config order. A failure stops the ones already
  * started and rethrows, so `metis serve` never runs with half its plugins.
@@ -147,42 +157,18 @@ export async function startPlugins(
   plugins: readonly LoadedPlugin[],
   env: PluginEnvironment,
 ): Promise<PluginHost> {
-  const stopTimeoutMs = env.stopTimeoutMs ?? 5000;
-  const store = traceQuery(env.store);
+  const timeouts: PluginTimeouts = { ...DEFAULT_PLUGIN_TIMEOUTS, ...env.timeouts };
+  const host: HostState = { env, timeouts, store: traceQuery(env.store), shutdown: latch() };
   const running: Running[] = [];
   let stopping: Promise<void> | null = null;
 
-  const stop = (): Promise<void> => {
-    stopping ??= (async () => {
-      const delivered = withTimeout(
-        (async () => {
-          await env.bus.flush();
-          await Promise.all(running.map((r) => r.mailbox?.idle()));
-        })(),
-        stopTimeoutMs,
-      );
-      if (!(await delivered))
-        env.logger.warn(
-          { timeout_ms: stopTimeoutMs },
-          'plugins: queued events not all delivered at shutdown',
-        );
-      for (const r of [...running].reverse()) if (r.handle) env.bus.unsubscribe(r.handle, 'shutdown');
-      for (const r of [...running].reverse()) {
-        if (!r.instance.stop) continue;
-        try {
-          if (!(await withTimeout(Promise.resolve(r.instance.stop()), stopTimeoutMs))) {
-            r.logger.warn({ timeout_ms: stopTimeoutMs }, 'plugin stop() timed out');
-          }
-        } catch (error) {
-          r.logger.warn({ err: (error as Error).message }, 'plugin stop() failed');
-        }
-      }
-    })();
+  const stop = (options: { deadline?: number } = {}): Promise<void> => {
+    stopping ??= stopAll(host, running, options.deadline ?? Number.POSITIVE_INFINITY);
     return stopping;
   };
 
   try {
-    for (const plugin of plugins) running.push(await startOne(plugin, env, store));
+    for (const plugin of plugins) running.push(await startOne(plugin, host));
   } catch (error) {
     await stop();
     throw error;
@@ -194,6 +180,57 @@ export async function startPlugins(
   };
 }
 
+interface HostState {
+  readonly env: PluginEnvironment;
+  readonly timeouts: PluginTimeouts;
+  readonly store: TraceQuery;
+  /** Fired when the host stops waiting for handlers: every wait on one is abandoned at once. */
+  readonly shutdown: ReturnType<typeof latch>;
+}
+
+/** Milliseconds from now to `deadline`, at most `ms`. */
+function until(deadline: number, ms: number): number {
+  return Math.max(0, Math.min(ms, deadline - Date.now()));
+}
+
+async function stopAll(host: HostState, running: readonly Running[], deadline: number): Promise<void> {
+  const { env, timeouts } = host;
+  const newestFirst = [...running].reverse();
+  try {
+    await withDeadline(
+      (async () => {
+        await env.bus.flush();
+        await Promise.all(running.map((r) => r.mailbox?.idle()));
+      })(),
+      until(deadline, timeouts.stopMs),
+      'delivering the queued events to plugins',
+    );
+  } catch (error) {
+    // Name the plugins still busy, so an operator knows whose events were not all delivered.
+    const busy = running.filter((r) => r.busy > 0).map((r) => r.plugin.definition.name);
+    env.logger.warn(
+      { timeout_ms: timeouts.stopMs, plugins: busy, err: (error as Error).message },
+      `plugins: queued events not all delivered at shutdown${busy.length ? ` (still busy: ${busy.join(', ')})` : ''}`,
+    );
+  }
+  // From here no wait on a handler holds the shutdown: pending ones are abandoned, queued events skipped.
+  host.shutdown.fire();
+  for (const r of newestFirst) if (r.handle) env.bus.unsubscribe(r.handle, 'shutdown');
+  for (const r of newestFirst) {
+    if (!r.instance.stop) continue;
+    const what = `plugin "${r.plugin.definition.name}" stop()`;
+    try {
+      await withDeadline((async () => r.instance.stop!())(), until(deadline, timeouts.stopMs), what);
+    } catch (error) {
+      const timedOut = error instanceof DeadlineExceeded;
+      r.logger.error(
+        { timeout_ms: timedOut ? error.ms : undefined, err: (error as Error).message },
+        timedOut ? `${what} did not settle within ${error.ms} ms; abandoned` : `${what} failed`,
+      );
+    }
+  }
+}
+
 /**
  * Calls the plugin's `create` and checks what it returns. `metis plugins` calls this alone, without
  * `start`, to learn a plugin's filter: `create` builds objects; files, sockets and timers belong in
@@ -201,7 +238,7 @@ export async function startPlugins(
  */
 export async function createInstance(
   plugin: LoadedPlugin,
-  env: { logger: Logger; store: TraceQuery; dataDir: string },
+  env: { logger: Logger; store: TraceQuery; dataDir: string; timeoutMs?: number },
 ): Promise<{ instance: PluginInstance; logger: Logger }> {
   const name = plugin.definition.name;
   const logger = env.logger.child({ plugin: name });
@@ -213,25 +250,50 @@ export async function createInstance(
     configDir: plugin.configPath === null ? null : dirname(plugin.configPath),
   };
   const where = describeSource(plugin);
+  const timeoutMs = env.timeoutMs ?? DEFAULT_PLUGIN_TIMEOUTS.startMs;
   try {
-    return { instance: checkInstance(await plugin.definition.create(plugin.options, ctx), where), logger };
+    const created = await withDeadline(
+      (async () => plugin.definition.create(plugin.options, ctx))(),
+      timeoutMs,
+      'create()',
+    );
+    return { instance: checkInstance(created, where), logger };
   } catch (error) {
     if (error instanceof MetisError) throw error;
-    throw new MetisError('METIS_ERR_PLUGIN_START', `${where}: create() threw: ${(error as Error).message}`, {
-      cause: error,
-    });
+    throw startError(where, 'create()', error);
   }
 }
 
-async function startOne(plugin: LoadedPlugin, env: PluginEnvironment, store: TraceQuery): Promise<Running> {
+/** METIS_ERR_PLUGIN_START for a `create()` or `start()` that threw or did not settle in time. */
+function startError(where: string, step: string, error: unknown): MetisError {
+  if (error instanceof DeadlineExceeded) {
+    return new MetisError(
+      'METIS_ERR_PLUGIN_START',
+      `${where}: ${step} did not settle within ${error.ms} ms; fix the plugin, raise ` +
+        'plugin_timeouts.start_ms or remove it from config',
+      { cause: error },
+    );
+  }
+  return new MetisError('METIS_ERR_PLUGIN_START', `${where}: ${step} threw: ${(error as Error).message}`, {
+    cause: error,
+  });
+}
+
+async function startOne(plugin: LoadedPlugin, host: HostState): Promise<Running> {
+  const { env } = host;
   const where = describeSource(plugin);
   const name = plugin.definition.name;
   const { instance, logger } = await createInstance(plugin, {
     logger: env.logger,
-    store,
+    store: host.store,
     dataDir: env.dataDir,
+    timeoutMs: host.timeouts.startMs,
   });
   const entry: Running = {
+    name,
+    disabled: null,
+    skipped: 0,
+    busy: 0,
     plugin,
     instance,
     logger,
@@ -243,16 +305,14 @@ async function startOne(plugin: LoadedPlugin, env: PluginEnvironment, store: Tra
     logged: 0,
   };
   try {
-    await instance.start?.();
+    await withDeadline((async () => instance.start?.())(), host.timeouts.startMs, 'start()');
   } catch (error) {
-    throw new MetisError('METIS_ERR_PLUGIN_START', `${where}: start() threw: ${(error as Error).message}`, {
-      cause: error,
-    });
+    throw startError(where, 'start()', error);
   }
   try {
-    entry.handle = subscribe(entry, env, name);
+    entry.handle = subscribe(entry, host, name);
   } catch (error) {
-    await Promise.resolve(instance.stop?.()).catch(() => {});
+    await withDeadline((async () => instance.stop?.())(), host.timeouts.stopMs, 'stop()').catch(() => {});
     if (error instanceof FastPathHandlerError) {
       throw new MetisError(
         'METIS_ERR_FAST_PATH_HANDLER',
@@ -264,25 +324,53 @@ async function startOne(plugin: LoadedPlugin, env: PluginEnvironment, store: Tra
   return entry;
 }
 
-function subscribe(entry: Running, env: PluginEnvironment, name: string): SubscriptionHandle {
+function subscribe(entry: Running, host: HostState, name: string): SubscriptionHandle {
+  const { env } = host;
   const { instance } = entry;
   const filter = toEventFilter(instance.filter as PluginFilter | undefined);
   const subscriptionName = `plugin:${name}`;
+  const guard: GuardOptions = {
+    handlerMs: host.timeouts.handlerMs,
+    shutdown: host.shutdown,
+    disable: (reason) => {
+      entry.logger.error(
+        { timeout_ms: host.timeouts.handlerMs },
+        `plugin "${name}" disabled: ${reason}; it gets no more events (raise plugin_timeouts.handler_ms or fix the plugin)`,
+      );
+      if (entry.handle) env.bus.unsubscribe(entry.handle, 'removed_after_errors');
+    },
+  };
+  const handle = guardHandler(
+    entry,
+    (event: MetisEvent) => instance.handle(event),
+    () => 1,
+    'handle()',
+    guard,
+  );
   if (instance.fastPath !== true) {
+    const handleBatch = instance.handleBatch;
     return env.bus.subscribe({
       name: subscriptionName,
       filter,
       fastPath: false,
-      ...(instance.handleBatch
-        ? { batchHandler: (events) => instance.handleBatch!(events) }
-        : { handler: (event) => instance.handle(event) }),
+      ...(handleBatch
+        ? {
+            batchHandler: guardHandler(
+              entry,
+              (events: readonly MetisEvent[]) => handleBatch(events),
+              (events) => events.length,
+              'handleBatch()',
+              guard,
+            ),
+          }
+        : { handler: handle }),
     });
   }
   let calls = 0;
   let windowMs = 0;
   const demote = (reason: string, ms: number) => {
     entry.mailbox = new Mailbox(
-      { name: subscriptionName, handler: (event) => instance.handle(event) },
+      { name: subscriptionName, handler: handle },
       entry.mailboxStats,
       DEMOTED_MAILBOX_LIMIT,
       (error, events) => logFailure(entry, error, events[0]),
@@ -363,10 +451,12 @@ function status(entry: Running): PluginStatus {
     index: entry.plugin.index,
     fast_path: entry.instance.fastPath === true && entry.mailbox === null,
     demoted: entry.mailbox !== null,
+    disabled: entry.disabled,
     filter: describeFilter(toEventFilter(entry.instance.filter as PluginFilter | undefined)),
-    delivered: bus.delivered - entry.forwarded - entry.asyncFailed + mailbox.delivered,
+    // The guard returns normally for a skipped event, so the mailbox counted it delivered.
+    delivered: bus.delivered - entry.forwarded - entry.asyncFailed + mailbox.delivered - entry.skipped,
     failed: bus.failed + entry.asyncFailed + mailbox.failed + (own?.failed ?? 0),
-    dropped: bus.dropped + mailbox.dropped + (own?.dropped ?? 0),
+    dropped: bus.dropped + mailbox.dropped + entry.skipped + (own?.dropped ?? 0),
     stats: own,
   };
 }
