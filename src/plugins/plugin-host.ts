@@ -6,14 +6,15 @@ import { isSlow, slow } from '../core/bus/slow.js';
 import type { SubscriptionHandle, SubscriptionStats } from '../core/bus/subscription.js';
 import { DeadlineExceeded, latch, withDeadline } from '../core/deadline.js';
 import { FastPathHandlerError, MetisError } from '../core/errors.js';
-import { CATALOG } from '../core/events/catalog/index.js';
-import { ACTORS, type MetisEvent } from '../core/events/envelope.js';
+import type { MetisEvent } from '../core/events/envelope.js';
 import { describeFilter, toEventFilter } from '../core/events/filter.js';
 import { rowToEvent } from '../core/store/event-rows.js';
 import type { TraceStore } from '../core/store/trace-store.js';
+import { checkInstance } from './check-instance.js';
 import type { PluginContext, PluginFilter, PluginInstance, TraceQuery } from './define-plugin.js';
 import { type GuardedPlugin, type GuardOptions, guardHandler } from './handler-deadline.js';
 import { describeSource, type LoadedPlugin } from './load-plugins.js';
+import { stopPlugins } from './stop-plugins.js';
 
 /** One line of `metis plugins` and `GET /plugins`. */
 export interface PluginStatus {
@@ -102,50 +103,6 @@ function traceQuery(store: TraceStore): TraceQuery {
   };
 }
 
-function checkInstance(value: unknown, where: string): PluginInstance {
-  const fail = (problem: string) =>
-    new MetisError(
-      'METIS_ERR_PLUGIN_EXPORT',
-      `${where}: create() must return { handle(event), filter?, fastPath?, start?, stop? }; ${problem}`,
-    );
-  if (value === null || typeof value !== 'object')
-    throw fail(`got ${value === null ? 'null' : typeof value}`);
-  const instance = value as Record<string, unknown>;
-  if (typeof instance.handle !== 'function') throw fail('"handle" is not a function');
-  for (const key of ['handleBatch', 'start', 'stop', 'stats']) {
-    if (instance[key] !== undefined && typeof instance[key] !== 'function') {
-      throw fail(`"${key}" is not a function`);
-    }
-  }
-  if (instance.fastPath !== undefined && typeof instance.fastPath !== 'boolean') {
-    throw fail('"fastPath" is not a boolean');
-  }
-  checkFilter(instance.filter, fail);
-  return value as PluginInstance;
-}
-
-function checkFilter(filter: unknown, fail: (problem: string) => Error): void {
-  if (filter === undefined || filter === null) return;
-  if (typeof filter !== 'object' || Array.isArray(filter)) throw fail('"filter" is not an object');
-  const known: Record<string, (value: string) => boolean> = {
-    session_ids: () => true,
-    event_types: (type) => CATALOG.has(type),
-    actors: (actor) => (ACTORS as readonly string[]).includes(actor),
-  };
-  for (const [key, list] of Object.entries(filter)) {
-    const isKnown = known[key];
-    if (isKnown === undefined) {
-      throw fail(`filter.${key} is not one of session_ids, event_types, actors`);
-    }
-    if (list === null || list === undefined) continue;
-    if (!Array.isArray(list) || list.some((item) => typeof item !== 'string')) {
-      throw fail(`filter.${key} must be an array of strings or null`);
-    }
-    const unknown = (list as string[]).find((item) => !isKnown(item));
-    if (unknown !== undefined) throw fail(`filter.${key} has an unknown value "${unknown}"`);
-  }
-}
-
 /**
  * Creates, starts and subscribes every loaded plugin, in config order. A failure stops the ones already
  * started and rethrows, so `metis serve` never runs with half its plugins.
@@ -163,7 +120,11 @@ export async function startPlugins(
   let stopping: Promise<void> | null = null;
 
   const stop = (options: { deadline?: number } = {}): Promise<void> => {
-    stopping ??= stopAll(host, running, options.deadline ?? Number.POSITIVE_INFINITY);
+    stopping ??= stopPlugins(
+      running,
+      { bus: env.bus, logger: env.logger, stopMs: timeouts.stopMs, shutdown: host.shutdown },
+      options.deadline ?? Number.POSITIVE_INFINITY,
+    );
     return stopping;
   };
 
@@ -186,49 +147,6 @@ interface HostState {
   readonly store: TraceQuery;
   /** Fired when the host stops waiting for handlers: every wait on one is abandoned at once. */
   readonly shutdown: ReturnType<typeof latch>;
-}
-
-/** Milliseconds from now to `deadline`, at most `ms`. */
-function until(deadline: number, ms: number): number {
-  return Math.max(0, Math.min(ms, deadline - Date.now()));
-}
-
-async function stopAll(host: HostState, running: readonly Running[], deadline: number): Promise<void> {
-  const { env, timeouts } = host;
-  const newestFirst = [...running].reverse();
-  try {
-    await withDeadline(
-      (async () => {
-        await env.bus.flush();
-        await Promise.all(running.map((r) => r.mailbox?.idle()));
-      })(),
-      until(deadline, timeouts.stopMs),
-      'delivering the queued events to plugins',
-    );
-  } catch (error) {
-    // Name the plugins still busy, so an operator knows whose events were not all delivered.
-    const busy = running.filter((r) => r.busy > 0).map((r) => r.plugin.definition.name);
-    env.logger.warn(
-      { timeout_ms: timeouts.stopMs, plugins: busy, err: (error as Error).message },
-      `plugins: queued events not all delivered at shutdown${busy.length ? ` (still busy: ${busy.join(', ')})` : ''}`,
-    );
-  }
-  // From here no wait on a handler holds the shutdown: pending ones are abandoned, queued events skipped.
-  host.shutdown.fire();
-  for (const r of newestFirst) if (r.handle) env.bus.unsubscribe(r.handle, 'shutdown');
-  for (const r of newestFirst) {
-    if (!r.instance.stop) continue;
-    const what = `plugin "${r.plugin.definition.name}" stop()`;
-    try {
-      await withDeadline((async () => r.instance.stop!())(), until(deadline, timeouts.stopMs), what);
-    } catch (error) {
-      const timedOut = error instanceof DeadlineExceeded;
-      r.logger.error(
-        { timeout_ms: timedOut ? error.ms : undefined, err: (error as Error).message },
-        timedOut ? `${what} did not settle within ${error.ms} ms; abandoned` : `${what} failed`,
-      );
-    }
-  }
 }
 
 /**
