@@ -17,7 +17,33 @@ export interface ServeOptions {
   fault?: string[];
 }
 
+/** After the shutdown bound: the process exits even if a stuck step did not let `stop()` settle. */
+const FORCE_EXIT_MARGIN_MS = 2000;
+/** After serve is done: exit even if a plugin's leftover timer or socket keeps the event loop alive. */
+const LINGER_MS = 1000;
+
+/**
+ * Lets Node exit by itself when nothing is left to run, and exits anyway `LINGER_MS` later when
+ * something is (a plugin's timer or socket whose wait metis gave up). The timer is unref'd so a clean
+ * process does not wait for it.
+ */
+function exitWhenDone(): void {
+  setTimeout(() => process.exit(), LINGER_MS).unref();
+}
+
 export async function serveCommand(options: ServeOptions): Promise<void> {
+  try {
+    await serve(options);
+  } catch (error) {
+    // A failed start (a plugin start() or config import that timed out) may leave its promise holding
+    // the loop: print the error (the caller does) and exit.
+    exitWhenDone();
+    throw error;
+  }
+  exitWhenDone();
+}
+
+async function serve(options: ServeOptions): Promise<void> {
   const { config, filepath } = await loadConfig({ explicitPath: options.config ?? null });
   if (options.host) config.server.host = options.host;
   if (options.port !== undefined) {
@@ -69,6 +95,49 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
     // A full disk or a held lock at start-up (the lock file, the database) names the database path.
     throw asStorageError(error, dbPath);
   });
+  const boundMs = config.server.shutdown_timeout_ms;
+  // Listen before saying we are ready: a supervisor (or a test) may signal as soon as it reads the
+  // ready line, and a signal before the listeners exist kills the process without releasing the lock.
+  const stopped = new Promise<void>((resolve) => {
+    let stopping = false;
+    const forceExit = (why: string, code: number) => {
+      console.error(`${why}: exiting now (database closed, lock released)`);
+      service.abandon();
+      process.exit(code);
+    };
+    const stop = (signal: NodeJS.Signals) => {
+      const code = signal === 'SIGINT' ? 130 : 143;
+      // A second signal does not wait for the first stop: close, unlock, exit.
+      if (stopping) return forceExit(`${signal} again`, code);
+      stopping = true;
+      if (!options.json) {
+        console.error(
+          `\n${signal}: stopping (cancelling turns, stopping plugins, flushing the trace; at most ` +
+            `${boundMs / 1000} s, ${signal === 'SIGINT' ? 'Ctrl-C' : 'a second signal'} again to force)…`,
+        );
+      }
+      // stop() is bounded itself; this is the net under it, should a step not even yield.
+      const net = setTimeout(
+        () => forceExit(`still stopping after ${boundMs} ms`, 1),
+        boundMs + FORCE_EXIT_MARGIN_MS,
+      );
+      const done = () => {
+        clearTimeout(net);
+        process.off('unhandledRejection', onUnhandledRejection);
+        process.off('SIGINT', onInt);
+        process.off('SIGTERM', onTerm);
+        resolve();
+      };
+      service.stop().then(done, (error: unknown) => {
+        console.error(`error while stopping: ${(error as Error).message}`);
+        done();
+      });
+    };
+    const onInt = () => stop('SIGINT');
+    const onTerm = () => stop('SIGTERM');
+    process.on('SIGINT', onInt);
+    process.on('SIGTERM', onTerm);
+  });
   const pluginNames = service.plugins.list().map((p) => p.name);
   if (options.json) {
     console.log(
@@ -93,25 +162,5 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
       console.log(`  recovered ${service.recovery.turns} turns the last run left open, ended as failed`);
     console.log('Press Ctrl-C to stop.');
   }
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      process.off('SIGINT', onInt);
-      process.off('SIGTERM', onTerm);
-      if (!options.json) console.error(`\n${signal}: stopping (cancelling turns, flushing the trace)…`);
-      service.stop().then(
-        () => {
-          process.off('unhandledRejection', onUnhandledRejection);
-          resolve();
-        },
-        (error: unknown) => {
-          console.error(`error while stopping: ${(error as Error).message}`);
-          resolve();
-        },
-      );
-    };
-    const onInt = () => stop('SIGINT');
-    const onTerm = () => stop('SIGTERM');
-    process.on('SIGINT', onInt);
-    process.on('SIGTERM', onTerm);
-  });
+  await stopped;
 }

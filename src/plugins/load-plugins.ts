@@ -1,9 +1,13 @@
 import { dirname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { MetisConfig } from '../core/config/schema.js';
+import { DeadlineExceeded, withDeadline } from '../core/deadline.js';
 import { MetisError } from '../core/errors.js';
 import type { OptionsIssue, PluginDefinition } from './define-plugin.js';
 import { BUILT_IN_PLUGINS, type ResolvedSpecifier, resolvePluginSpecifier } from './resolve-plugin.js';
+
+/** Default of `plugin_timeouts.load_ms`. */
+export const DEFAULT_LOAD_TIMEOUT_MS = 10_000;
 
 export type PluginEntry = MetisConfig['plugins'][number];
 
@@ -58,8 +62,13 @@ export function resolvePluginEntries(
  */
 export async function loadPlugins(
   entries: readonly PluginEntry[],
-  options: { configPath: string | null },
+  options: {
+    configPath: string | null;
+    /** Bound on importing one module (`plugin_timeouts.load_ms`, default 10 s). */
+    loadTimeoutMs?: number;
+  },
 ): Promise<LoadedPlugin[]> {
+  const loadTimeoutMs = options.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS;
   const loaded: LoadedPlugin[] = [];
   for (const source of resolvePluginEntries(entries, options.configPath)) {
     const where = describeSource(source);
@@ -69,11 +78,23 @@ export async function loadPlugins(
     }
     let module: unknown;
     try {
-      module =
+      // A module whose top-level await never settles would otherwise end the process with exit 13.
+      module = await withDeadline(
         resolved.kind === 'builtin'
-          ? await BUILT_IN_PLUGINS[resolved.name]()
-          : await import(pathToFileURL(resolved.path).href);
+          ? BUILT_IN_PLUGINS[resolved.name]()
+          : import(pathToFileURL(resolved.path).href),
+        loadTimeoutMs,
+        `importing ${resolved.path}`,
+      );
     } catch (error) {
+      if (error instanceof DeadlineExceeded) {
+        throw new MetisError(
+          'METIS_ERR_PLUGIN_START',
+          `${where}: ${error.message} (a top-level await that never settles?); ` +
+            'fix the module, raise plugin_timeouts.load_ms or remove the plugin from config',
+          { cause: error },
+        );
+      }
       throw new MetisError(
         'METIS_ERR_PLUGIN_START',
         `${where}: importing ${resolved.path} failed: ${(error as Error).message}`,

@@ -4,14 +4,17 @@ import type { EventBus } from '../core/bus/event-bus.js';
 import { Mailbox } from '../core/bus/mailbox.js';
 import { isSlow, slow } from '../core/bus/slow.js';
 import type { SubscriptionHandle, SubscriptionStats } from '../core/bus/subscription.js';
+import { DeadlineExceeded, latch, withDeadline } from '../core/deadline.js';
 import { FastPathHandlerError, MetisError } from '../core/errors.js';
-import { CATALOG } from '../core/events/catalog/index.js';
-import { ACTORS, type MetisEvent } from '../core/events/envelope.js';
+import type { MetisEvent } from '../core/events/envelope.js';
 import { describeFilter, toEventFilter } from '../core/events/filter.js';
 import { rowToEvent } from '../core/store/event-rows.js';
 import type { TraceStore } from '../core/store/trace-store.js';
+import { checkInstance } from './check-instance.js';
 import type { PluginContext, PluginFilter, PluginInstance, TraceQuery } from './define-plugin.js';
+import { type GuardedPlugin, type GuardOptions, guardHandler } from './handler-deadline.js';
 import { describeSource, type LoadedPlugin } from './load-plugins.js';
+import { stopPlugins } from './stop-plugins.js';
 
 /** One line of `metis plugins` and `GET /plugins`. */
 export interface PluginStatus {
@@ -22,6 +25,8 @@ export interface PluginStatus {
   readonly fast_path: boolean;
   /** True once a fast-path plugin overran its budget and was moved to a mailbox. */
   readonly demoted: boolean;
+  /** Why the plugin no longer receives events (a handler over `plugin_timeouts.handler_ms`), or null. */
+  readonly disabled: string | null;
   readonly filter: Record<string, string[] | null>;
   readonly delivered: number;
   readonly failed: number;
@@ -32,9 +37,25 @@ export interface PluginStatus {
 
 export interface PluginHost {
   list(): PluginStatus[];
-  /** Delivers what is queued, unsubscribes, then stops each plugin, newest first. Safe to call twice. */
-  stop(): Promise<void>;
+  /**
+   * Delivers what is queued (within `stop_ms`), unsubscribes, then stops each plugin, newest first
+   * (each within `stop_ms`). Never waits past `deadline` (a `Date.now()` time) when one is given: what
+   * is still running then is abandoned and named in the log. Safe to call twice.
+   */
+  stop(options?: { deadline?: number }): Promise<void>;
 }
+
+/** How long the host waits on plugin code (config `plugin_timeouts`, docs/configuration.md). */
+export interface PluginTimeouts {
+  /** `create()` and `start()`, each. */
+  readonly startMs: number;
+  /** One `handle()` / `handleBatch()` call from a mailbox. */
+  readonly handlerMs: number;
+  /** Delivering what is queued at shutdown, then each `stop()`. */
+  readonly stopMs: number;
+}
+
+export const DEFAULT_PLUGIN_TIMEOUTS: PluginTimeouts = { startMs: 10_000, handlerMs: 30_000, stopMs: 5_000 };
 
 export interface PluginEnvironment {
   readonly bus: EventBus;
@@ -42,8 +63,7 @@ export interface PluginEnvironment {
   readonly logger: Logger;
   /** The folder that holds the database. */
   readonly dataDir: string;
-  /** Bound on delivering queued events and on each `stop()` at shutdown (default 5 s). */
-  readonly stopTimeoutMs?: number;
+  readonly timeouts?: Partial<PluginTimeouts>;
 }
 
 /**
@@ -56,7 +76,7 @@ const FAST_PATH_WINDOW = 100;
 const FAST_PATH_AVERAGE_MS = 1;
 const DEMOTED_MAILBOX_LIMIT = 10_000;
 
-interface Running {
+interface Running extends GuardedPlugin {
   readonly plugin: LoadedPlugin;
   readonly instance: PluginInstance;
   readonly logger: Logger;
@@ -83,59 +103,6 @@ function traceQuery(store: TraceStore): TraceQuery {
   };
 }
 
-function checkInstance(value: unknown, where: string): PluginInstance {
-  const fail = (problem: string) =>
-    new MetisError(
-      'METIS_ERR_PLUGIN_EXPORT',
-      `${where}: create() must return { handle(event), filter?, fastPath?, start?, stop? }; ${problem}`,
-    );
-  if (value === null || typeof value !== 'object')
-    throw fail(`got ${value === null ? 'null' : typeof value}`);
-  const instance = value as Record<string, unknown>;
-  if (typeof instance.handle !== 'function') throw fail('"handle" is not a function');
-  for (const key of ['handleBatch', 'start', 'stop', 'stats']) {
-    if (instance[key] !== undefined && typeof instance[key] !== 'function') {
-      throw fail(`"${key}" is not a function`);
-    }
-  }
-  if (instance.fastPath !== undefined && typeof instance.fastPath !== 'boolean') {
-    throw fail('"fastPath" is not a boolean');
-  }
-  checkFilter(instance.filter, fail);
-  return value as PluginInstance;
-}
-
-function checkFilter(filter: unknown, fail: (problem: string) => Error): void {
-  if (filter === undefined || filter === null) return;
-  if (typeof filter !== 'object' || Array.isArray(filter)) throw fail('"filter" is not an object');
-  const known: Record<string, (value: string) => boolean> = {
-    session_ids: () => true,
-    event_types: (type) => CATALOG.has(type),
-    actors: (actor) => (ACTORS as readonly string[]).includes(actor),
-  };
-  for (const [key, list] of Object.entries(filter)) {
-    const isKnown = known[key];
-    if (isKnown === undefined) {
-      throw fail(`filter.${key} is not one of session_ids, event_types, actors`);
-    }
-    if (list === null || list === undefined) continue;
-    if (!Array.isArray(list) || list.some((item) => typeof item !== 'string')) {
-      throw fail(`filter.${key} must be an array of strings or null`);
-    }
-    const unknown = (list as string[]).find((item) => !isKnown(item));
-    if (unknown !== undefined) throw fail(`filter.${key} has an unknown value "${unknown}"`);
-  }
-}
-
-function withTimeout(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-    timer.unref();
-  });
-  return Promise.race([promise.then(() => true), timeout]).finally(() => clearTimeout(timer));
-}
-
 /**
  * Creates, starts and subscribes every loaded plugin, in config order. A failure stops the ones already
  * started and rethrows, so `metis serve` never runs with half its plugins.
@@ -147,42 +114,22 @@ export async function startPlugins(
   plugins: readonly LoadedPlugin[],
   env: PluginEnvironment,
 ): Promise<PluginHost> {
-  const stopTimeoutMs = env.stopTimeoutMs ?? 5000;
-  const store = traceQuery(env.store);
+  const timeouts: PluginTimeouts = { ...DEFAULT_PLUGIN_TIMEOUTS, ...env.timeouts };
+  const host: HostState = { env, timeouts, store: traceQuery(env.store), shutdown: latch() };
   const running: Running[] = [];
   let stopping: Promise<void> | null = null;
 
-  const stop = (): Promise<void> => {
-    stopping ??= (async () => {
-      const delivered = withTimeout(
-        (async () => {
-          await env.bus.flush();
-          await Promise.all(running.map((r) => r.mailbox?.idle()));
-        })(),
-        stopTimeoutMs,
-      );
-      if (!(await delivered))
-        env.logger.warn(
-          { timeout_ms: stopTimeoutMs },
-          'plugins: queued events not all delivered at shutdown',
-        );
-      for (const r of [...running].reverse()) if (r.handle) env.bus.unsubscribe(r.handle, 'shutdown');
-      for (const r of [...running].reverse()) {
-        if (!r.instance.stop) continue;
-        try {
-          if (!(await withTimeout(Promise.resolve(r.instance.stop()), stopTimeoutMs))) {
-            r.logger.warn({ timeout_ms: stopTimeoutMs }, 'plugin stop() timed out');
-          }
-        } catch (error) {
-          r.logger.warn({ err: (error as Error).message }, 'plugin stop() failed');
-        }
-      }
-    })();
+  const stop = (options: { deadline?: number } = {}): Promise<void> => {
+    stopping ??= stopPlugins(
+      running,
+      { bus: env.bus, logger: env.logger, stopMs: timeouts.stopMs, shutdown: host.shutdown },
+      options.deadline ?? Number.POSITIVE_INFINITY,
+    );
     return stopping;
   };
 
   try {
-    for (const plugin of plugins) running.push(await startOne(plugin, env, store));
+    for (const plugin of plugins) running.push(await startOne(plugin, host));
   } catch (error) {
     await stop();
     throw error;
@@ -194,6 +141,14 @@ export async function startPlugins(
   };
 }
 
+interface HostState {
+  readonly env: PluginEnvironment;
+  readonly timeouts: PluginTimeouts;
+  readonly store: TraceQuery;
+  /** Fired when the host stops waiting for handlers: every wait on one is abandoned at once. */
+  readonly shutdown: ReturnType<typeof latch>;
+}
+
 /**
  * Calls the plugin's `create` and checks what it returns. `metis plugins` calls this alone, without
  * `start`, to learn a plugin's filter: `create` builds objects; files, sockets and timers belong in
@@ -201,7 +156,7 @@ export async function startPlugins(
  */
 export async function createInstance(
   plugin: LoadedPlugin,
-  env: { logger: Logger; store: TraceQuery; dataDir: string },
+  env: { logger: Logger; store: TraceQuery; dataDir: string; timeoutMs?: number },
 ): Promise<{ instance: PluginInstance; logger: Logger }> {
   const name = plugin.definition.name;
   const logger = env.logger.child({ plugin: name });
@@ -213,25 +168,50 @@ export async function createInstance(
     configDir: plugin.configPath === null ? null : dirname(plugin.configPath),
   };
   const where = describeSource(plugin);
+  const timeoutMs = env.timeoutMs ?? DEFAULT_PLUGIN_TIMEOUTS.startMs;
   try {
-    return { instance: checkInstance(await plugin.definition.create(plugin.options, ctx), where), logger };
+    const created = await withDeadline(
+      (async () => plugin.definition.create(plugin.options, ctx))(),
+      timeoutMs,
+      'create()',
+    );
+    return { instance: checkInstance(created, where), logger };
   } catch (error) {
     if (error instanceof MetisError) throw error;
-    throw new MetisError('METIS_ERR_PLUGIN_START', `${where}: create() threw: ${(error as Error).message}`, {
-      cause: error,
-    });
+    throw startError(where, 'create()', error);
   }
 }
 
-async function startOne(plugin: LoadedPlugin, env: PluginEnvironment, store: TraceQuery): Promise<Running> {
+/** METIS_ERR_PLUGIN_START for a `create()` or `start()` that threw or did not settle in time. */
+function startError(where: string, step: string, error: unknown): MetisError {
+  if (error instanceof DeadlineExceeded) {
+    return new MetisError(
+      'METIS_ERR_PLUGIN_START',
+      `${where}: ${step} did not settle within ${error.ms} ms; fix the plugin, raise ` +
+        'plugin_timeouts.start_ms or remove it from config',
+      { cause: error },
+    );
+  }
+  return new MetisError('METIS_ERR_PLUGIN_START', `${where}: ${step} threw: ${(error as Error).message}`, {
+    cause: error,
+  });
+}
+
+async function startOne(plugin: LoadedPlugin, host: HostState): Promise<Running> {
+  const { env } = host;
   const where = describeSource(plugin);
   const name = plugin.definition.name;
   const { instance, logger } = await createInstance(plugin, {
     logger: env.logger,
-    store,
+    store: host.store,
     dataDir: env.dataDir,
+    timeoutMs: host.timeouts.startMs,
   });
   const entry: Running = {
+    name,
+    disabled: null,
+    skipped: 0,
+    busy: 0,
     plugin,
     instance,
     logger,
@@ -243,16 +223,14 @@ async function startOne(plugin: LoadedPlugin, env: PluginEnvironment, store: Tra
     logged: 0,
   };
   try {
-    await instance.start?.();
+    await withDeadline((async () => instance.start?.())(), host.timeouts.startMs, 'start()');
   } catch (error) {
-    throw new MetisError('METIS_ERR_PLUGIN_START', `${where}: start() threw: ${(error as Error).message}`, {
-      cause: error,
-    });
+    throw startError(where, 'start()', error);
   }
   try {
-    entry.handle = subscribe(entry, env, name);
+    entry.handle = subscribe(entry, host, name);
   } catch (error) {
-    await Promise.resolve(instance.stop?.()).catch(() => {});
+    await withDeadline((async () => instance.stop?.())(), host.timeouts.stopMs, 'stop()').catch(() => {});
     if (error instanceof FastPathHandlerError) {
       throw new MetisError(
         'METIS_ERR_FAST_PATH_HANDLER',
@@ -264,25 +242,53 @@ async function startOne(plugin: LoadedPlugin, env: PluginEnvironment, store: Tra
   return entry;
 }
 
-function subscribe(entry: Running, env: PluginEnvironment, name: string): SubscriptionHandle {
+function subscribe(entry: Running, host: HostState, name: string): SubscriptionHandle {
+  const { env } = host;
   const { instance } = entry;
   const filter = toEventFilter(instance.filter as PluginFilter | undefined);
   const subscriptionName = `plugin:${name}`;
+  const guard: GuardOptions = {
+    handlerMs: host.timeouts.handlerMs,
+    shutdown: host.shutdown,
+    disable: (reason) => {
+      entry.logger.error(
+        { timeout_ms: host.timeouts.handlerMs },
+        `plugin "${name}" disabled: ${reason}; it gets no more events (raise plugin_timeouts.handler_ms or fix the plugin)`,
+      );
+      if (entry.handle) env.bus.unsubscribe(entry.handle, 'removed_after_errors');
+    },
+  };
+  const handle = guardHandler(
+    entry,
+    (event: MetisEvent) => instance.handle(event),
+    () => 1,
+    'handle()',
+    guard,
+  );
   if (instance.fastPath !== true) {
+    const handleBatch = instance.handleBatch;
     return env.bus.subscribe({
       name: subscriptionName,
       filter,
       fastPath: false,
-      ...(instance.handleBatch
-        ? { batchHandler: (events) => instance.handleBatch!(events) }
-        : { handler: (event) => instance.handle(event) }),
+      ...(handleBatch
+        ? {
+            batchHandler: guardHandler(
+              entry,
+              (events: readonly MetisEvent[]) => handleBatch(events),
+              (events) => events.length,
+              'handleBatch()',
+              guard,
+            ),
+          }
+        : { handler: handle }),
     });
   }
   let calls = 0;
   let windowMs = 0;
   const demote = (reason: string, ms: number) => {
     entry.mailbox = new Mailbox(
-      { name: subscriptionName, handler: (event) => instance.handle(event) },
+      { name: subscriptionName, handler: handle },
       entry.mailboxStats,
       DEMOTED_MAILBOX_LIMIT,
       (error, events) => logFailure(entry, error, events[0]),
@@ -363,10 +369,12 @@ function status(entry: Running): PluginStatus {
     index: entry.plugin.index,
     fast_path: entry.instance.fastPath === true && entry.mailbox === null,
     demoted: entry.mailbox !== null,
+    disabled: entry.disabled,
     filter: describeFilter(toEventFilter(entry.instance.filter as PluginFilter | undefined)),
-    delivered: bus.delivered - entry.forwarded - entry.asyncFailed + mailbox.delivered,
+    // The guard returns normally for a skipped event, so the mailbox counted it delivered.
+    delivered: bus.delivered - entry.forwarded - entry.asyncFailed + mailbox.delivered - entry.skipped,
     failed: bus.failed + entry.asyncFailed + mailbox.failed + (own?.failed ?? 0),
-    dropped: bus.dropped + mailbox.dropped + (own?.dropped ?? 0),
+    dropped: bus.dropped + mailbox.dropped + entry.skipped + (own?.dropped ?? 0),
     stats: own,
   };
 }

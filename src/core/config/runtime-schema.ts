@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { compileRoutingPattern } from './routing-pattern.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:[^\s]+$/, 'must be "provider:name", e.g. scripted:demo');
 
@@ -12,18 +13,18 @@ export const PriceSchema = z.strictObject({
 
 export const RoutingRuleSchema = z.strictObject({
   name: z.string().min(1),
-  /** Case-insensitive regular expression matched against the user's message text. */
+  /**
+   * Case-insensitive regular expression matched against the user's message text, run by a linear-time
+   * engine (routing-pattern.ts): a pattern that could not be is refused here, at config load.
+   */
   match: z
     .string()
     .min(1)
-    .refine((source) => {
-      try {
-        new RegExp(source, 'i');
-        return true;
-      } catch {
-        return false;
-      }
-    }, 'must be a valid regular expression'),
+    .superRefine((source, ctx) => {
+      const compiled = compileRoutingPattern(source);
+      if (!compiled.ok)
+        ctx.addIssue({ code: 'custom', message: `pattern ${JSON.stringify(source)} ${compiled.reason}` });
+    }),
   model: modelId,
 });
 

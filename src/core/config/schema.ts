@@ -16,6 +16,8 @@ export const ServerConfigSchema = z.strictObject({
   replay_cap: z.number().int().positive().default(10_000),
   heartbeat_interval_ms: z.number().int().positive().default(30_000),
   attach_token_ttl_ms: z.number().int().positive().default(60_000),
+  /** Bound on a graceful stop (SIGTERM, Ctrl-C): what is still running then is abandoned. */
+  shutdown_timeout_ms: z.number().int().positive().default(10_000),
 });
 
 export const StorageConfigSchema = z.strictObject({
@@ -28,6 +30,18 @@ export const StorageConfigSchema = z.strictObject({
 export const BusConfigSchema = z.strictObject({
   validation: z.enum(['strict', 'lenient']).nullable().default(null),
   queue_limit: z.number().int().positive().default(10_000),
+});
+
+/** How long metis waits on a plugin's code before it names the plugin and stops waiting. */
+export const PluginTimeoutsSchema = z.strictObject({
+  /** Importing the module (its top-level code, awaits included); over it, start-up fails. */
+  load_ms: z.number().int().positive().default(10_000),
+  /** `create()` and `start()`, each; over it, start-up fails. */
+  start_ms: z.number().int().positive().default(10_000),
+  /** One `handle()` or `handleBatch()` call of a mailbox plugin; over it, the plugin is disabled. */
+  handler_ms: z.number().int().positive().default(30_000),
+  /** Delivering the queued events at shutdown, then each `stop()`. */
+  stop_ms: z.number().int().positive().default(5_000),
 });
 
 /** Every setting of metis, with its default (docs/configuration.md). */
@@ -44,6 +58,7 @@ export const MetisConfigSchema = z.strictObject({
       }),
     )
     .default([]),
+  plugin_timeouts: PluginTimeoutsSchema.default(PluginTimeoutsSchema.parse({})),
 });
 
 export type MetisConfig = z.output<typeof MetisConfigSchema>;

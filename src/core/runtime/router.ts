@@ -1,3 +1,4 @@
+import { routingPattern } from '../config/routing-pattern.js';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
 import type { ModelValidationFailure } from './model-adapter.js';
 import type { ModelRegistry } from './models/model-registry.js';
@@ -108,7 +109,8 @@ export function decideRoute(
 }
 
 function candidatesFor(input: RouteInput, config: RuntimeConfig): Record<RoutingPolicy, Candidate> {
-  const rule = config.routing_rules.find((r) => new RegExp(r.match, 'i').test(input.messageText));
+  // RE2, not RegExp: a rule's match time is linear in the message whatever its pattern (issue 12).
+  const rule = config.routing_rules.find((r) => routingPattern(r.match).test(input.messageText));
   const workspaceModel = config.workspace_models[input.workspacePath] ?? null;
   return {
     per_message_override: input.overrideModel

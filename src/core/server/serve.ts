@@ -4,6 +4,7 @@ import { loadPlugins } from '../../plugins/load-plugins.js';
 import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import { pluginsRoute } from '../../plugins/plugins-route.js';
 import type { MetisConfig } from '../config/schema.js';
+import { DeadlineExceeded, withDeadline } from '../deadline.js';
 import { MetisError } from '../errors.js';
 import { ChildProcessRecord, killLeftoverChildren } from '../runtime/child-process-record.js';
 import { type RecoveryReport, recoverCrashedTurns } from '../runtime/crash-recovery.js';
@@ -39,11 +40,20 @@ export interface RunningService {
   readonly server: MetisServer;
   readonly plugins: PluginHost;
   /**
-   * Graceful stop: stop accepting, close clients, cancel in-flight turns, stop the plugins, flush the
-   * trace writer, close the database, release the lock. Safe to call twice.
+   * Graceful stop: stop accepting, cancel in-flight turns, stop the plugins, flush the trace writer,
+   * close clients, close the database, release the lock. Settles within `server.shutdown_timeout_ms`
+   * whatever a plugin does: a step still running at the deadline is abandoned and logged by name, and the database is closed and the lock released regardless. Safe to call twice.
    */
   stop(): Promise<void>;
+  /**
+   * Closes the database and releases the lock now, without waiting for anything: for a second signal
+   * or a shutdown that overran its bound. Safe to call at any time, and twice.
+   */
+  abandon(): void;
 }
+
+/** Time kept back from the shutdown bound for the trace flush and closing the database. */
+const CLOSE_RESERVE_MS = 1000;
 
 /**
  * Everything `metis serve` runs, in order: lock the database, open the trace store (gap detection),
@@ -91,12 +101,21 @@ export async function startService(
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
     watchHandoffs(trace, { logger }); // what a prune beside this server hands it to record; stops on close
     const configPath = options.configPath ?? null;
-    plugins = await startPlugins(await loadPlugins(config.plugins, { configPath }), {
-      bus: trace.bus,
-      store: trace.store,
-      logger,
-      dataDir: dirname(dbPath),
-    });
+    const pluginTimeouts = config.plugin_timeouts;
+    plugins = await startPlugins(
+      await loadPlugins(config.plugins, { configPath, loadTimeoutMs: pluginTimeouts.load_ms }),
+      {
+        bus: trace.bus,
+        store: trace.store,
+        logger,
+        dataDir: dirname(dbPath),
+        timeouts: {
+          startMs: pluginTimeouts.start_ms,
+          handlerMs: pluginTimeouts.handler_ms,
+          stopMs: pluginTimeouts.stop_ms,
+        },
+      },
+    );
     const runtimeConfig = conformance ? conformanceRuntime(config.runtime) : config.runtime;
     const runtime = createRuntime({
       bus: trace.bus,
@@ -151,6 +170,15 @@ export async function startService(
     const opened = trace;
     const host = plugins;
     let stopping: Promise<void> | null = null;
+    const abandon = () => {
+      try {
+        if (opened.db.open) opened.db.close();
+      } catch (error) {
+        logger.error({ err: (error as Error).message }, 'closing the database at a forced stop failed');
+      } finally {
+        release();
+      }
+    };
     return {
       url: server.url,
       dbPath,
@@ -160,16 +188,32 @@ export async function startService(
       trace: opened,
       server,
       plugins: host,
+      abandon,
       stop: () => {
         stopping ??= (async () => {
-          // Cancel in-flight turns while clients are still attached, so they see the cancellation.
-          server.stopAccepting();
-          await runtime.close();
-          await opened.flush();
-          await server.close();
-          await host.stop();
-          await opened.close();
-          release();
+          const deadline = Date.now() + config.server.shutdown_timeout_ms;
+          /** Runs one step, but never past the deadline (less what closing needs). */
+          const step = async (name: string, work: () => Promise<unknown>, reserve = CLOSE_RESERVE_MS) => {
+            try {
+              await withDeadline(work(), Math.max(0, deadline - reserve - Date.now()), name);
+            } catch (error) {
+              if (!(error instanceof DeadlineExceeded)) throw error;
+              logger.error({ step: name }, `shutdown: ${name} still running at the deadline; abandoned`);
+            }
+          };
+          try {
+            // Cancel in-flight turns while clients are still attached, so they see the cancellation.
+            server.stopAccepting();
+            await step('cancelling turns', () => runtime.close());
+            // Plugins before the trace flush: a plugin's stuck handler cannot hold the flush, which waits
+            // for every mailbox (issue 12, observation 5).
+            await step('stopping plugins', () => host.stop({ deadline: deadline - CLOSE_RESERVE_MS }));
+            await step('flushing the trace', () => opened.flush());
+            await step('closing client connections', () => server.close());
+            await step('closing the database', () => opened.close(), 0);
+          } finally {
+            abandon();
+          }
         })();
         return stopping;
       },
