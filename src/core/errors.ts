@@ -55,11 +55,6 @@ export const ERROR_TABLE = {
     hint: 'The file is damaged; restore an older backup.',
   },
   /** Kept for `metis trace prune` (retention.ts) until it moves to METIS_ERR_STORAGE_BUSY; same meaning. */
-  METIS_ERR_SQLITE_BUSY: {
-    status: 503,
-    exitCode: 1,
-    hint: 'Another process holds a write lock on the database for too long; try again.',
-  },
   METIS_ERR_STORAGE_BUSY: {
     status: 503,
     exitCode: 1,

@@ -124,6 +124,13 @@ function sweptPayload(swept: PurgeResult): Record<string, unknown> {
  * to the server (`owner_handoffs`), which records them with its own bus; gap scans are the server's job.
  * @throws MetisError METIS_ERR_DB_LOCKED when another prune or a restore holds the database.
  */
+/**
+ * How long one prune batch waits for the write lock. A prune is an operator's command with nothing
+ * else on its thread, so it outwaits another process's long transaction (a backup tool, a server
+ * catching up after an outage) instead of failing after the 5 s every other command waits.
+ */
+const PRUNE_BUSY_TIMEOUT_MS = 30_000;
+
 export async function purgeOldEvents(options: PurgeOptions): Promise<PurgeResult> {
   const { cutoffUs, batchSize } = validate(options);
   const audit = JSON.stringify([...AUDIT_EVENT_TYPES]);
@@ -144,7 +151,11 @@ export async function purgeOldEvents(options: PurgeOptions): Promise<PurgeResult
     return purgeBesideServer(options, cutoffUs, audit, batchSize, ownership.owner);
   }
   try {
-    const context = openTraceContext({ dbPath: options.dbPath, create: false });
+    const context = openTraceContext({
+      dbPath: options.dbPath,
+      create: false,
+      busyTimeoutMs: PRUNE_BUSY_TIMEOUT_MS,
+    });
     try {
       return await purgeAsOwner(context, options, cutoffUs, audit, batchSize);
     } finally {
@@ -176,7 +187,7 @@ async function purgeAsOwner(
   const recorded = await drainHandoffs(context);
   if (!recorded.some((h) => h.type === 'trace.swept' && h.payload.swept_at === swept.swept_at)) {
     throw new MetisError(
-      'METIS_ERR_SQLITE_BUSY',
+      'METIS_ERR_STORAGE_BUSY',
       `deleted ${done.deleted} events but could not record trace.swept (it stays queued for the next start)`,
     );
   }
@@ -190,7 +201,7 @@ async function purgeBesideServer(
   batchSize: number,
   owner: LockOwner,
 ): Promise<PurgeResult> {
-  const db = openDatabase(options.dbPath, { create: false });
+  const db = openDatabase(options.dbPath, { create: false, busyTimeoutMs: PRUNE_BUSY_TIMEOUT_MS });
   try {
     const p = plan(db, cutoffUs);
     const done = await sweep(db, p, audit, batchSize, options.onProgress);

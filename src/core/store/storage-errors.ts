@@ -32,7 +32,7 @@ export function storageFailureOf(error: unknown, path?: string): StorageFailure 
   if (error instanceof MetisError) {
     for (const [failure, code] of Object.entries(CODES))
       if (code === error.code) return failure as StorageFailure;
-    return error.code === 'METIS_ERR_SQLITE_BUSY' ? 'busy' : null;
+    return null;
   }
   const code = codeOf(error);
   if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) return 'busy';

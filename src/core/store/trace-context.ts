@@ -35,6 +35,8 @@ export interface OpenTraceContextOptions {
   readonly validation?: ValidationMode;
   readonly queueLimit?: number;
   readonly synchronous?: 'NORMAL' | 'FULL';
+  /** busy_timeout of the connection (default DEFAULT_BUSY_TIMEOUT_MS; a server lowers it once it listens). */
+  readonly busyTimeoutMs?: number;
   /** Bounds of what waits in memory while storage is unavailable (TraceWriter options). */
   readonly writerBuffer?: { readonly maxEvents?: number; readonly maxBytes?: number };
   /** How long `close` waits for storage to take what is still buffered before it gives up (default 5 s). */
@@ -50,6 +52,7 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
   const db = openDatabase(options.dbPath, {
     create: options.create ?? true,
     synchronous: options.synchronous,
+    busyTimeoutMs: options.busyTimeoutMs,
   });
   try {
     probeWrite(db);
