@@ -11,6 +11,8 @@ export interface GuardedPlugin {
   skipped: number;
   /** Handler calls in flight, for naming the busy plugins at shutdown. */
   busy: number;
+  /** Handler calls that overran `handlerMs` (GET /plugins, metis_plugin_timeouts_total). */
+  timeouts: number;
 }
 
 export interface GuardOptions {
@@ -55,6 +57,7 @@ export function guardHandler<A>(
       .then(
         () => undefined,
         (error: unknown) => {
+          if (error instanceof DeadlineExceeded) plugin.timeouts += 1;
           if (error instanceof DeadlineExceeded && plugin.disabled === null) {
             plugin.disabled = `${error.message}; disabled`;
             options.disable(error.message);

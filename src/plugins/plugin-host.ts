@@ -27,6 +27,8 @@ export interface PluginStatus {
   readonly demoted: boolean;
   /** Why the plugin no longer receives events (a handler over `plugin_timeouts.handler_ms`), or null. */
   readonly disabled: string | null;
+  /** Handler calls that overran `plugin_timeouts.handler_ms`. */
+  readonly timeouts: number;
   readonly filter: Record<string, string[] | null>;
   readonly delivered: number;
   readonly failed: number;
@@ -212,6 +214,7 @@ async function startOne(plugin: LoadedPlugin, host: HostState): Promise<Running>
     disabled: null,
     skipped: 0,
     busy: 0,
+    timeouts: 0,
     plugin,
     instance,
     logger,
@@ -370,6 +373,7 @@ function status(entry: Running): PluginStatus {
     fast_path: entry.instance.fastPath === true && entry.mailbox === null,
     demoted: entry.mailbox !== null,
     disabled: entry.disabled,
+    timeouts: entry.timeouts,
     filter: describeFilter(toEventFilter(entry.instance.filter as PluginFilter | undefined)),
     // The guard returns normally for a skipped event, so the mailbox counted it delivered.
     delivered: bus.delivered - entry.forwarded - entry.asyncFailed + mailbox.delivered - entry.skipped,

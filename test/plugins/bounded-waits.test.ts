@@ -86,9 +86,9 @@ describe('bounded waits on plugin code (issue 12, observation 5)', () => {
       await context.flush();
       const [hung, collector] = host.list();
       expect(hung!.disabled).toMatch(/plugin "hangs-handle" handle\(\) did not settle within 300 ms/);
-      expect(hung).toMatchObject({ failed: 1, delivered: 0 });
+      expect(hung).toMatchObject({ failed: 1, delivered: 0, timeouts: 1 });
       expect(hung!.dropped).toBeGreaterThan(0);
-      expect(collector).toMatchObject({ failed: 0, disabled: null });
+      expect(collector).toMatchObject({ failed: 0, disabled: null, timeouts: 0 });
       expect(collector!.stats!.seen).toBeGreaterThanOrEqual(emitted.length);
       const subscribed = context.bus.subscriptions().map((s) => s.subscription.name);
       expect(subscribed).not.toContain('plugin:hangs-handle');
