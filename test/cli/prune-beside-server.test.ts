@@ -2,21 +2,14 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
 import { purgeOldEvents } from '../../src/core/store/retention.js';
+import { jsonRequest } from '../helpers/http.js';
 import { insertOldEvents } from '../helpers/old-events.js';
 import { eventually, subscribeOn, waitForType } from '../helpers/protocol.js';
 import { type CliResult, runCli, serveCli } from '../helpers/run-cli.js';
 import { openClient } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
-async function request(url: string, method: string, path: string, body?: unknown) {
-  const response = await fetch(`${url}${path}`, {
-    method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
-}
+const request = jsonRequest;
 
 /**
  * Normal traffic until `done()`: a session, a WebSocket client attached to it (its subscription is

@@ -2,21 +2,13 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
+import { jsonRequest } from '../helpers/http.js';
 import { subscribeOn, waitForType } from '../helpers/protocol.js';
 import { runCli, serveCli } from '../helpers/run-cli.js';
 import { openClient } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
-/** JSON request against a server; returns status and parsed body. */
-async function request(url: string, method: string, path: string, body?: unknown) {
-  const response = await fetch(`${url}${path}`, {
-    method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
-}
+const request = jsonRequest;
 
 /** Rejects after `ms` with `what`, so a missing close or exit fails the test instead of hanging it. */
 function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { execa } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { jsonRequest } from '../helpers/http.js';
 import { insertOldEvents } from '../helpers/old-events.js';
 import { runCli, serveCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -95,20 +96,13 @@ describe('soak: a server left running under mixed load', () => {
       };
       const deadline = Date.now() + SOAK_MS;
       const api = async (method: string, path: string, body?: unknown) => {
-        let response: Response;
         try {
-          response = await fetch(`${server.url}${path}`, {
-            method,
-            headers: body === undefined ? {} : { 'content-type': 'application/json' },
-            body: body === undefined ? undefined : JSON.stringify(body),
-          });
+          return await jsonRequest(server.url, method, path, body);
         } catch (error) {
           throw new Error(
             `${method} ${path}: ${(error as Error).message}; the server's stderr ends:\n${server.stderr().slice(-3_000)}`,
           );
         }
-        const text = await response.text();
-        return { status: response.status, body: text ? JSON.parse(text) : null };
       };
       const refused = (status: number, body: any, what: string): void => {
         const code = body?.error?.code ?? 'none';
