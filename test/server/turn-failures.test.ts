@@ -5,6 +5,7 @@ import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
 import { startServer } from '../../src/core/server/server.js';
 import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
+import { eventually } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
 import { startTestServer, type TestClient } from '../helpers/server.js';
 import { startReplayServer } from '../helpers/sse-server.js';
@@ -197,6 +198,62 @@ describe('a turn that fails never takes the server down (issue 12, observation 1
       ]);
     } finally {
       await s.close();
+    }
+  });
+
+  it('lenient validation: a turn.completed no schema accepts (token totals past 2^53) is replaced by one that says invalid_terminal_event', async () => {
+    // Each call reports 2^52 prompt tokens: every llm.call_completed is valid, their sum in the turn's
+    // total_input_tokens is not a safe integer, so lenient validation drops the turn's own end.
+    const replay = await startReplayServer([
+      { fixture: 'openai-tool-call-huge-usage.sse' },
+      { fixture: 'openai-tool-answer-huge-usage.sse' },
+    ]);
+    const s = await serverWith('lenient', [], {
+      default_model: 'ollama:llama3.2:3b',
+      providers: { ollama: { kind: 'openai-compatible', base_url: `${replay.url}/v1` } },
+    });
+    try {
+      const sessionId = await s.createSession();
+      const client = await s.attach(sessionId);
+      client.send({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false });
+      await client.waitFor((f) => f.type === 'subscribe_ack');
+      const turnId = await s.submit(sessionId, 'Read my notes');
+      const end = await turnEnd(client, turnId);
+      const events = client.events().filter((e) => e.turn_id === turnId);
+      const started = events.find((e) => e.type === 'turn.started');
+      expect(end.event.type).toBe('turn.completed');
+      expect(end.event.parent_event_id).toBe(started.id);
+      expect(end.event.payload).toMatchObject({
+        stop_reason: 'end_turn',
+        llm_call_count: 2,
+        tool_call_count: 1,
+        total_input_tokens: 0,
+        total_output_tokens: 0,
+        total_cost_usd: 0,
+        wall_time_seconds: 0,
+        signals_extra: { failure: 'invalid_terminal_event' },
+      });
+      // Both model calls went out whole: only the terminal event was refused.
+      expect(
+        events.filter((e) => e.type === 'llm.call_completed').map((e) => e.payload.input_tokens),
+      ).toEqual([2 ** 52, 2 ** 52]);
+      await settleLogs();
+      expect(s.logs.at(LEVEL.error).map((r) => r.msg)).toEqual([
+        expect.stringContaining('dropped invalid event: invalid payload for "turn.completed"'),
+      ]);
+
+      // Stored once, the session is free again, and the server goes on.
+      await s.context.flush();
+      const stored = s.context.db
+        .prepare("SELECT type FROM events WHERE turn_id = ? AND type LIKE 'turn.%' ORDER BY id")
+        .pluck()
+        .all(turnId);
+      expect(stored).toEqual(['turn.started', 'turn.completed']);
+      expect(await eventually(() => s.runtime.getSession(sessionId).current_turn_id === null)).toBe(true);
+      expect(await s.healthz()).toBe(200);
+    } finally {
+      await s.close();
+      await replay.close();
     }
   });
 
