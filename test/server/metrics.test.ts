@@ -1,5 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import { describe, expect, it } from 'vitest';
+import { MAX_MODEL_LABELS } from '../../src/core/server/metrics-tally.js';
 import { emitPadded } from '../helpers/flood.js';
 import { scrape, sum } from '../helpers/prometheus.js';
 import {
@@ -116,6 +117,51 @@ describe('GET /metrics', () => {
     // Low cardinality: no session or turn id ever becomes a label.
     expect(m.text).not.toContain(sessionId);
     expect(m.text).not.toMatch(/turn_[0-9A-Z]{26}/);
+  });
+
+  it('counts a turn the runtime marked failed (signals_extra.failure) as failed, and folds model names past the cap into "other"', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    // What crash recovery and a turn failing from inside emit: a turn.completed whose one model call
+    // completed, marked failed by signals_extra.
+    t.context.bus.emit({
+      type: 'turn.completed',
+      session_id: sessionId,
+      turn_id: 'turn_recovered',
+      payload: {
+        stop_reason: 'end_turn',
+        llm_call_count: 1,
+        tool_call_count: 0,
+        total_input_tokens: 0,
+        total_output_tokens: 0,
+        total_cost_usd: 0,
+        wall_time_seconds: 0,
+        signals_extra: { failure: 'server_stopped' },
+      },
+    });
+    // A client may name any model: distinct names beyond MAX_MODEL_LABELS share one label.
+    for (let i = 0; i < MAX_MODEL_LABELS + 10; i += 1) {
+      t.context.bus.emit({
+        type: 'llm.call_failed',
+        session_id: sessionId,
+        turn_id: `turn_${i}`,
+        payload: {
+          model: `scripted:made-up-${i}`,
+          provider: 'scripted',
+          error_class: 'server_error',
+          error_message_redacted: 'no',
+          retry_count: 0,
+          latency_ms: 1,
+        },
+      });
+    }
+    await t.context.flush();
+    const m = await scrape(t.url);
+    expect(m.value('metis_turns_total', { outcome: 'failed' })).toBe(1);
+    expect(m.value('metis_turns_total', { outcome: 'completed' }) ?? 0).toBe(0);
+    const models = new Set(m.series('metis_model_calls_total').map(([labels]) => labels.model));
+    expect(models.size).toBe(MAX_MODEL_LABELS + 1);
+    expect(m.value('metis_model_calls_total', { model: 'other', outcome: 'server_error' })).toBe(10);
   });
 
   it('counts a client_too_slow close (after its lag warning), a served replay with its size, and a cursor_expired', async () => {

@@ -38,6 +38,8 @@ export type TurnOutcome = 'completed' | 'failed' | 'cancelled';
 
 /** Events whose payloads the metrics read: turn outcomes and model calls. */
 const OBSERVED_TYPES = ['turn.completed', 'turn.cancelled', 'llm.call_completed', 'llm.call_failed'];
+/** Distinct `model` label values before the rest are counted as `other`. */
+export const MAX_MODEL_LABELS = 64;
 
 /**
  * What the metrics learn from events, with as little coupling as possible: `bus.onEmit` and the
@@ -61,6 +63,7 @@ export class EventTally {
   readonly costUsd = new Tally();
   /** Turns whose latest model call failed: a `turn.completed` after one is a failed turn (§9.1). */
   private readonly lastCallFailed = new Set<string>();
+  private readonly modelLabels = new Set<string>();
   private readonly detachers: (() => void)[] = [];
   private readonly subscription: SubscriptionHandle;
 
@@ -93,12 +96,25 @@ export class EventTally {
     this.bus.unsubscribe(this.subscription, 'shutdown');
   }
 
+  /**
+   * The `model` label: a client may name any model (scripted:anything, any name an OpenAI-compatible
+   * server accepts), so past MAX_MODEL_LABELS distinct names the rest share `other` and a client cannot
+   * grow the series without bound.
+   */
+  private modelLabel(model: unknown): string {
+    const name = String(model);
+    if (this.modelLabels.has(name)) return name;
+    if (this.modelLabels.size >= MAX_MODEL_LABELS) return 'other';
+    this.modelLabels.add(name);
+    return name;
+  }
+
   private observe(event: MetisEvent): void {
     const p = event.payload;
     const turnId = event.turn_id ?? '';
     switch (event.type) {
       case 'llm.call_completed': {
-        const model = String(p.model);
+        const model = this.modelLabel(p.model);
         this.lastCallFailed.delete(turnId);
         this.modelCalls.add(`${model}\0completed`);
         this.tokens.add(`${model}\0input`, Number(p.input_tokens) || 0);
@@ -110,11 +126,14 @@ export class EventTally {
       }
       case 'llm.call_failed':
         this.lastCallFailed.add(turnId);
-        this.modelCalls.add(`${String(p.model)}\0${String(p.error_class)}`);
+        this.modelCalls.add(`${this.modelLabel(p.model)}\0${String(p.error_class)}`);
         return;
       case 'turn.completed': {
-        // The client's rule (follow-turn.ts): a turn whose last call failed, or that made none, failed.
-        const failed = this.lastCallFailed.delete(turnId) || p.llm_call_count === 0;
+        // The client's rule (follow-turn.ts): a turn whose last call failed, that made none, or that the
+        // runtime marked failed (signals_extra.failure: an internal error, a crash), failed.
+        const extra = p.signals_extra as { failure?: unknown } | null | undefined;
+        const failed =
+          this.lastCallFailed.delete(turnId) || p.llm_call_count === 0 || typeof extra?.failure === 'string';
         this.turns.add(failed ? 'failed' : 'completed');
         return;
       }
