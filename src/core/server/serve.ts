@@ -172,6 +172,8 @@ export async function startService(
     let stopping: Promise<void> | null = null;
     const abandon = () => {
       try {
+        // A writer still waiting out an outage would retry against the closed connection for ever.
+        opened.writer.close();
         if (opened.db.open) opened.db.close();
       } catch (error) {
         logger.error({ err: (error as Error).message }, 'closing the database at a forced stop failed');

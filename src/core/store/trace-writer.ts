@@ -49,6 +49,19 @@ export interface TraceWriterStats {
   rejectedRows: number;
 }
 
+/**
+ * Events that end something a client waits for: past the buffer's bound they are still kept (a few per
+ * turn, so the bound is exceeded by little), so that an acknowledged turn always ends for its clients
+ * and in the store, with the dropped events before it reported as a gap.
+ */
+const ENDINGS: ReadonlySet<string> = new Set([
+  'turn.completed',
+  'turn.cancelled',
+  'session.ended',
+  'delegate.completed',
+  'delegate.failed',
+]);
+
 /** A recovery after an outage commits the backlog in transactions of at most this many items. */
 const MAX_ITEMS_PER_RECOVERY_TRANSACTION = 5000;
 /** Approximate bytes of a row beside its payload JSON, for the buffer's byte bound. */
@@ -171,7 +184,8 @@ export class TraceWriter {
     for (const event of events) {
       const params = eventToParams(event);
       const bytes = (params[9] as string).length + ROW_OVERHEAD_BYTES;
-      if (bounded && (this.queue.events >= this.maxEvents || this.queue.bytes + bytes > this.maxBytes)) {
+      const full = this.queue.events >= this.maxEvents || this.queue.bytes + bytes > this.maxBytes;
+      if (bounded && full && !ENDINGS.has(event.type)) {
         dropped.push(event);
         this.ledger.dropped(event);
         continue;
@@ -185,6 +199,14 @@ export class TraceWriter {
 
   /** Queues a session-store row behind every event and row already queued. Rows are never dropped. */
   writeRow(row: RowWrite): void {
+    if (this.closed) {
+      row.settled?.(false);
+      return;
+    }
+    // Events emitted before this row may still sit in the bus's queue until its next tick: hand them to
+    // the writer first, so the row commits after them (in order), not ahead of them in a transaction of
+    // its own. Inside a dispatch the bus defers this, and the events being dispatched are queued already.
+    this.bus?.dispatchNow();
     this.queue.push({ row, bytes: ROW_OVERHEAD_BYTES });
     this.drain();
   }
