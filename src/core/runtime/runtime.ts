@@ -9,6 +9,7 @@ import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import type { Db } from '../store/database.js';
 import { SessionStore } from '../store/session-store.js';
+import { DEFAULT_COMMIT_WAIT_MS, writerOf } from '../store/trace-writer.js';
 import type { ChildProcessRecord } from './child-process-record.js';
 import { ConfirmationBroker } from './confirmations.js';
 import { CostAccumulator } from './cost-accumulator.js';
@@ -95,6 +96,8 @@ export class Runtime {
   private readonly live = new Map<string, LiveSession>();
   private readonly routingPolicyVersion: string;
   private readonly beforeToolExecute?: () => Promise<void>;
+  /** A user's turn waits for its `turn.started` to be stored before it calls a model (see TurnRequest). */
+  private readonly startGate?: (turnStartedId: string) => Promise<void>;
   private closed = false;
 
   constructor(options: RuntimeOptions) {
@@ -105,6 +108,10 @@ export class Runtime {
     this.sessions = new SessionStore(options.db);
     this.models = new ModelRegistry(this.config);
     this.beforeToolExecute = options.beforeToolExecute;
+    const writer = writerOf(options.db);
+    if (writer !== undefined) {
+      this.startGate = (id) => writer.whenCommitted(id, DEFAULT_COMMIT_WAIT_MS);
+    }
     this.routingPolicyVersion = sha256(
       JSON.stringify([
         this.config.default_model,
@@ -203,7 +210,7 @@ export class Runtime {
     }
     if (options.model) assertModelId(options.model, 'model');
     const state: TurnState = { turnId: newId('turn'), controller: new AbortController(), cancelReason: null };
-    const done = this.runTurn(session, message, options.model ?? null, null, state);
+    const done = this.runTurn(session, message, options.model ?? null, null, state, undefined, this.startGate);
     return { turnId: state.turnId, done };
   }
 
@@ -324,6 +331,7 @@ export class Runtime {
     delegateModel: string | null,
     state: TurnState,
     excludedTools?: ReadonlySet<string>,
+    startGate?: (turnStartedId: string) => Promise<void>,
   ): Promise<TurnOutcome> {
     const timer = setTimeout(() => cancelTurnState(state, 'timeout'), this.config.turn_timeout_ms);
     const entry = { state, timer, done: undefined as unknown as Promise<TurnOutcome> };
@@ -344,6 +352,7 @@ export class Runtime {
         history: () => this.history(session.id),
         sessionAllowed: session.sessionAllowed,
         beforeToolExecute: this.beforeToolExecute,
+        startGate,
       })
       .catch((error: unknown): TurnOutcome => {
         this.logger.error(

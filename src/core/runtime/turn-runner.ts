@@ -68,6 +68,12 @@ export interface TurnRequest {
   readonly history: () => readonly ConversationMessage[];
   readonly sessionAllowed: Set<string>;
   readonly beforeToolExecute?: () => Promise<void>;
+  /**
+   * Resolves once `turn.started` is stored; the turn calls no model and runs no tool before. When it
+   * rejects (storage did not take the event in time) the turn ends cancelled with reason `timeout`,
+   * having done nothing, which is what the client's 503 says.
+   */
+  readonly startGate?: (turnStartedId: string) => Promise<void>;
 }
 
 export interface TurnOutcome {
@@ -225,6 +231,17 @@ export class TurnRunner {
       });
       return outcome(status, finalText);
     };
+
+    // A turn.started dropped by lenient validation is never stored: there is nothing to wait for.
+    if (request.startGate && turnStarted.id !== null) {
+      try {
+        await request.startGate(turnStarted.id);
+      } catch {
+        cancelTurnState(state, 'timeout');
+        return cancelled('');
+      }
+      if (signal.aborted) return cancelled('');
+    }
 
     // No candidate can serve: route.decided needs a chosen model, so there is none; the turn still
     // ends, as a failed turn without model calls (docs/decisions.md "A turn no model can serve").

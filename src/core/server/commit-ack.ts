@@ -2,8 +2,9 @@ import type { MetisEvent } from '../events/envelope.js';
 import { storageError } from '../store/storage-errors.js';
 import type { TraceContext } from '../store/trace-context.js';
 
-/** Default bound of the wait behind a 2xx: storage that does not take the event by then is a 503/507. */
-export const DEFAULT_COMMIT_WAIT_MS = 5000;
+import { DEFAULT_COMMIT_WAIT_MS } from '../store/trace-writer.js';
+
+export { DEFAULT_COMMIT_WAIT_MS };
 
 /**
  * Runs `act` and returns its result with the first event it emitted that `match` accepts. The runtime

@@ -62,6 +62,12 @@ const ENDINGS: ReadonlySet<string> = new Set([
   'delegate.failed',
 ]);
 
+/**
+ * How long a request's first event may wait for storage before the request is refused (503/507): the
+ * HTTP acknowledgement (server/commit-ack.ts) and the runtime's start gate wait the same.
+ */
+export const DEFAULT_COMMIT_WAIT_MS = 5000;
+
 /** A recovery after an outage commits the backlog in transactions of at most this many items. */
 const MAX_ITEMS_PER_RECOVERY_TRANSACTION = 5000;
 /** Approximate bytes of a row beside its payload JSON, for the buffer's byte bound. */
