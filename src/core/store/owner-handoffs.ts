@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { EventValidationError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
+import { gapKeyOf, inFlightOf, type Settle, settleBehindEvents } from './handoff-settle.js';
 import type { TraceContext } from './trace-context.js';
 
 /**
@@ -13,8 +14,10 @@ import type { TraceContext } from './trace-context.js';
  * own bus: the server at start-up and, while it runs, whenever another connection committed (it polls
  * `PRAGMA data_version`, which changes only then); a prune that owns the database drains it itself.
  *
- * Delivery is at least once: a handoff row is deleted only after the event it became is stored, so a
- * crash in between emits it again at the next start rather than losing an audit event (`trace.swept`).
+ * Delivery is at least once: a handoff row is deleted only once the event it became is stored (the
+ * delete is queued on the trace writer right behind the event and checks for it), so a crash in
+ * between emits it again at the next start rather than losing an audit event (`trace.swept`). While
+ * the process runs it is exactly once: a handoff whose settle is still on its way is not emitted again.
  */
 
 export type HandoffType = 'bus.gap_detected' | 'trace.swept';
@@ -61,7 +64,10 @@ export function gapAlreadyReported(db: Db, sessionId: string, gapStartId: string
   );
 }
 
-/** Marks handoffs as done in one transaction: their gaps become reported and their rows go. */
+/**
+ * Marks handoffs as done in one transaction of its own: their gaps become reported and their rows go.
+ * For a connection without a trace writer; the owner settles through its writer (`drainHandoffs`).
+ */
 export function settleHandoffs(db: Db, handoffs: readonly Handoff[]): void {
   if (handoffs.length === 0) return;
   const saveGap = db.prepare(
@@ -81,51 +87,58 @@ export function settleHandoffs(db: Db, handoffs: readonly Handoff[]): void {
 }
 
 /**
- * Emits every pending handoff through the owner's bus, waits until they are stored, then settles the
- * ones that were. A gap reported since it was queued (twice queued, or reported live) is settled
- * without a second event, and so is a row whose payload the catalog rejects (logged). Returns the
- * handoffs emitted.
+ * Emits every pending handoff through the owner's bus and queues their settle on the trace writer
+ * right behind the events, so it commits in the same ordered queue, with them or just after, and is
+ * retried with them while another process holds the write lock. A gap reported since it was queued
+ * (twice queued, reported live, or being reported by an earlier handoff) is settled without a second
+ * event, and so is a row whose payload the catalog rejects (logged). Returns the handoffs emitted
+ * and settled, once their settle committed.
  */
 export async function drainHandoffs(context: TraceContext, logger?: Logger): Promise<Handoff[]> {
   const { db, bus } = context;
-  const pending = pendingHandoffs(db);
+  const inFlight = inFlightOf(db);
+  const pending = pendingHandoffs(db).filter((handoff) => !inFlight.ids.has(handoff.id));
   if (pending.length === 0) return [];
-  /** Settled without an event: already reported, or invalid. */
-  const duplicates: Handoff[] = [];
-  const emitted: { handoff: Handoff; eventId: string }[] = [];
-  const gapsThisDrain = new Set<string>();
-  for (const handoff of pending) {
-    if (handoff.type === 'bus.gap_detected') {
-      const key = `${handoff.session_id}\u0000${String(handoff.payload.gap_start_id)}`;
+  const settles: Settle[] = [];
+  let failure: unknown = null;
+  try {
+    for (const handoff of pending) {
+      const gap = handoff.type === 'bus.gap_detected';
       if (
-        gapsThisDrain.has(key) ||
-        gapAlreadyReported(db, handoff.session_id, String(handoff.payload.gap_start_id))
+        gap &&
+        (inFlight.gaps.has(gapKeyOf(handoff)) ||
+          gapAlreadyReported(db, handoff.session_id, String(handoff.payload.gap_start_id)))
       ) {
-        duplicates.push(handoff);
+        settles.push({ handoff, by: 'gap' });
+        inFlight.ids.add(handoff.id);
         continue;
       }
-      gapsThisDrain.add(key);
+      let event: ReturnType<typeof bus.emit>;
+      try {
+        event = bus.emit({ type: handoff.type, session_id: handoff.session_id, payload: handoff.payload });
+      } catch (error) {
+        if (!(error instanceof EventValidationError)) throw error;
+        event = null;
+      }
+      if (event !== null) {
+        settles.push({ handoff, by: 'event', eventId: event.id });
+        if (gap) inFlight.gaps.add(gapKeyOf(handoff));
+      } else {
+        // A row no payload schema accepts would be retried for ever and keep the server from starting.
+        logger?.error(
+          { handoff_id: handoff.id, type: handoff.type },
+          'discarded an invalid handed-off event',
+        );
+        settles.push({ handoff, by: 'discard' });
+      }
+      inFlight.ids.add(handoff.id);
     }
-    let event: ReturnType<typeof bus.emit>;
-    try {
-      event = bus.emit({ type: handoff.type, session_id: handoff.session_id, payload: handoff.payload });
-    } catch (error) {
-      if (!(error instanceof EventValidationError)) throw error;
-      event = null;
-    }
-    if (event !== null) emitted.push({ handoff, eventId: event.id });
-    else {
-      // A row no payload schema accepts would be retried for ever and keep the server from starting.
-      logger?.error({ handoff_id: handoff.id, type: handoff.type }, 'discarded an invalid handed-off event');
-      duplicates.push(handoff);
-    }
+  } catch (error) {
+    failure = error; // what was emitted before it is still settled, never emitted twice
   }
-  await context.flush();
-  // Only what reached the table is settled; the rest stays queued for the next drain.
-  const stored = db.prepare('SELECT 1 FROM events WHERE id = ?').pluck();
-  const done = emitted.filter((e) => stored.get(e.eventId) !== undefined).map((e) => e.handoff);
-  settleHandoffs(db, [...duplicates, ...done]);
-  return done;
+  const settled = settles.length === 0 ? [] : await settleBehindEvents(context, settles);
+  if (failure !== null) throw failure;
+  return settled;
 }
 
 export interface HandoffWatchOptions {
