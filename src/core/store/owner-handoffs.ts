@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { withDeadline } from '../deadline.js';
 import { EventValidationError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
@@ -148,6 +149,8 @@ export interface HandoffWatchOptions {
 }
 
 const DEFAULT_WATCH_INTERVAL_MS = 200;
+/** The longest the final drain may hold a close while storage is unavailable. */
+const CLOSE_DRAIN_MS = 5000;
 
 /**
  * While the owner runs: drains handoffs whenever another connection committed. The timer is unref'd
@@ -184,11 +187,17 @@ export function watchHandoffs(context: TraceContext, options: HandoffWatchOption
     await draining; // a drain under way settles before the database closes
   };
   context.onClose(async () => {
-    await stop();
-    // What was handed over since the last tick is recorded now, not left for the next owner.
-    await drainHandoffs(context, options.logger).catch((error: unknown) => {
-      options.logger?.warn({ err: (error as Error).message }, 'handed-off events left for the next start');
-    });
+    // What was handed over since the last tick is recorded now, not left for the next owner; but a
+    // storage outage must not hold the close (whatever is not settled stays queued for the next start).
+    const finalDrain = async () => {
+      await stop();
+      await drainHandoffs(context, options.logger);
+    };
+    await withDeadline(finalDrain(), CLOSE_DRAIN_MS, 'recording handed-off events at close').catch(
+      (error: unknown) => {
+        options.logger?.warn({ err: (error as Error).message }, 'handed-off events left for the next start');
+      },
+    );
   });
   return stop;
 }
