@@ -34,6 +34,11 @@ export interface EmitInput {
   readonly payload: Record<string, unknown>;
   /** May only make the event more private than the catalog and §4.4.1 would record it. */
   readonly sensitivity?: Sensitivity;
+  /**
+   * The id, taken from `newEventId()` just before the call (so ids stay monotonic), for an event whose
+   * payload names itself: a `bus.gap_detected` that is the first persisted event after its gap.
+   */
+  readonly presetId?: string;
 }
 
 export interface EventBusOptions {
@@ -127,7 +132,7 @@ export class EventBus {
         ? input.sensitivity
         : resolved;
     const event: MetisEvent = {
-      id: newEventId(),
+      id: input.presetId ?? newEventId(),
       timestamp: microsToIso(nowMicros()),
       session_id: input.session_id,
       turn_id: input.turn_id ?? null,

@@ -338,9 +338,22 @@ export class TraceWriter {
   private recovered(): void {
     this.retries.recovered();
     this.overflowLogged = false;
-    if (!this.ledger.empty) {
-      const reports = this.ledger.take();
-      setImmediate(() => reportDroppedRanges(reports, this, this.bus, this.logger));
+    if (!this.ledger.empty) setImmediate(() => this.reportDropped());
+  }
+
+  /**
+   * Reports the dropped runs from what is stored (report-dropped.ts). Everything the bus holds is
+   * dispatched first, so each event emitted before now is committed and the store names the events
+   * around every run. Storage failing again meanwhile: the ledger waits for the next recovery.
+   */
+  private reportDropped(): void {
+    if (this.closed) return;
+    this.bus?.dispatchNow();
+    if (this.retries.failure !== null || this.queue.length > 0 || this.ledger.empty) return;
+    try {
+      reportDroppedRanges(this.ledger.take(), this, this.bus, this.logger);
+    } catch (error) {
+      this.logger.error({ err: (error as Error).message }, 'could not report the events dropped');
     }
   }
 
