@@ -210,7 +210,15 @@ export class Runtime {
     }
     if (options.model) assertModelId(options.model, 'model');
     const state: TurnState = { turnId: newId('turn'), controller: new AbortController(), cancelReason: null };
-    const done = this.runTurn(session, message, options.model ?? null, null, state, undefined, this.startGate);
+    const done = this.runTurn(
+      session,
+      message,
+      options.model ?? null,
+      null,
+      state,
+      undefined,
+      this.startGate,
+    );
     return { turnId: state.turnId, done };
   }
 
