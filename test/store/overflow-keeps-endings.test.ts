@@ -17,7 +17,7 @@ describe('a buffer overflow during a storage outage', () => {
     const runtime = createRuntime({
       bus: context.bus,
       db: context.db,
-      config: testRuntimeConfig({ scripted: { slow_token_delay_ms: 5, slow_tokens: 60 } }),
+      config: testRuntimeConfig({ scripted: { slow_token_delay_ms: 5, slow_tokens: 400 } }),
     });
     // As the server sets it: a write under another process's lock fails at once and is retried later.
     context.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
@@ -26,8 +26,15 @@ describe('a buffer overflow during a storage outage', () => {
     const session = runtime.createSession({ workspacePath: tempDir('metis-ws-') });
     await context.flush();
 
-    const lock = await holdWriteLockInChild(context.dbPath, 60_000);
+    // The turn starts (its turn.started stored, so it may call the model) before the lock is taken.
+    const streaming = new Promise<void>((resolve) => {
+      runtime.streaming.subscribe((event) => {
+        if (event.type === 'text.delta') resolve();
+      });
+    });
     const turn = runtime.submitTurn(session.id, 'slow: a long answer');
+    await streaming;
+    const lock = await holdWriteLockInChild(context.dbPath, 60_000);
     // Another session's traffic fills the bounded buffer while the lock is held.
     for (let round = 0; round < 10; round += 1) {
       for (let i = 0; i < 10; i += 1) {
