@@ -10,18 +10,37 @@ function digestOf(token: string): Buffer {
   return createHash('sha256').update(token).digest();
 }
 
+/** Unused tokens kept at most; past it the oldest is forgotten (DESIGN.md: attach tokens). */
+export const DEFAULT_MAX_UNUSED_TOKENS = 1000;
+
 /**
  * Attach tokens (streaming §3.1): single use, expiring `ttlMs` after issue if unused. Tokens are kept
  * by their SHA-256, so the lookup learns nothing from timing about the token itself, and the final
  * comparison is constant-time. Tokens are never logged.
+ *
+ * Bounded: at most `maxUnused` wait to be used, the oldest going first, so a client that asks for
+ * handshakes and never attaches costs a fixed amount of memory (20,000 of them used to cost ~30 MiB).
  */
 export class AttachTokens {
+  /** In issue order, which is also expiry order (one ttl for all): sweeping stops at the first live one. */
   private readonly issued = new Map<string, Issued>();
 
-  constructor(private readonly ttlMs = 60_000) {}
+  constructor(
+    private readonly ttlMs = 60_000,
+    private readonly maxUnused = DEFAULT_MAX_UNUSED_TOKENS,
+  ) {}
+
+  /** Tokens issued and not yet used or expired. */
+  get size(): number {
+    return this.issued.size;
+  }
 
   issue(sessionId: string): string {
     this.sweep();
+    while (this.issued.size >= this.maxUnused) {
+      const oldest = this.issued.keys().next().value as string;
+      this.issued.delete(oldest);
+    }
     const token = `atk_${randomBytes(24).toString('base64url')}`;
     const digest = digestOf(token);
     this.issued.set(digest.toString('hex'), { sessionId, expiresAt: Date.now() + this.ttlMs, digest });
@@ -43,6 +62,9 @@ export class AttachTokens {
 
   private sweep(): void {
     const now = Date.now();
-    for (const [key, entry] of this.issued) if (entry.expiresAt <= now) this.issued.delete(key);
+    for (const [key, entry] of this.issued) {
+      if (entry.expiresAt > now) return;
+      this.issued.delete(key);
+    }
   }
 }
