@@ -2,7 +2,7 @@ import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
-import { startService } from '../core/server/serve.js';
+import { bearerTokenFromEnv, CONFORMANCE_WARNING, startService } from '../core/server/serve.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { asStorageError } from '../core/store/storage-errors.js';
 
@@ -65,6 +65,7 @@ async function serve(options: ServeOptions): Promise<void> {
     }
     config.runtime.default_model = options.model;
   }
+  bearerTokenFromEnv(); // a weak token in the environment is refused before anything starts
   const dbPath = resolveDbPath(options.db ?? config.storage.database);
   const logger = createLogger({ level: process.env.METIS_LOG_LEVEL ?? 'info' });
   const faults = options.fault ?? [];
@@ -148,6 +149,7 @@ async function serve(options: ServeOptions): Promise<void> {
         gaps: service.gaps.length,
         recovered_turns: service.recovery.turns,
         plugins: pluginNames,
+        ...(options.conformance ? { warning: `--conformance: ${CONFORMANCE_WARNING}` } : {}),
       }),
     );
   } else {
@@ -160,6 +162,7 @@ async function serve(options: ServeOptions): Promise<void> {
       console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);
     if (service.recovery.turns > 0)
       console.log(`  recovered ${service.recovery.turns} turns the last run left open, ended as failed`);
+    if (options.conformance) console.log(`  WARNING   --conformance: ${CONFORMANCE_WARNING}`);
     console.log('Press Ctrl-C to stop.');
   }
   await stopped;

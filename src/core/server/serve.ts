@@ -20,6 +20,34 @@ import { type MetisServer, startServer } from './server.js';
 /** Pause before each tool runs in `--conformance` mode (docs/conformance.md). */
 export const SEAM_PAUSE_MS = 300;
 
+/** What `--conformance` turns off or changes, said in the banner (issue 13, observation 7). */
+export const CONFORMANCE_WARNING =
+  'tools run WITHOUT confirmation, heartbeats every 250 ms, tool calls paused 300 ms, test routes open: for the conformance suite only, never for real work';
+
+/**
+ * The bearer token from the environment: `METIS_TOKEN`, the variable every client command reads, or
+ * the older `METIS_BEARER_TOKEN`. Held to the config's rule (16 characters at least): a weak token must
+ * not open a non-loopback bind just because it came from the environment.
+ * @throws MetisError METIS_ERR_CONFIG_INVALID naming the variable
+ */
+export function bearerTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string | null {
+  for (const name of ['METIS_TOKEN', 'METIS_BEARER_TOKEN'] as const) {
+    const value = env[name];
+    if (!value) continue;
+    if (value.length < MIN_TOKEN_LENGTH) {
+      throw new MetisError(
+        'METIS_ERR_CONFIG_INVALID',
+        `${name}: must be at least ${MIN_TOKEN_LENGTH} characters (it has ${value.length})`,
+        { hint: `Use a long random token, e.g. METIS_TOKEN=$(openssl rand -hex 24).` },
+      );
+    }
+    return value;
+  }
+  return null;
+}
+
+const MIN_TOKEN_LENGTH = 16;
+
 /** Tools run without confirmation and the scripted model streams fast, so checks take seconds. */
 function conformanceRuntime(runtime: MetisConfig['runtime']): MetisConfig['runtime'] {
   return {
@@ -140,7 +168,7 @@ export async function startService(
     const server = await startServer(runtime, trace, {
       host: config.server.host,
       port: config.server.port,
-      bearerToken: config.server.bearer_token ?? process.env.METIS_BEARER_TOKEN ?? null,
+      bearerToken: config.server.bearer_token ?? bearerTokenFromEnv(),
       allowedOrigins: config.server.allowed_origins,
       attachTokenTtlMs: config.server.attach_token_ttl_ms,
       stream: {

@@ -97,7 +97,7 @@ export async function startServer(
   const bearerToken = options.bearerToken ?? null;
   if (!loopbackOnly && bearerToken === null) {
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `binding ${host} needs a bearer token`, {
-      hint: 'Set server.bearer_token in config (or METIS_BEARER_TOKEN) before binding a non-loopback address.',
+      hint: 'Set server.bearer_token in config (or METIS_TOKEN, 16 characters at least) before binding a non-loopback address.',
     });
   }
   const security: SecurityOptions = {
