@@ -1,8 +1,8 @@
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { isGone } from '../helpers/processes.js';
+import { isGone, procStat } from '../helpers/processes.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli, spawnCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -95,7 +95,13 @@ describe.skipIf(linuxOnly)('a server killed mid-turn, started again (issue 12, o
     expect(await eventually(() => stored(shellTurn, 'tool.called').length === 1, 20_000)).toBe(true);
     const [sleepPid] = pidsRunning(['sleep', sleepSeconds]);
 
+    const recordBefore = existsSync(`${dbPath}.children`)
+      ? readFileSync(`${dbPath}.children`, 'utf8')
+      : 'none';
     await first.stop('SIGKILL');
+    const recordAfterCrash = existsSync(`${dbPath}.children`)
+      ? readFileSync(`${dbPath}.children`, 'utf8')
+      : 'none';
     // The crash itself: the child outlives the server, and both turns are open.
     expect(isGone(sleepPid!)).toBe(false);
     expect(
@@ -106,7 +112,12 @@ describe.skipIf(linuxOnly)('a server killed mid-turn, started again (issue 12, o
 
     const second = await serveCli(home, args);
     expect(JSON.parse(second.stdout().split('\n')[0]!)).toMatchObject({ recovered_turns: 2 });
-    expect(await eventually(() => isGone(sleepPid!), 10_000)).toBe(true);
+    const killed = await eventually(() => isGone(sleepPid!), 10_000);
+    expect(
+      killed,
+      `the run: child ${sleepPid} (${procStat(sleepPid!)?.join(' ')}) outlived the restart; ` +
+        `the record before/after the crash: ${recordBefore} / ${recordAfterCrash}; the first server's stderr: ${first.stderr().slice(-2_000)}; the second server's stderr: ${second.stderr().slice(-2_000)}`,
+    ).toBe(true);
     expect(query(OPEN_TURNS)).toEqual([]);
     for (const turnId of [chatTurn, shellTurn]) {
       const [started] = stored(turnId, 'turn.started');
