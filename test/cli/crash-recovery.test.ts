@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { jsonRequest } from '../helpers/http.js';
 import { isGone, procStat } from '../helpers/processes.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli, spawnCli } from '../helpers/run-cli.js';
@@ -30,12 +31,7 @@ function project() {
 }
 
 async function post(url: string, path: string, body: unknown): Promise<Record<string, any>> {
-  const response = await fetch(`${url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return (await response.json()) as Record<string, any>;
+  return (await jsonRequest(url, 'POST', path, body)).body;
 }
 
 /** A read-only view of the database; the query runs afresh on each call. */

@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
+import { jsonRequest } from '../helpers/http.js';
 import { eventually } from '../helpers/protocol.js';
 import { runCli, serveCli, spawnCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -23,12 +24,7 @@ const CONFIG = {
 };
 
 async function post(url: string, path: string, body: unknown): Promise<Record<string, any>> {
-  const response = await fetch(`${url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return (await response.json()) as Record<string, any>;
+  return (await jsonRequest(url, 'POST', path, body)).body;
 }
 
 /** Runs `sql` on a fresh read-only connection (the database file is replaced during the test). */

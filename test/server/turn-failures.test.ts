@@ -22,6 +22,17 @@ function turnEnd(client: TestClient, turnId: string) {
   );
 }
 
+/** A client attached to the session and subscribed to every event type, from now on. */
+async function subscribedFull(
+  server: { attach(sessionId: string): Promise<TestClient> },
+  sessionId: string,
+): Promise<TestClient> {
+  const client = await server.attach(sessionId);
+  client.send({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false });
+  await client.waitFor((f) => f.type === 'subscribe_ack');
+  return client;
+}
+
 const typesOf = (client: TestClient, turnId: string) =>
   client
     .events()
@@ -98,9 +109,7 @@ describe('a turn that fails never takes the server down (issue 12, observation 1
     const { writeFileSync } = await import('node:fs');
     writeFileSync(`${t.workspace}/notes.txt`, 'hello from the notes\n');
     const sessionId = await t.createSession();
-    const client = await t.attach(sessionId);
-    client.send({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false });
-    await client.waitFor((f) => f.type === 'subscribe_ack');
+    const client = await subscribedFull(t, sessionId);
 
     const ends = [];
     for (const message of ['Read my notes', 'Read them again']) {
@@ -128,9 +137,7 @@ describe('a turn that fails never takes the server down (issue 12, observation 1
     const t = await startTestServer();
     const sessionId = await t.createSession();
     const other = await t.createSession();
-    const client = await t.attach(sessionId);
-    client.send({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false });
-    await client.waitFor((f) => f.type === 'subscribe_ack');
+    const client = await subscribedFull(t, sessionId);
     t.context.db.exec(`
       CREATE TRIGGER refuse_assistant BEFORE INSERT ON messages WHEN NEW.role = 'assistant'
       BEGIN SELECT RAISE(ABORT, 'disk says no'); END;`);
@@ -178,9 +185,7 @@ describe('a turn that fails never takes the server down (issue 12, observation 1
     const s = await serverWith('lenient', [oddTool]);
     try {
       const sessionId = await s.createSession();
-      const client = await s.attach(sessionId);
-      client.send({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false });
-      await client.waitFor((f) => f.type === 'subscribe_ack');
+      const client = await subscribedFull(s, sessionId);
       const turnId = await s.submit(sessionId, 'time');
       const end = await turnEnd(client, turnId);
       expect(end.event.type).toBe('turn.completed');
@@ -214,9 +219,7 @@ describe('a turn that fails never takes the server down (issue 12, observation 1
     });
     try {
       const sessionId = await s.createSession();
-      const client = await s.attach(sessionId);
-      client.send({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false });
-      await client.waitFor((f) => f.type === 'subscribe_ack');
+      const client = await subscribedFull(s, sessionId);
       const turnId = await s.submit(sessionId, 'Read my notes');
       const end = await turnEnd(client, turnId);
       const events = client.events().filter((e) => e.turn_id === turnId);
@@ -261,9 +264,7 @@ describe('a turn that fails never takes the server down (issue 12, observation 1
     const s = await serverWith('strict', [oddTool]);
     try {
       const sessionId = await s.createSession();
-      const client = await s.attach(sessionId);
-      client.send({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false });
-      await client.waitFor((f) => f.type === 'subscribe_ack');
+      const client = await subscribedFull(s, sessionId);
       const turnId = await s.submit(sessionId, 'time');
       const end = await turnEnd(client, turnId);
       expect(end.event.payload).toMatchObject({
