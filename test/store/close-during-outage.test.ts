@@ -19,7 +19,6 @@ describe('closing the trace store during a storage outage', () => {
     const context = openTraceContext({ dbPath, validation: 'strict', closeFlushTimeoutMs: 1000 });
     await context.flush();
     context.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
-    watchHandoffs(context, { intervalMs: 100 });
     const other = new Database(dbPath);
     other
       .prepare(
@@ -37,7 +36,10 @@ describe('closing the trace store during a storage outage', () => {
       );
     other.close();
     const lock = await holdWriteLockInChild(dbPath, 30_000);
-    await new Promise((resolve) => setTimeout(resolve, 500)); // the watcher's drain meets the lock
+    // Watched only once the lock is held: a watcher already running could record the handoff while the
+    // lock holder was still starting (seen in CI on a loaded machine), and then nothing would meet the lock.
+    watchHandoffs(context, { intervalMs: 100 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
 
     const started = Date.now();
     await context.close();
