@@ -68,6 +68,11 @@ export class MetisClient implements AsyncIterable<ClientItem> {
   private failed: ClientFailure | null = null;
   /** Whether the server's resolved filter lets every persisted event through (then `seq` has no holes). */
   private seqComplete = false;
+  /**
+   * Whether the subscription gets every event of the workers too. Without it a worker's confirmations
+   * still arrive (docs/decisions.md "Delegated confirmations"), but alone: their `seq` has holes.
+   */
+  private withWorkers = false;
 
   constructor(private readonly options: ClientOptions) {
     this.lastEventId = options.since ?? null;
@@ -230,6 +235,7 @@ export class MetisClient implements AsyncIterable<ClientItem> {
             this.attempts = 0;
             this.wantSnapshot = false;
             this.seqComplete = receivesEverySeq(frame.resolved_filter);
+            this.withWorkers = frame.resolved_filter?.include_worker_sessions === true;
             this.push({ kind: 'status', status: 'connected', detail: this.options.url });
             break;
           case 'subscribe_error':
@@ -282,6 +288,7 @@ export class MetisClient implements AsyncIterable<ClientItem> {
   private checkSeq(event: WireEvent): void {
     if (!this.seqComplete) return;
     if (event.seq === null || event.seq === undefined || event.session_id === 'system') return;
+    if (!this.withWorkers && event.session_id !== this.options.sessionId) return;
     const last = this.lastSeq.get(event.session_id);
     if (last !== undefined && event.seq > last + 1) {
       this.push({ kind: 'gap', session_id: event.session_id, after_seq: last, next_seq: event.seq });

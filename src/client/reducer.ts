@@ -38,7 +38,8 @@ export interface ToolState {
   tool_name: string;
   session_id: string;
   turn_id: string | null;
-  status: 'requested' | 'running' | 'completed' | 'failed' | 'cancelled';
+  /** `waiting_for_approval`: paused on a `tool.confirmation_requested` until the user decides. */
+  status: 'requested' | 'waiting_for_approval' | 'running' | 'completed' | 'failed' | 'cancelled';
   input: Record<string, unknown> | null;
   error_class: string | null;
   error_message: string | null;
@@ -61,6 +62,8 @@ export interface TurnState {
 
 export interface ConfirmationState {
   confirmation_request_id: string;
+  /** The session whose tool waits: the attached one, or one of its workers. */
+  session_id: string;
   tool_use_id: string;
   tool_name: string;
   summary: string;
@@ -73,6 +76,8 @@ export interface ConfirmationState {
  */
 export interface SnapshotConfirmation {
   confirmation_request_id: string;
+  /** The waiting session (a worker's, for a planner's snapshot); absent from older servers. */
+  session_id?: string;
   tool_use_id: string;
   tool_name: string;
   summary: string;
@@ -145,9 +150,12 @@ function applySnapshot(state: ConversationState, frame: Frame): ConversationStat
   const pending = (frame.pending_confirmations ?? []) as SnapshotConfirmation[];
   if (pending.length > 0) {
     const confirmations = { ...next.confirmations };
+    const sessionId = String((frame.session as { id?: unknown } | null)?.id ?? '');
     for (const c of pending) {
+      next = updateTool(next, c.tool_use_id, { status: 'waiting_for_approval' });
       confirmations[c.confirmation_request_id] = {
         confirmation_request_id: c.confirmation_request_id,
+        session_id: c.session_id ?? sessionId,
         tool_use_id: c.tool_use_id,
         tool_name: c.tool_name,
         summary: c.summary,
@@ -335,11 +343,12 @@ function applyEvent(state: ConversationState, event: WireEvent): ConversationSta
       return state;
     case 'tool.confirmation_requested':
       return {
-        ...state,
+        ...updateTool(state, p.tool_use_id, { status: 'waiting_for_approval' }),
         confirmations: {
           ...state.confirmations,
           [p.confirmation_request_id]: {
             confirmation_request_id: p.confirmation_request_id,
+            session_id: event.session_id,
             tool_use_id: p.tool_use_id,
             tool_name: p.tool_name,
             summary: p.command_summary ?? p.input_summary,
@@ -350,8 +359,10 @@ function applyEvent(state: ConversationState, event: WireEvent): ConversationSta
     case 'tool.confirmation_resolved': {
       const current = state.confirmations[p.confirmation_request_id];
       if (!current) return state;
+      // Allowed, the call runs now; denied or timed out, its tool.failed follows.
+      const tools = p.decision === 'allow' ? updateTool(state, p.tool_use_id, { status: 'running' }) : state;
       return {
-        ...state,
+        ...tools,
         confirmations: {
           ...state.confirmations,
           [p.confirmation_request_id]: { ...current, status: p.decision },

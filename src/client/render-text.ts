@@ -1,5 +1,6 @@
 import type { ClientItem } from './client.js';
 import type { ConversationState, SnapshotConfirmation, WireEvent } from './reducer.js';
+import { visible as v } from './visible-text.js';
 
 /** The part of a `route.decided` chain entry the text view shows. */
 interface ChainEntry {
@@ -43,41 +44,49 @@ export function renderItem(
 ): string {
   if (item.kind === 'status') {
     if (item.status === 'reconnecting')
-      return `${paint(options, 'yellow', `reconnecting… ${item.detail}`)}\n`;
-    if (item.status === 'connected') return `${paint(options, 'dim', `connected to ${item.detail}`)}\n`;
+      return `${paint(options, 'yellow', `reconnecting… ${v(item.detail)}`)}\n`;
+    if (item.status === 'connected') return `${paint(options, 'dim', `connected to ${v(item.detail)}`)}\n`;
     return '';
   }
-  if (item.kind === 'resync') return `${paint(options, 'yellow', `resync: ${item.reason}`)}\n`;
+  if (item.kind === 'resync') return `${paint(options, 'yellow', `resync: ${v(item.reason)}`)}\n`;
   if (item.kind === 'gap') {
-    return `${paint(options, 'red', `gap in ${item.session_id}: seq ${item.after_seq} → ${item.next_seq}`)}\n`;
+    return `${paint(options, 'red', `gap in ${v(item.session_id)}: seq ${item.after_seq} → ${item.next_seq}`)}\n`;
   }
   const frame = item.frame;
   if (frame.type === 'snapshot') {
     const turns = frame.session?.turn_count ?? 0;
-    const summary = `${paint(options, 'dim', `session ${frame.session?.id}: ${frame.messages.length} messages, ${turns} turns, $${frame.session?.cost_so_far_usd ?? 0}`)}\n`;
+    const summary = `${paint(options, 'dim', `session ${v(frame.session?.id)}: ${frame.messages.length} messages, ${turns} turns, $${v(frame.session?.cost_so_far_usd ?? 0)}`)}\n`;
     // Waiting confirmations (an additive snapshot field): the request id and how to answer it.
+    // A worker's pending confirmation is answered through the attached session, like the session's own.
     const pending = ((frame.pending_confirmations ?? []) as SnapshotConfirmation[]).map((c) =>
-      confirmationLines(options, '', frame.session?.id ?? sessionId, c),
+      confirmationLines(
+        options,
+        c.session_id !== undefined && c.session_id !== (frame.session?.id ?? sessionId)
+          ? paint(options, 'dim', `[${v(c.session_id.slice(-6))}] `)
+          : '',
+        sessionId,
+        c,
+      ),
     );
     return summary + pending.join('');
   }
   if (frame.type === 'subscribe_error')
-    return `${paint(options, 'red', `subscribe failed: ${frame.code}: ${frame.message}`)}\n`;
+    return `${paint(options, 'red', `subscribe failed: ${v(frame.code)}: ${v(frame.message)}`)}\n`;
   if (frame.type !== 'event') return '';
   const event = frame.event as WireEvent;
   const worker =
-    event.session_id !== sessionId ? paint(options, 'dim', `[${event.session_id.slice(-6)}] `) : '';
+    event.session_id !== sessionId ? paint(options, 'dim', `[${v(event.session_id.slice(-6))}] `) : '';
   const p = event.payload;
   switch (event.type) {
     case 'turn.started':
-      return `${worker}${paint(options, 'bold', '› turn')} ${paint(options, 'dim', event.turn_id ?? '')}\n`;
+      return `${worker}${paint(options, 'bold', '› turn')} ${paint(options, 'dim', v(event.turn_id ?? ''))}\n`;
     case 'route.decided': {
       const turn = event.turn_id ? state.turns[event.turn_id] : undefined;
       // A model the user asked for that could not serve is the surprise worth a line of its own.
       const rejected = ((p.chain ?? []) as ChainEntry[])
         .filter((c) => c.verdict === 'rejected')
-        .map((c) => `${c.candidate_model} rejected (${c.validation_failure ?? c.policy})`);
-      const route = `${worker}${paint(options, 'dim', `  route → ${p.chosen_model} (${turn?.route_reason ?? ''})`)}\n`;
+        .map((c) => `${v(c.candidate_model)} rejected (${v(c.validation_failure ?? c.policy)})`);
+      const route = `${worker}${paint(options, 'dim', `  route → ${v(p.chosen_model)} (${v(turn?.route_reason ?? '')})`)}\n`;
       return rejected.length === 0
         ? route
         : `${worker}  ${paint(options, 'yellow', rejected.join('; '))}\n${route}`;
@@ -85,17 +94,17 @@ export function renderItem(
     case 'message.start':
       return `${worker}${paint(options, 'cyan', 'assistant')}: `;
     case 'text.delta':
-      return `${blockStart(state, p).after ? '\n' : ''}${p.text}`;
+      return `${blockStart(state, p).after ? '\n' : ''}${v(p.text)}`;
     case 'thinking.delta': {
       // Without colour, dimming is invisible: the label keeps thinking apart from the answer.
       const start = blockStart(state, p);
       const label = start.first ? paint(options, 'dim', '(thinking) ') : '';
-      return `${start.after ? '\n' : ''}${label}${paint(options, 'dim', p.text)}`;
+      return `${start.after ? '\n' : ''}${label}${paint(options, 'dim', v(p.text))}`;
     }
     case 'message.complete':
       return p.stop_reason === 'cancelled' ? ` ${paint(options, 'yellow', '(cancelled)')}\n` : '\n';
     case 'tool.called':
-      return `${worker}  ${paint(options, 'yellow', '⋯')} ${p.tool_name} running\n`;
+      return `${worker}  ${paint(options, 'yellow', '⋯')} ${v(p.tool_name)} running\n`;
     case 'tool.completed':
       // success: false is a tool that ran to the end and reported failure (a command's non-zero exit).
       return p.success === false
@@ -105,25 +114,26 @@ export function renderItem(
       const mark =
         p.error_class === 'cancelled'
           ? paint(options, 'yellow', '✗ cancelled')
-          : paint(options, 'red', `✗ failed (${p.error_class})`);
-      return `${worker}  ${mark} ${toolName(state, p.tool_use_id)} (${p.latency_ms} ms)${p.error_class === 'cancelled' ? '' : `: ${p.error_message}`}\n`;
+          : paint(options, 'red', `✗ failed (${v(p.error_class)})`);
+      return `${worker}  ${mark} ${toolName(state, p.tool_use_id)} (${p.latency_ms} ms)${p.error_class === 'cancelled' ? '' : `: ${v(p.error_message)}`}\n`;
     }
     case 'tool.confirmation_requested':
-      return confirmationLines(options, worker, event.session_id, {
+      // The answer goes through the attached session, a worker's request too (it descends from it).
+      return confirmationLines(options, worker, sessionId, {
         tool_name: p.tool_name,
         summary: p.command_summary ?? p.input_summary,
         confirmation_request_id: p.confirmation_request_id,
       });
     case 'tool.confirmation_resolved':
-      return `${worker}  ${paint(options, 'dim', `confirmation ${p.decision}`)}\n`;
+      return `${worker}  ${paint(options, 'dim', `confirmation ${v(p.decision)}`)}\n`;
     case 'delegate.started':
-      return `${worker}  ${paint(options, 'dim', `delegated to ${p.worker_session_id} (${p.tier} → ${p.resolved_model})`)}\n`;
+      return `${worker}  ${paint(options, 'dim', `delegated to ${v(p.worker_session_id)} (${v(p.tier)} → ${v(p.resolved_model)})`)}\n`;
     case 'llm.call_failed':
       return p.error_class === 'cancelled'
         ? ''
-        : `${worker}  ${paint(options, 'red', `model call failed (${p.error_class}): ${p.error_message_redacted}`)}\n`;
+        : `${worker}  ${paint(options, 'red', `model call failed (${v(p.error_class)}): ${v(p.error_message_redacted)}`)}\n`;
     case 'turn.cancelled':
-      return `${worker}${paint(options, 'yellow', `■ turn cancelled (${p.reason})`)}\n`;
+      return `${worker}${paint(options, 'yellow', `■ turn cancelled (${v(p.reason)})`)}\n`;
     case 'turn.completed':
       if (p.llm_call_count === 0)
         return `${worker}${paint(options, 'red', '■ turn failed: no model could serve it (the server log has the routing chain)')}\n`;
@@ -138,14 +148,18 @@ export function renderItem(
  * snapshot listed as pending, if at all.
  */
 function toolName(state: ConversationState, toolUseId: string): string {
-  return (
+  return v(
     state.tools[toolUseId]?.tool_name ??
-    Object.values(state.confirmations).find((c) => c.tool_use_id === toolUseId)?.tool_name ??
-    'tool'
+      Object.values(state.confirmations).find((c) => c.tool_use_id === toolUseId)?.tool_name ??
+      'tool',
   );
 }
 
-/** A waiting confirmation: what the tool wants to do, and the command that answers it. */
+/**
+ * A waiting confirmation: that the call waits for approval, what the tool wants to do (control
+ * characters visible, a multi-line command indented so no line of it passes for metis's own), and the
+ * command that answers it, through `sessionId`: the session the user is attached to.
+ */
 function confirmationLines(
   options: RenderOptions,
   worker: string,
@@ -153,7 +167,8 @@ function confirmationLines(
   c: Omit<SnapshotConfirmation, 'tool_use_id'>,
 ): string {
   const url = options.serverUrl === undefined ? '' : ` --url ${options.serverUrl}`;
-  return `${worker}  ${paint(options, 'yellow', '?')} confirm ${c.tool_name}: ${c.summary}\n    metis confirm ${sessionId} ${c.confirmation_request_id} allow|deny${url}\n`;
+  const summary = v(c.summary).replaceAll('\n', '\n      ');
+  return `${worker}  ${paint(options, 'yellow', '?')} waiting for approval: confirm ${v(c.tool_name)}: ${summary}\n    metis confirm ${v(sessionId)} ${v(c.confirmation_request_id)} allow|deny${url}\n`;
 }
 
 /**

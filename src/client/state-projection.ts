@@ -14,8 +14,8 @@ import type { BlockState, ConversationState } from './reducer.js';
  *   `{type:'tool_use',id,name,input}` (`input` is null until `tool.use_end`), and
  *   `{type:'tool_result',tool_use_id,content,is_error}`; a block index never written is null.
  * - `tools`: one entry per `tool_use_id`, sorted by id, with `session_id`, `turn_id`, `tool_name`,
- *   `status` (`requested` | `running` | `completed` | `failed` | `cancelled`), `input` (the
- *   `final_input`, or null), `error_class` and `worker_session_id`.
+ *   `status` (`requested` | `waiting_for_approval` | `running` | `completed` | `failed` |
+ *   `cancelled`), `input` (the `final_input`, or null), `error_class` and `worker_session_id`.
  * - `turns`: one entry per turn id, sorted by id, with `session_id`, `status` (`in_flight` |
  *   `completed` | `cancelled`), `chosen_model`, `cancel_reason`, `llm_calls`, `tool_calls` and the
  *   `error_class` of each `llm.call_failed`.

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { followTurn } from '../client/follow-turn.js';
 import { liveTextWriter } from '../client/live-text.js';
+import { visibleText } from '../client/visible-text.js';
 import { MetisConfigSchema } from '../core/config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { startService } from '../core/server/serve.js';
@@ -34,7 +35,7 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
     console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
     const { session_id: sessionId } = await apiRequest(service.url, 'POST', '/sessions', {});
     const message = options.message ?? 'think: time';
-    console.log(`you: ${message}`);
+    console.log(`you: ${visibleText(message)}`);
     await followTurn({
       url: service.url,
       sessionId,

@@ -91,14 +91,18 @@ export function registerCommands(program: Command): void {
     );
 
   program
-    .command('confirm <session> <request> <decision>')
-    .description('answer a tool confirmation: allow or deny')
+    .command('confirm <session> [request] [decision]')
+    .description(
+      'show the whole input of a tool call waiting for approval, then answer it: allow or deny ' +
+        '(without a request: list what waits in the session and its workers)',
+    )
     .option('--session', 'allow this tool for the rest of the session (default: once)')
+    .option('--show', 'only show what waits, answer nothing')
     .option('--json', 'print JSON')
     .addOption(urlOption())
     .addOption(tokenOption())
     .action(async (session, request, decision, options) =>
-      (await import('./session-commands.js')).confirmCommand(session, request, decision, options),
+      (await import('./confirm.js')).confirmCommand(session, request, decision, options),
     );
 
   const conformance = program

@@ -1,6 +1,7 @@
 import { FollowTurnError, followTurn } from '../client/follow-turn.js';
 import { liveTextWriter } from '../client/live-text.js';
 import { initialState } from '../client/reducer.js';
+import { visibleJson } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
 import { failureError } from './tail.js';
@@ -56,7 +57,7 @@ export async function sendCommand(
     model: options.model,
     render: (item, state) => {
       if (options.json) {
-        if (item.kind === 'frame') process.stdout.write(`${JSON.stringify(item.frame)}\n`);
+        if (item.kind === 'frame') process.stdout.write(`${visibleJson(JSON.stringify(item.frame))}\n`);
         return;
       }
       writeText(item, state ?? initialState);

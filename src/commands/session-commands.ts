@@ -51,19 +51,3 @@ export async function cancelCommand(
   });
   console.log(options.json ? JSON.stringify(body) : `${turn}: ${body.status}`);
 }
-
-export async function confirmCommand(
-  sessionId: string,
-  requestId: string,
-  decision: string,
-  options: UrlOptions & { session?: boolean },
-): Promise<void> {
-  if (decision !== 'allow' && decision !== 'deny') {
-    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `decision: "${decision}" is not allow or deny`);
-  }
-  const body = await apiRequest(base(options), 'POST', `/sessions/${sessionId}/confirmations/${requestId}`, {
-    decision,
-    scope: options.session ? 'session' : 'once',
-  });
-  console.log(options.json ? JSON.stringify(body) : `${requestId}: ${decision}`);
-}

@@ -1,6 +1,7 @@
 import { type ClientFailure, MetisClient } from '../client/client.js';
 import { liveTextWriter } from '../client/live-text.js';
 import { type ConversationState, initialState, reduce } from '../client/reducer.js';
+import { visibleJson } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
@@ -70,8 +71,8 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
   for await (const item of client) {
     if (item.kind === 'frame') state = reduce(state, item.frame);
     if (options.json) {
-      if (item.kind === 'frame') process.stdout.write(`${JSON.stringify(item.frame)}\n`);
-      else process.stderr.write(`${JSON.stringify(item)}\n`);
+      if (item.kind === 'frame') process.stdout.write(`${visibleJson(JSON.stringify(item.frame))}\n`);
+      else process.stderr.write(`${visibleJson(JSON.stringify(item))}\n`);
       continue;
     }
     writeText(item, state);

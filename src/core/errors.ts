@@ -86,6 +86,11 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'The confirmation was already answered, timed out, or never existed.',
   },
+  METIS_ERR_CONFIRMATION_MISMATCH: {
+    status: 409,
+    exitCode: 1,
+    hint: 'The input_hash sent is not the hash of the pending input: nothing was decided. List it again (`metis confirm <session>`) and answer what is shown.',
+  },
   METIS_ERR_INVALID_MODEL: {
     status: 400,
     exitCode: 2,

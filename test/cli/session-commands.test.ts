@@ -266,7 +266,9 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     const allowId = await requested(allowTurn);
     expect(allowId).toMatch(ID('conf'));
     const allowed = await runCli(['confirm', sessionId, allowId, 'allow', '--url', s.url], s.home);
-    expect(allowed).toMatchObject({ exitCode: 0, stdout: `${allowId}: allow`, stderr: '' });
+    expect(allowed).toMatchObject({ exitCode: 0, stderr: '' });
+    expect(allowed.stdout).toContain('    echo confirmed\n');
+    expect(allowed.stdout.endsWith(`${allowId}: allow`)).toBe(true);
     expect(await allowTurn.exited()).toBe(0);
     const allowEvents = eventsOf(allowTurn.stdout());
     expect(allowEvents.find((e) => e.type === 'tool.confirmation_resolved')!.payload).toMatchObject({
@@ -291,7 +293,11 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     expect(bad.stderr).toContain('decision: "maybe" is not allow or deny');
     const denied = await runCli(['confirm', sessionId, denyId, 'deny', '--json', '--url', s.url], s.home);
     expect(denied.exitCode).toBe(0);
-    expect(JSON.parse(denied.stdout)).toEqual({ confirmation_request_id: denyId, decision: 'deny' });
+    expect(JSON.parse(denied.stdout)).toMatchObject({
+      confirmation_request_id: denyId,
+      decision: 'deny',
+      shown: { input: { command: 'echo denied' } },
+    });
     expect(await denyTurn.exited()).toBe(0);
     const denyEvents = eventsOf(denyTurn.stdout());
     expect(denyEvents.find((e) => e.type === 'tool.failed')!.payload).toMatchObject({

@@ -341,13 +341,15 @@ describe('metis tail: a confirmation waiting when it attaches', () => {
     const command = `metis confirm ${sessionId} ${requestId} allow|deny`;
     await tail.waitForStdout((out) => out.includes(command));
     expect(tail.stdout()).toContain(`session ${sessionId}:`);
-    expect(tail.stdout()).toMatch(/\? confirm shell: .*echo hi/);
+    expect(tail.stdout()).toMatch(/\? waiting for approval: confirm shell: .*echo hi/);
     expect(tail.stdout().includes('\u001b[')).toBe(false);
 
     const confirm = await runCli(['confirm', sessionId, requestId!, 'allow', '--url', t.url], home);
     expect(confirm.stderr).toBe('');
     expect(confirm.exitCode).toBe(0);
-    expect(confirm.stdout).toBe(`${requestId}: allow`);
+    // It prints the whole input it answers for, then the decision.
+    expect(confirm.stdout).toContain('    echo hi\n');
+    expect(confirm.stdout.endsWith(`${requestId}: allow`)).toBe(true);
     await tail.waitForStdout((out) => out.includes('■ turn done'));
     const after = tail.stdout().slice(tail.stdout().indexOf(command));
     expect(after).toContain('confirmation allow\n');

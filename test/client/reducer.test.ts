@@ -227,6 +227,8 @@ describe('reducer: focused behaviour', () => {
     expect(loaded.confirmations).toEqual({
       conf_1: {
         confirmation_request_id: 'conf_1',
+        // An older server's entry has no session_id: it is the attached session's own.
+        session_id: snapshot.session.id,
         tool_use_id: 'tu_1',
         tool_name: 'shell',
         summary: 'echo hi',

@@ -335,10 +335,17 @@ describe.skipIf(process.platform === 'win32')('shell', () => {
     expect(schema.safeParse({ command: 'ls', timeout_ms: 1.5 }).success).toBe(false);
     expect(schema.safeParse({ command: 'ls', cwd: '/' }).success).toBe(false);
     expect(schema.safeParse({ command: 'ls', timeout_ms: 1000 }).success).toBe(true);
-    const summary = shell.summarize?.({ command: `echo ${'x'.repeat(500)}` });
-    expect(summary?.command_summary?.length).toBeLessThanOrEqual(200);
-    expect(summary?.command_summary?.startsWith('echo xxx')).toBe(true);
+    // A long command is shown whole (issue 13: 200 of 286 characters were shown, the tail ran hidden).
+    const long = `echo ${'x'.repeat(500)}`;
+    const summary = shell.summarize?.({ command: long });
+    expect(summary?.command_summary).toBe(long);
     expect(summary?.input_summary).toBeTruthy();
+    // Past the generous bound the cut is explicit: how many characters are missing, and where they are.
+    const huge = `echo ${'y'.repeat(5000)}`;
+    const cut = shell.summarize?.({ command: huge })?.command_summary ?? '';
+    expect(cut.startsWith(huge.slice(0, 4000))).toBe(true);
+    expect(cut).toContain('[cut: 1005 more characters not shown here;');
+    expect(cut).toContain('metis confirm <session>');
     expect(shell.sideEffects).toBe('execute');
   });
 });

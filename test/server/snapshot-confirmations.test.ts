@@ -29,6 +29,7 @@ describe('snapshot: pending_confirmations', () => {
     expect(snapshot.snapshot_at_event_id >= requested.id).toBe(true);
     expect(snapshot.pending_confirmations).toEqual([
       {
+        session_id: sessionId,
         confirmation_request_id: requestId,
         tool_use_id: requested.payload.tool_use_id,
         tool_name: 'shell',
@@ -49,7 +50,9 @@ describe('snapshot: pending_confirmations', () => {
     expect(fromSnapshot.confirmations[requestId]!.status).toBe('pending');
     // The human view prints it with the command that answers it.
     const text = renderItem({ kind: 'frame', frame: snapshot }, fromSnapshot, sessionId, { color: false });
-    expect(text).toContain(`confirm shell: ${snapshot.pending_confirmations[0].summary}\n`);
+    expect(text).toContain(
+      `waiting for approval: confirm shell: ${snapshot.pending_confirmations[0].summary}\n`,
+    );
     expect(text).toContain(`metis confirm ${sessionId} ${requestId} allow|deny\n`);
 
     // Answered: the turn completes, and a new snapshot has nothing pending (the field is left out).

@@ -8,9 +8,37 @@ export interface ConfirmationAnswer {
   readonly respondingClient: string | null;
 }
 
+/**
+ * What a waiting request asks about, as `GET /sessions/{id}/confirmations` lists it: the whole input
+ * (never a summary alone, so nothing the tool will run is hidden from the one who decides) and its
+ * hash, the same sha256 hex as `tool.called.input_hash`, which a decision may quote back.
+ */
+export interface ConfirmationRequest {
+  readonly session_id: string;
+  readonly turn_id: string | null;
+  readonly confirmation_request_id: string;
+  readonly tool_use_id: string;
+  readonly tool_name: string;
+  readonly side_effects: string;
+  readonly input: unknown;
+  readonly input_hash: string;
+  readonly input_summary: string;
+  readonly command_summary: string | null;
+  readonly projected_modifications: readonly string[] | null;
+  readonly expires_at: string;
+}
+
 interface Pending {
-  readonly sessionId: string;
+  readonly request: ConfirmationRequest;
   readonly resolve: (answer: ConfirmationAnswer) => void;
+}
+
+/** How an answer is checked: who may answer for the request's session, and what the user was shown. */
+export interface AnswerChecks {
+  /** Whether `answeringSession` may answer a request of `ownerSession` (itself, or an ancestor). */
+  readonly mayAnswer?: (ownerSession: string) => boolean;
+  /** The `input_hash` of the input the user saw; a different one decides nothing. */
+  readonly inputHash?: string;
 }
 
 /**
@@ -20,12 +48,8 @@ interface Pending {
 export class ConfirmationBroker {
   private readonly pending = new Map<string, Pending>();
 
-  wait(
-    requestId: string,
-    sessionId: string,
-    timeoutMs: number,
-    signal: AbortSignal,
-  ): Promise<ConfirmationAnswer> {
+  wait(request: ConfirmationRequest, timeoutMs: number, signal: AbortSignal): Promise<ConfirmationAnswer> {
+    const requestId = request.confirmation_request_id;
     return new Promise((resolve) => {
       const settle = (answer: ConfirmationAnswer) => {
         if (!this.pending.delete(requestId)) return;
@@ -38,15 +62,18 @@ export class ConfirmationBroker {
         timeoutMs,
       );
       const onAbort = () => settle({ decision: 'cancelled', scope: null, respondingClient: null });
-      this.pending.set(requestId, { sessionId, resolve: settle });
+      this.pending.set(requestId, { request, resolve: settle });
       if (signal.aborted) onAbort();
       else signal.addEventListener('abort', onAbort, { once: true });
     });
   }
 
   /**
-   * Answers a waiting request.
-   * @throws MetisError METIS_ERR_CONFIRMATION_NOT_FOUND for an unknown, answered or expired request.
+   * Answers a waiting request of `sessionId`, or (with `checks.mayAnswer`) of a session it answers for.
+   * @throws MetisError METIS_ERR_CONFIRMATION_NOT_FOUND for an unknown, answered or expired request,
+   *   or one of a session `sessionId` does not answer for.
+   * @throws MetisError METIS_ERR_CONFIRMATION_MISMATCH when `checks.inputHash` is not the input's hash;
+   *   the request keeps waiting.
    */
   answer(
     sessionId: string,
@@ -54,12 +81,21 @@ export class ConfirmationBroker {
     decision: 'allow' | 'deny',
     scope: 'once' | 'session' = 'once',
     respondingClient: string | null = null,
+    checks: AnswerChecks = {},
   ): void {
     const pending = this.pending.get(requestId);
-    if (pending === undefined || pending.sessionId !== sessionId) {
+    const owner = pending?.request.session_id;
+    const allowed = owner === sessionId || (owner !== undefined && checks.mayAnswer?.(owner) === true);
+    if (pending === undefined || !allowed) {
       throw new MetisError(
         'METIS_ERR_CONFIRMATION_NOT_FOUND',
         `no pending confirmation ${requestId} in session ${sessionId}`,
+      );
+    }
+    if (checks.inputHash !== undefined && checks.inputHash !== pending.request.input_hash) {
+      throw new MetisError(
+        'METIS_ERR_CONFIRMATION_MISMATCH',
+        `confirmation ${requestId}: input_hash ${checks.inputHash} is not the hash of the pending input (${pending.request.input_hash}); nothing was decided`,
       );
     }
     pending.resolve({ decision, scope, respondingClient });
@@ -67,6 +103,12 @@ export class ConfirmationBroker {
 
   /** Requests waiting in a session, for snapshots and `metis tail`. */
   pendingIn(sessionId: string): string[] {
-    return [...this.pending].filter(([, p]) => p.sessionId === sessionId).map(([id]) => id);
+    return this.list([sessionId]).map((r) => r.confirmation_request_id);
+  }
+
+  /** The requests waiting in any of `sessionIds`, oldest first. */
+  list(sessionIds: Iterable<string>): ConfirmationRequest[] {
+    const wanted = new Set(sessionIds);
+    return [...this.pending.values()].map((p) => p.request).filter((r) => wanted.has(r.session_id));
   }
 }

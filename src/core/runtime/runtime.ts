@@ -11,11 +11,12 @@ import type { Db } from '../store/database.js';
 import { SessionStore } from '../store/session-store.js';
 import { DEFAULT_COMMIT_WAIT_MS, writerOf } from '../store/trace-writer.js';
 import type { ChildProcessRecord } from './child-process-record.js';
-import { ConfirmationBroker } from './confirmations.js';
+import { ConfirmationBroker, type ConfirmationRequest } from './confirmations.js';
 import { CostAccumulator } from './cost-accumulator.js';
 import { Delegations } from './delegations.js';
 import type { ConversationMessage } from './model-adapter.js';
 import { ModelRegistry } from './models/model-registry.js';
+import { isSelfOrAncestor, selfAndDescendants } from './session-lineage.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { ToolDispatcher } from './tool-dispatcher.js';
 import { builtinTools } from './tools/builtin.js';
@@ -257,16 +258,30 @@ export class Runtime {
     return 'cancelling';
   }
 
-  /** Answers a pending tool confirmation (HTTP `POST /sessions/{id}/confirmations/{rid}`). */
+  /**
+   * Answers a pending tool confirmation (HTTP `POST /sessions/{id}/confirmations/{rid}`): one of the
+   * session's own, or of a worker that descends from it. With `inputHash`, only when it is the hash of
+   * the pending input (else METIS_ERR_CONFIRMATION_MISMATCH, and nothing is decided).
+   */
   confirm(
     sessionId: string,
     requestId: string,
     decision: 'allow' | 'deny',
     scope: 'once' | 'session' = 'once',
     client: string | null = null,
+    inputHash?: string,
   ): void {
     this.require(sessionId);
-    this.confirmations.answer(sessionId, requestId, decision, scope, client);
+    this.confirmations.answer(sessionId, requestId, decision, scope, client, {
+      mayAnswer: (owner) => isSelfOrAncestor(this.sessions, sessionId, owner),
+      inputHash,
+    });
+  }
+
+  /** Confirmations waiting in a session and in the workers that descend from it, with their full input. */
+  pendingConfirmations(sessionId: string): ConfirmationRequest[] {
+    this.require(sessionId);
+    return this.confirmations.list(selfAndDescendants(this.sessions, sessionId));
   }
 
   /** Sets the session's sticky model (the `manual_sticky` routing policy). */

@@ -43,6 +43,8 @@ interface Scheduled {
   readonly tool: Tool;
   readonly input: unknown;
   readonly calledId: string | null;
+  /** `tool.called.input_hash`: a confirmation's decision may quote it back (docs/http-api.md). */
+  readonly inputHash: string;
 }
 
 /**
@@ -99,10 +101,11 @@ export class ToolDispatcher {
         continue;
       }
       const inputJson = JSON.stringify(use.input);
+      const inputHash = createHash('sha256').update(inputJson).digest('hex');
       const called = events.emit('tool.called', request.callCompletedId, {
         tool_use_id: use.id,
         tool_name: use.name,
-        input_hash: createHash('sha256').update(inputJson).digest('hex'),
+        input_hash: inputHash,
         input_size_bytes: Buffer.byteLength(inputJson),
         side_effects: tool.sideEffects,
       });
@@ -115,7 +118,7 @@ export class ToolDispatcher {
         input: use.input,
         status: 'pending',
       });
-      scheduled.push({ use, tool, input: parsed.data, calledId: called.id });
+      scheduled.push({ use, tool, input: parsed.data, calledId: called.id, inputHash });
       lastEventId = called.id;
     }
 
@@ -132,7 +135,8 @@ export class ToolDispatcher {
     request: DispatchRequest,
   ): Promise<{ result: ToolResultBlock; eventId: string | null }> {
     const { events, signal } = request;
-    const started = performance.now();
+    // Restarted once a confirmation is decided: the user's wait is not the tool's latency.
+    let started = performance.now();
     const row = {
       id: call.use.id,
       session_id: events.sessionId,
@@ -156,6 +160,7 @@ export class ToolDispatcher {
 
     if (signal.aborted) return fail('cancelled', 'the turn was cancelled before this tool ran');
     const confirmation = await this.confirm(call, request);
+    started = performance.now();
     if (confirmation !== null) return fail(confirmation.errorClass, confirmation.message);
     if (request.beforeExecute) await request.beforeExecute();
     if (signal.aborted) return fail('cancelled', 'the turn was cancelled before this tool ran');
@@ -231,8 +236,20 @@ export class ToolDispatcher {
       expires_at: expiresAt,
     });
     const answer = await this.confirmations.wait(
-      requestId,
-      request.events.sessionId,
+      {
+        session_id: request.events.sessionId,
+        turn_id: request.events.turnId,
+        confirmation_request_id: requestId,
+        tool_use_id: call.use.id,
+        tool_name: call.tool.name,
+        side_effects: effects,
+        input: call.use.input,
+        input_hash: call.inputHash,
+        input_summary: summary.input_summary,
+        command_summary: summary.command_summary ?? null,
+        projected_modifications: summary.projected_modifications ?? null,
+        expires_at: expiresAt,
+      },
       this.config.confirmation_timeout_ms,
       request.signal,
     );

@@ -7,6 +7,7 @@ import { isMetisError } from '../errors.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { selfAndDescendants } from '../runtime/session-lineage.js';
 import { isCancelReason } from '../runtime/turn-runner.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorProblem } from './cursor.js';
@@ -19,9 +20,9 @@ import {
   MAX_FRAME_DEPTH,
   type SubscribeFrame,
 } from './frames.js';
-import { mergeReplay, type ReplayFrame, unionById } from './replay-merge.js';
+import { mergeReplay, mergeRows, type ReplayFrame, unionById } from './replay-merge.js';
 import { buildSnapshot } from './snapshot.js';
-import type { StreamHub, StreamTarget } from './stream-hub.js';
+import { isQuestionToUser, type StreamHub, type StreamTarget } from './stream-hub.js';
 import { compileFilter, type ResolvedFilter, resolveFilter, wantsStreaming } from './subscription-filter.js';
 import { encodeTextFrame } from './wire-frame.js';
 
@@ -159,6 +160,26 @@ export class ClientConnection implements StreamTarget {
       return null;
     }
     return 'Streaming events after this cursor are no longer kept in memory. Reconnect with snapshot: true.';
+  }
+
+  /**
+   * The confirmation events of the session's workers after `since`, for a filter that leaves workers
+   * out: they are the exception of the default view (docs/decisions.md "Delegated confirmations").
+   */
+  private workerQuestions(filter: ResolvedFilter, since: string): ReturnType<TraceStore['replayJson']> {
+    const types = ['tool.confirmation_requested', 'tool.confirmation_resolved'].filter(
+      (type) => filter.event_types === null || filter.event_types.includes(type),
+    );
+    const workers = selfAndDescendants(this.deps.runtime.sessions, this.sessionId).slice(1);
+    if (filter.include_worker_sessions || types.length === 0 || workers.length === 0)
+      return { rows: [], tooLarge: false };
+    return this.deps.store.replayJson({
+      sessionIds: workers,
+      afterId: since,
+      eventTypes: types,
+      actors: filter.actors,
+      limit: this.deps.options.replayCap,
+    });
   }
 
   /** Frames waiting in the outbound queue, for the metrics' queue depth gauges. */
@@ -324,20 +345,26 @@ export class ClientConnection implements StreamTarget {
         this.subscribeError('cursor_expired', problem);
         return;
       }
-      const { rows, tooLarge } = store.replayJson({
+      const own = store.replayJson({
         sessionIds: [...sessionIds],
         afterId: frame.since,
         eventTypes: resolved.event_types,
         actors: resolved.actors,
         limit: options.replayCap,
       });
+      const questions = this.workerQuestions(resolved, frame.since);
+      const rows = mergeRows(own.rows, questions.rows);
+      const tooLarge = own.tooLarge || questions.tooLarge;
       // What this connection was handed between accept and subscribe joins the in-memory streams: it
       // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
       // inside the replay, not after it.
       const since = frame.since;
       const buffered = this.buffer.filter(
         (event) =>
-          event.id > since && (event.session_id === this.sessionId || resolved.include_worker_sessions),
+          event.id > since &&
+          (event.session_id === this.sessionId ||
+            resolved.include_worker_sessions ||
+            isQuestionToUser(event)),
       );
       const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
       // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
@@ -382,7 +409,12 @@ export class ClientConnection implements StreamTarget {
     for (const event of buffered) {
       if (skipUpTo !== null && event.id <= skipUpTo) continue;
       if (replayed.has(event.id) || !matches(event)) continue;
-      if (event.session_id !== this.sessionId && !resolved.include_worker_sessions) continue;
+      if (
+        event.session_id !== this.sessionId &&
+        !resolved.include_worker_sessions &&
+        !isQuestionToUser(event)
+      )
+        continue;
       this.send(`{"type":"event","event":${JSON.stringify(event)}}`);
     }
     this.deps.bus.emit({

@@ -22,6 +22,11 @@ const CancelBody = z.strictObject({
 const ConfirmBody = z.strictObject({
   decision: z.enum(['allow', 'deny']),
   scope: z.enum(['once', 'session']).optional(),
+  /** The `input_hash` of the input the user was shown (the listing's); a different one decides nothing. */
+  input_hash: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/, 'must be the sha256 hex of the input, as the listing gives it')
+    .optional(),
 });
 const ModelBody = z.strictObject({ model: modelId });
 const MessagesQuery = z.strictObject({
@@ -147,11 +152,16 @@ export function createApi(context: ApiContext) {
       },
     ],
     [
+      'GET',
+      /^\/sessions\/([^/]+)\/confirmations$/,
+      async (_request, [id]) => [200, { confirmations: runtime.pendingConfirmations(id!) }],
+    ],
+    [
       'POST',
       /^\/sessions\/([^/]+)\/confirmations\/([^/]+)$/,
       async (request, [id, requestId]) => {
         const body = validate(ConfirmBody, await readJson(request));
-        runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once');
+        runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once', null, body.input_hash);
         return [200, { confirmation_request_id: requestId, decision: body.decision }];
       },
     ],

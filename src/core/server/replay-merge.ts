@@ -50,3 +50,9 @@ export function mergeReplay(rows: readonly EventJsonRow[], live: readonly MetisE
   }
   return out;
 }
+
+/** Two id-ordered lists of stored rows as one, in id order (a replay's own rows and its workers' questions). */
+export function mergeRows(a: readonly EventJsonRow[], b: readonly EventJsonRow[]): EventJsonRow[] {
+  if (b.length === 0) return a as EventJsonRow[];
+  return [...a, ...b].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
+}

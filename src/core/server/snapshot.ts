@@ -8,6 +8,8 @@ export const SNAPSHOT_MESSAGE_LIMIT = 50;
 
 /** A tool call waiting for the user's decision, as the snapshot lists it. */
 export interface PendingConfirmation {
+  /** The session whose tool waits: the attached one, or one of its workers (docs/decisions.md). */
+  readonly session_id: string;
   readonly confirmation_request_id: string;
   readonly tool_use_id: string;
   readonly tool_name: string;
@@ -26,7 +28,8 @@ export interface PendingConfirmation {
  * messages, and `snapshot_at_event_id`. A message still streaming is not in the message store yet, so
  * its events so far ride along in `in_flight_events` (an additive field clients may ignore). Tool calls
  * waiting for a confirmation ride along in `pending_confirmations`, present only when there is one (so
- * a snapshot without any is unchanged).
+ * a snapshot without any is unchanged); those of the session's workers are listed too, each with its
+ * `session_id`.
  */
 export function buildSnapshot(
   runtime: Runtime,
@@ -90,19 +93,22 @@ function pendingConfirmations(
   sessionId: string,
   snapshotAt: string | null,
 ): PendingConfirmation[] {
-  const waiting = new Set(runtime.confirmations.pendingIn(sessionId));
+  // A worker's question is the planner's too: its clients are who can answer it (a §7.1 exception).
+  const requests = runtime.pendingConfirmations(sessionId);
+  const waiting = new Set(requests.map((r) => r.confirmation_request_id));
   if (waiting.size === 0 || snapshotAt === null) return [];
+  const sessionIds = [...new Set(requests.map((r) => r.session_id))];
   const rows = db
     .prepare(
-      `SELECT id, timestamp_us, turn_id, type, payload_json FROM events
-       WHERE session_id = ? AND id <= ?
+      `SELECT id, session_id, timestamp_us, turn_id, type, payload_json FROM events
+       WHERE session_id IN (${sessionIds.map(() => '?').join(', ')}) AND id <= ?
          AND type IN ('tool.confirmation_requested', 'tool.confirmation_resolved')
        ORDER BY id`,
     )
     .raw()
-    .all(sessionId, snapshotAt) as [string, number, string | null, string, string][];
+    .all(...sessionIds, snapshotAt) as [string, string, number, string | null, string, string][];
   const pending = new Map<string, PendingConfirmation>();
-  for (const [id, timestampUs, turnId, type, payloadJson] of rows) {
+  for (const [id, owner, timestampUs, turnId, type, payloadJson] of rows) {
     const p = JSON.parse(payloadJson) as RequestedPayload;
     const requestId = p.confirmation_request_id;
     if (!waiting.has(requestId)) continue;
@@ -111,6 +117,7 @@ function pendingConfirmations(
       continue;
     }
     pending.set(requestId, {
+      session_id: owner,
       confirmation_request_id: requestId,
       tool_use_id: p.tool_use_id,
       tool_name: p.tool_name,

@@ -4,6 +4,17 @@ import type { EventSequencer } from './event-sequencer.js';
 import { RecentStreams } from './recent-streams.js';
 import { encodeTextFrame } from './wire-frame.js';
 
+/** Bound of the walk up the delegation tree (a cycle in stored rows must not hang the hub). */
+const MAX_DEPTH = 64;
+
+/**
+ * The events that put a question to the user, or close it: a worker's reach its planner's clients even
+ * in the default view (an exception to streaming §7.1, docs/decisions.md "Delegated confirmations").
+ */
+export function isQuestionToUser(event: { readonly type: string }): boolean {
+  return event.type === 'tool.confirmation_requested' || event.type === 'tool.confirmation_resolved';
+}
+
 /** What the hub delivers to: a client connection. */
 export interface StreamTarget {
   /** The session the client attached to. */
@@ -81,11 +92,20 @@ export class StreamHub {
     const direct = this.targets.get(event.session_id);
     if (direct) for (const target of direct) target.deliver(event, serialize);
     const parent = this.parentSession(event.session_id);
-    if (parent !== null) {
-      const planners = this.targets.get(parent);
-      if (planners)
-        for (const target of planners) if (target.wantsWorkers()) target.deliver(event, serialize);
+    if (parent === null) return;
+    if (isQuestionToUser(event)) {
+      // A worker's confirmation reaches every session above it, whatever their clients' view: a
+      // question to the user is never hidden (docs/decisions.md "Delegated confirmations").
+      let ancestor: string | null = parent;
+      for (let depth = 0; ancestor !== null && depth < MAX_DEPTH; depth += 1) {
+        const planners = this.targets.get(ancestor);
+        if (planners) for (const target of planners) target.deliver(event, serialize);
+        ancestor = this.parentSession(ancestor);
+      }
+      return;
     }
+    const planners = this.targets.get(parent);
+    if (planners) for (const target of planners) if (target.wantsWorkers()) target.deliver(event, serialize);
   }
 
   private parentSession(sessionId: string): string | null {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { boundedSummary } from './summary-bound.js';
 import { defineTool, type ToolContext, type ToolOutput } from './tool.js';
 
 export const DelegateInputSchema = z.strictObject({
@@ -25,7 +26,7 @@ export function createDelegateTool(run: RunDelegation) {
     description: 'Hand a self-contained sub-task to a worker agent and get its answer back.',
     inputSchema: DelegateInputSchema,
     sideEffects: 'none',
-    summarize: (input) => ({ input_summary: `delegate (${input.tier}): ${input.task.slice(0, 200)}` }),
+    summarize: (input) => ({ input_summary: boundedSummary(`delegate (${input.tier}): ${input.task}`) }),
     execute: (input, context) => run(input, context),
   });
 }

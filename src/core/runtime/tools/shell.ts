@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { z } from 'zod';
+import { boundedSummary } from './summary-bound.js';
 import { defineTool, ToolError } from './tool.js';
 
 export const DEFAULT_SHELL_TIMEOUT_MS = 120_000;
@@ -10,7 +11,6 @@ export const DEFAULT_SHELL_KILL_GRACE_MS = 2_000;
 
 /** Upper bound of `timeout_ms` (a day); Node timers overflow past 2^31-1 ms and fire at once. */
 const MAX_TIMEOUT_MS = 24 * 60 * 60 * 1000;
-const COMMAND_SUMMARY_CHARS = 200;
 /** How often the process group is polled while it is being terminated. */
 const POLL_MS = 25;
 /** How long to wait for the group to vanish after SIGKILL (only uninterruptible sleep delays it). */
@@ -83,7 +83,7 @@ export function createShellTool(options: ShellToolOptions = {}) {
         input.timeout_ms === undefined
           ? 'run a shell command'
           : `run a shell command (timeout ${input.timeout_ms} ms)`,
-      command_summary: truncateChars(input.command, COMMAND_SUMMARY_CHARS),
+      command_summary: boundedSummary(input.command),
     }),
     async execute(input, context) {
       const { signal } = context;
@@ -370,11 +370,6 @@ function completeUtf8Prefix(data: Buffer): number {
     return i + length <= data.length ? data.length : i;
   }
   return data.length;
-}
-
-function truncateChars(text: string, max: number): string {
-  const chars = Array.from(text);
-  return chars.length <= max ? text : `${chars.slice(0, max - 1).join('')}…`;
 }
 
 function positiveInteger(name: string, value: number, max = Number.MAX_SAFE_INTEGER): number {

@@ -56,7 +56,7 @@ export interface Tool<S extends z.ZodType = z.ZodType> {
   readonly description: string;
   readonly inputSchema: S;
   readonly sideEffects: SideEffects;
-  /** Human summary for confirmation prompts (never the full content). */
+  /** Human summary for confirmation prompts: the input whole up to `SUMMARY_MAX_CHARS`, an explicit cut past it (summary-bound.ts). */
   summarize?(input: z.output<S>): {
     input_summary: string;
     command_summary?: string;
