@@ -30,7 +30,7 @@ export interface ReadPlan {
   readonly resolved: ResolvedPath;
   /** What `stat` said at check time; null when the path did not resolve. */
   readonly stats: Stats | null;
-  /** The call needs a confirmation (null: none); kept so a run without the dispatcher can refuse. */
+  /** The check asked for a confirmation: a run without the dispatcher (nobody to ask) refuses. */
   readonly needsConfirmation: boolean;
 }
 
@@ -95,7 +95,8 @@ export function createReadFileTool(options: ReadFileToolOptions = {}) {
 async function readPlanned(plan: ReadPlan, displayPath: string, maxBytes: number, signal: AbortSignal) {
   const { resolved, stats } = plan;
   if (resolved.failure !== null) throw resolved.failure;
-  if (stats === null) throw Object.assign(new Error('gone'), { code: 'ENOENT' });
+  // Resolved, then gone before its stat: report it as missing.
+  if (stats === null) throw Object.assign(new Error('removed during the check'), { code: 'ENOENT' });
   if (stats.isDirectory())
     throw new ToolError('execution_error', `${displayPath} is a directory, not a file`);
   if (!stats.isFile()) {
