@@ -104,12 +104,18 @@ describe('read_file', () => {
     expect(tool.sideEffects).toBe('read');
   });
 
-  it('reads an absolute path as given', async () => {
+  it('reads an absolute path inside the workspace; outside it, only after a confirmation', async () => {
     const file = path.join(workspace, 'abs.txt');
     fs.writeFileSync(file, 'absolute');
+    expect((await tool.execute({ path: file }, contextFor())).content).toBe('absolute');
+    // Issue 13: run directly (no dispatcher to ask), a path outside the workspace is refused.
     const other = fs.mkdtempSync(path.join(os.tmpdir(), 'metis-tools-other-'));
     try {
-      expect((await tool.execute({ path: file }, contextFor(undefined, other))).content).toBe('absolute');
+      const error = await expectToolError(
+        tool.execute({ path: file }, contextFor(undefined, other)),
+        'permission_denied',
+      );
+      expect(error.message).toContain(fs.realpathSync(file));
     } finally {
       fs.rmSync(other, { recursive: true, force: true });
     }

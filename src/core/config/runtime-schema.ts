@@ -118,6 +118,14 @@ export const RuntimeConfigSchema = z.strictObject({
       network: ConfirmationPolicySchema.default('ask'),
     })
     .prefault({}),
+  /**
+   * Reading a file whose real path (symlinks resolved) is outside the session's workspace: `ask` the
+   * user, `deny` (the call fails with permission_denied), or `allow`. Files that may hold secrets ask
+   * whatever this says, except that `deny` still denies outside (docs/configuration.md).
+   */
+  outside_workspace: ConfirmationPolicySchema.default('ask'),
+  /** More globs of files that always ask before a read (added to the built-in list of secrets files). */
+  secret_paths: z.array(z.string().min(1).max(1000)).default([]),
   confirmation_timeout_ms: z.number().int().positive().default(300_000),
   turn_timeout_ms: z.number().int().positive().default(600_000),
   inactivity_timeout_ms: z

@@ -21,6 +21,7 @@ import { StreamingChannel } from './streaming-channel.js';
 import { ToolDispatcher } from './tool-dispatcher.js';
 import { builtinTools } from './tools/builtin.js';
 import { createDelegateTool } from './tools/delegate.js';
+import { SecretPaths } from './tools/secret-paths.js';
 import type { Tool } from './tools/tool.js';
 import { TurnEvents } from './turn-events.js';
 import {
@@ -43,6 +44,11 @@ export interface RuntimeOptions {
   readonly beforeToolExecute?: () => Promise<void>;
   /** Where the shell tool records its running process groups (`metis serve`: next to the database). */
   readonly childProcesses?: ChildProcessRecord;
+  /**
+   * This server's own secrets, wherever they are: file tools always ask before reading them
+   * (`metis serve`: the config file it loaded and its database, with the files named after it).
+   */
+  readonly protectedPaths?: readonly string[];
 }
 
 export interface SessionInfo {
@@ -138,6 +144,13 @@ export class Runtime {
     const tools = [
       ...builtinTools({
         shell: { timeoutMs: this.config.shell_timeout_ms, children: options.childProcesses },
+        readFile: {
+          outsideWorkspace: this.config.outside_workspace,
+          secrets: new SecretPaths({
+            patterns: this.config.secret_paths,
+            protectedPaths: options.protectedPaths,
+          }),
+        },
       }),
       createDelegateTool((input, context) => delegations.run(input, context)),
       ...(options.tools ?? []),

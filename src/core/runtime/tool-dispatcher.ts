@@ -6,7 +6,15 @@ import { silentLogger } from '../logger.js';
 import type { SessionStore } from '../store/session-store.js';
 import type { ConfirmationBroker } from './confirmations.js';
 import type { ContentBlock } from './model-adapter.js';
-import { type Tool, ToolError, type ToolErrorClass } from './tools/tool.js';
+import {
+  type CallCheck,
+  type CallConfirmation,
+  type SideEffects,
+  type Tool,
+  type ToolContext,
+  ToolError,
+  type ToolErrorClass,
+} from './tools/tool.js';
 import type { TurnEvents } from './turn-events.js';
 
 type ToolUseBlock = Extract<ContentBlock, { type: 'tool_use' }>;
@@ -135,7 +143,6 @@ export class ToolDispatcher {
     request: DispatchRequest,
   ): Promise<{ result: ToolResultBlock; eventId: string | null }> {
     const { events, signal } = request;
-    // Restarted once a confirmation is decided: the user's wait is not the tool's latency.
     let started = performance.now();
     const row = {
       id: call.use.id,
@@ -159,7 +166,26 @@ export class ToolDispatcher {
     };
 
     if (signal.aborted) return fail('cancelled', 'the turn was cancelled before this tool ran');
-    const confirmation = await this.confirm(call, request);
+    const context: ToolContext = {
+      sessionId: events.sessionId,
+      turnId: events.turnId ?? '',
+      toolUseId: call.use.id,
+      workspacePath: request.workspacePath,
+      signal,
+      toolCalledEventId: call.calledId,
+      callCompletedEventId: request.callCompletedId,
+    };
+    // The tool's own per-call check (read_file: where the path really leads) comes before the
+    // side-effect policy; what it prepared is what `execute` gets, so the confirmed target is the one used.
+    let check: CallCheck | null = null;
+    try {
+      check = (await call.tool.checkCall?.(call.input, context)) ?? null;
+    } catch (error) {
+      if (error instanceof ToolError) return fail(error.errorClass, error.message);
+      return fail('execution_error', (error as Error).message ?? String(error));
+    }
+    const confirmation = await this.confirm(call, request, check?.confirmation ?? null);
+    // Restarted once a confirmation is decided: the user's wait is not the tool's latency.
     started = performance.now();
     if (confirmation !== null) return fail(confirmation.errorClass, confirmation.message);
     if (request.beforeExecute) await request.beforeExecute();
@@ -167,15 +193,7 @@ export class ToolDispatcher {
 
     this.sessions.updateToolCall(row, { status: 'running' });
     try {
-      const output = await call.tool.execute(call.input, {
-        sessionId: events.sessionId,
-        turnId: events.turnId ?? '',
-        toolUseId: call.use.id,
-        workspacePath: request.workspacePath,
-        signal,
-        toolCalledEventId: call.calledId,
-        callCompletedEventId: request.callCompletedId,
-      });
+      const output = await call.tool.execute(call.input, context, check?.prepared);
       if (signal.aborted) return fail('cancelled', 'the turn was cancelled while this tool ran');
       const success = output.success ?? true;
       const event = events.emit('tool.completed', call.calledId, {
@@ -207,15 +225,20 @@ export class ToolDispatcher {
     }
   }
 
-  /** Returns null when the call may run, or why it may not. */
+  /**
+   * Returns null when the call may run, or why it may not. `asked` is the call's own confirmation
+   * (Tool.checkCall): it always asks, and a session allow covers it only when it is session-allowable.
+   */
   private async confirm(
     call: Scheduled,
     request: DispatchRequest,
+    asked: CallConfirmation | null,
   ): Promise<{ errorClass: ToolErrorClass; message: string } | null> {
-    const effects = call.tool.sideEffects;
-    if (effects !== 'write' && effects !== 'execute' && effects !== 'network') return null;
-    const policy = this.config.tool_confirmation[effects];
-    if (policy === 'allow' || request.sessionAllowed.has(call.tool.name)) return null;
+    const effects = asked?.side_effects ?? call.tool.sideEffects;
+    const policy = asked !== null ? 'ask' : sideEffectPolicy(this.config, effects);
+    if (policy === null) return null;
+    const sessionScoped = asked?.session_allowable ?? true;
+    if (policy === 'allow' || (sessionScoped && request.sessionAllowed.has(call.tool.name))) return null;
     if (this.sessionDenied.get(request.sessionAllowed)?.has(call.tool.name)) {
       return { errorClass: 'user_denied', message: `the user denied ${call.tool.name} for this session` };
     }
@@ -223,7 +246,10 @@ export class ToolDispatcher {
       return { errorClass: 'user_denied', message: `${effects} tools are denied by policy` };
 
     const requestId = newId('conf');
-    const summary = call.tool.summarize?.(call.input as never) ?? { input_summary: call.tool.name };
+    const summary =
+      asked !== null
+        ? { input_summary: asked.input_summary }
+        : (call.tool.summarize?.(call.input as never) ?? { input_summary: call.tool.name });
     const expiresAt = new Date(Date.now() + this.config.confirmation_timeout_ms).toISOString();
     const requested = request.events.emit('tool.confirmation_requested', call.calledId, {
       tool_use_id: call.use.id,
@@ -266,7 +292,7 @@ export class ToolDispatcher {
       responding_client_attach_token: answer.respondingClient,
     });
     if (answer.decision === 'allow') {
-      if (answer.scope === 'session') request.sessionAllowed.add(call.tool.name);
+      if (answer.scope === 'session' && sessionScoped) request.sessionAllowed.add(call.tool.name);
       return null;
     }
     if (answer.decision === 'deny' && answer.scope === 'session') {
@@ -278,6 +304,12 @@ export class ToolDispatcher {
       ? { errorClass: 'user_denied', message: 'the user denied this tool call' }
       : { errorClass: 'confirmation_timeout', message: 'nobody answered the confirmation in time' };
   }
+}
+
+/** The side-effect policy of `runtime.tool_confirmation`; null for effects it does not cover. */
+function sideEffectPolicy(config: RuntimeConfig, effects: SideEffects): 'ask' | 'allow' | 'deny' | null {
+  if (effects !== 'write' && effects !== 'execute' && effects !== 'network') return null;
+  return config.tool_confirmation[effects];
 }
 
 function errorResult(toolUseId: string, message: string): ToolResultBlock {

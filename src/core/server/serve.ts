@@ -151,6 +151,7 @@ export async function startService(
       config: runtimeConfig,
       logger,
       childProcesses: new ChildProcessRecord(childRecordFile, logger),
+      protectedPaths: [...(configPath === null ? [] : [configPath]), dbPath],
       // A fixed pause between tool.called and execution gives the suite a seam to cancel into.
       beforeToolExecute: conformance
         ? () => new Promise((resolve) => setTimeout(resolve, SEAM_PAUSE_MS))

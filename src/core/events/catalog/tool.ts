@@ -85,7 +85,9 @@ export const toolConfirmationRequested = defineEventType({
   schema: z.strictObject({
     tool_use_id: z.string().min(1),
     tool_name: z.string().min(1),
-    side_effects: z.enum(['write', 'execute', 'network']),
+    // `read` is not in the spec's list (write|execute|network): a read of a file outside the workspace
+    // or of a secrets file asks too, and calling it `execute` would lie (docs/decisions.md).
+    side_effects: z.enum(['read', 'write', 'execute', 'network']),
     confirmation_request_id: z.string().min(1),
     input_summary: z.string(),
     projected_modifications: z.array(z.string()).nullable(),

@@ -50,8 +50,28 @@ export interface ToolOutput {
   readonly commandExecuted?: string | null;
 }
 
+/**
+ * A confirmation one call needs whatever its tool's side-effect policy says: `read_file` on a path
+ * outside the workspace, or on a file that may hold secrets. Sent as `tool.confirmation_requested`.
+ */
+export interface CallConfirmation {
+  readonly side_effects: Exclude<SideEffects, 'none'>;
+  /** Names the resolved target and why the call asks ("outside the workspace", "may hold secrets"). */
+  readonly input_summary: string;
+  /** False: an "allow for the session" does not cover later calls, each asks again (secrets). */
+  readonly session_allowable: boolean;
+}
+
+/** What `Tool.checkCall` decided for one call. */
+export interface CallCheck<P = unknown> {
+  /** Handed to `execute` as is, so what was checked and confirmed is exactly what runs. */
+  readonly prepared: P;
+  /** Null: only the tool's side-effect policy applies. */
+  readonly confirmation: CallConfirmation | null;
+}
+
 /** A tool the agent can call: a schema for its input, its side effects and what it does. */
-export interface Tool<S extends z.ZodType = z.ZodType> {
+export interface Tool<S extends z.ZodType = z.ZodType, P = unknown> {
   readonly name: string;
   readonly description: string;
   readonly inputSchema: S;
@@ -62,9 +82,15 @@ export interface Tool<S extends z.ZodType = z.ZodType> {
     command_summary?: string;
     projected_modifications?: string[];
   };
-  execute(input: z.output<S>, context: ToolContext): Promise<ToolOutput>;
+  /**
+   * Per-call check, run by the dispatcher before the side-effect policy: it may ask for a confirmation
+   * of its own, refuse by throwing a `ToolError` (e.g. `permission_denied`), or let the call run.
+   */
+  checkCall?(input: z.output<S>, context: ToolContext): Promise<CallCheck<P>>;
+  /** `prepared` is what `checkCall` returned; absent when the tool is run without the dispatcher. */
+  execute(input: z.output<S>, context: ToolContext, prepared?: P): Promise<ToolOutput>;
 }
 
-export function defineTool<S extends z.ZodType>(tool: Tool<S>): Tool<S> {
+export function defineTool<S extends z.ZodType, P = unknown>(tool: Tool<S, P>): Tool<S, P> {
   return tool;
 }
