@@ -64,7 +64,7 @@ export function unauthorized(url: string, token: string | undefined, message: st
   return new MetisError('METIS_ERR_REQUEST_FAILED', `${message} (METIS_ERR_UNAUTHORIZED)`, {
     hint: token
       ? `The server at ${url} refused this bearer token: check --token, $METIS_TOKEN or $METIS_HOME/token (another server's home?).`
-      : `The server at ${url} requires a bearer token: pass --token <token>, set $METIS_TOKEN, or run as the account (and METIS_HOME) of its metis serve.`,
+      : `The server at ${url} requires a bearer token: pass --token <token> or set $METIS_TOKEN (clients on the account and METIS_HOME of its metis serve read $METIS_HOME/token by themselves).`,
   });
 }
 

@@ -23,7 +23,7 @@ const UNAUTHORIZED: GateVerdict = {
   ok: false,
   status: 401,
   code: 'METIS_ERR_UNAUTHORIZED',
-  message: 'missing or wrong token (see docs/http-api.md "Authentication")',
+  message: 'missing or wrong bearer token',
 };
 
 function pathOf(request: IncomingMessage): string {
