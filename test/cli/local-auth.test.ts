@@ -42,7 +42,7 @@ const post = (path, body) => fetch(url + path, { method: 'POST', headers: { 'con
 function eventsOfType(dbPath: string, type: string): Record<string, any>[] {
   const db = new Database(dbPath, { readonly: true });
   try {
-    return (db.prepare('SELECT payload FROM events WHERE type = ?').pluck().all(type) as string[]).map(
+    return (db.prepare('SELECT payload_json FROM events WHERE type = ?').pluck().all(type) as string[]).map(
       (payload) => JSON.parse(payload) as Record<string, any>,
     );
   } finally {

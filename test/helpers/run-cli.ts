@@ -109,8 +109,8 @@ export async function serveCli(
 ): Promise<CliChild & { url: string; port: number }> {
   const server = spawnCli(['serve', '--port', String(port), '--json', ...args], home);
   await server.waitForStdout((out) => out.includes('\n'), 30_000);
-  const banner = JSON.parse(server.stdout().split('\n')[0]!) as { url: string; token_file: string | null };
+  const banner = JSON.parse(server.stdout().split('\n')[0]!) as { url: string; token_file?: string | null };
   const url = banner.url;
-  if (banner.token_file !== null) rememberServerToken(url, banner.token_file);
+  if (banner.token_file) rememberServerToken(url, banner.token_file);
   return Object.assign(server, { url, port: Number(new URL(url).port) });
 }
