@@ -60,7 +60,7 @@ export class AuthGate {
    */
   checkUpgrade(request: IncomingMessage, attachTokenValid: boolean): GateVerdict {
     if (this.token === null) return PASS;
-    const credential = authenticate(request, this.token) ?? (attachTokenValid ? 'header' : null);
+    const credential = authenticate(request, this.token) ?? (attachTokenValid ? 'attach' : null);
     return this.decide(request, credential);
   }
 
@@ -69,7 +69,7 @@ export class AuthGate {
     return this.token === null ? 0 : this.throttle.retryAfterSeconds(peerOf(request));
   }
 
-  private decide(request: IncomingMessage, credential: Credential | null): GateVerdict {
+  private decide(request: IncomingMessage, credential: Credential | 'attach' | null): GateVerdict {
     const peer = peerOf(request);
     const wait = this.throttle.retryAfterSeconds(peer);
     if (wait > 0) return tooMany(wait);

@@ -1,14 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import {
-  chmodSync,
-  closeSync,
-  fstatSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  statSync,
-  writeSync,
-} from 'node:fs';
+import { chmodSync, closeSync, fstatSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
@@ -173,14 +164,5 @@ export function readTokenFile(path: string): string | undefined {
     return token.length > 0 ? token : undefined;
   } finally {
     closeSync(fd);
-  }
-}
-
-/** Whether a token file exists (for the client's hint). */
-export function tokenFileExists(path: string): boolean {
-  try {
-    return statSync(path).isFile();
-  } catch {
-    return false;
   }
 }
