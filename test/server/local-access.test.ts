@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
 import { openClient, startTestServer } from '../helpers/server.js';
 
 /**
@@ -61,6 +62,20 @@ describe('401 flood from one peer', () => {
     await new Promise((resolve) => setTimeout(resolve, 350));
     expect((await t.request('GET', '/sessions', undefined, wrong)).status).toBe(429);
   }, 20_000);
+
+  it('logs one warn line per episode with the peer and the count, never the token or the query', async () => {
+    const logs = captureLogs();
+    const t = await startTestServer({}, { bearerToken: TOKEN, logger: logs.logger });
+    const guess = 'guessed-token-0123456789abcdef';
+    for (let i = 0; i < 8; i += 1) await fetch(`${t.url}/sessions?token=${guess}`);
+    await settleLogs();
+    const warned = logs.at(LEVEL.warn);
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatchObject({ peer: expect.stringContaining('127.0.0.1'), failures: 5 });
+    const everything = JSON.stringify(logs.records);
+    expect(everything).not.toContain(guess);
+    expect(everything).not.toContain(TOKEN);
+  });
 });
 
 describe('cookie exchange for browsers', () => {
