@@ -1,7 +1,11 @@
 import { DEFAULT_URL } from '../client/live-text.js';
 import { ERROR_TABLE, type ErrorCode, MetisError } from '../core/errors.js';
+import { readTokenFile, tokenFilePath } from '../core/server/local-token.js';
 
-/** Where a command finds the server: `--url` (or $METIS_URL) and `--token` (or $METIS_TOKEN). */
+/**
+ * Where a command finds the server: `--url` (or $METIS_URL) and `--token` (or $METIS_TOKEN, else the
+ * local token file `$METIS_HOME/token`).
+ */
 export interface ServerTarget {
   readonly url: string;
   readonly token?: string;
@@ -35,17 +39,32 @@ function invalidUrl(where: string, given: string): MetisError {
   );
 }
 
-/** The bearer token of `--token`, else $METIS_TOKEN; undefined when neither is set. */
-export function tokenFrom(options: { token?: string }): string | undefined {
-  return options.token || process.env.METIS_TOKEN || undefined;
+/**
+ * The bearer token of `--token`, else $METIS_TOKEN, else the local token file `metis serve` writes in
+ * `$METIS_HOME` (so clients on the server's account need nothing); undefined when there is none.
+ * @throws MetisError METIS_ERR_CONFIG_INVALID when the token file is readable by other users
+ */
+export function tokenFrom(
+  options: { token?: string },
+  env: NodeJS.ProcessEnv = process.env,
+): string | undefined {
+  const given = options.token || env.METIS_TOKEN || undefined;
+  if (given !== undefined) return given;
+  try {
+    return readTokenFile(tokenFilePath(env));
+  } catch (error) {
+    // Another account's file: this client has no token, and the server will say 401.
+    if ((error as NodeJS.ErrnoException).code === 'EACCES') return undefined;
+    throw error;
+  }
 }
 
 /** The error for a server that refused the bearer token (or got none). */
 export function unauthorized(url: string, token: string | undefined, message: string): MetisError {
   return new MetisError('METIS_ERR_REQUEST_FAILED', `${message} (METIS_ERR_UNAUTHORIZED)`, {
     hint: token
-      ? `The server at ${url} refused this bearer token: check --token (or $METIS_TOKEN).`
-      : `The server at ${url} requires a bearer token: pass --token <token> or set $METIS_TOKEN.`,
+      ? `The server at ${url} refused this bearer token: check --token, $METIS_TOKEN or $METIS_HOME/token (another server's home?).`
+      : `The server at ${url} requires a bearer token: pass --token <token> or set $METIS_TOKEN (clients on the account and METIS_HOME of its metis serve read $METIS_HOME/token by themselves).`,
   });
 }
 
@@ -80,6 +99,13 @@ export async function apiRequest(
   if (!response.ok) {
     const code = parsed.error?.code ?? `HTTP ${response.status}`;
     if (response.status === 401) throw unauthorized(url, token, parsed.error?.message ?? 'unauthorized');
+    if (response.status === 429) {
+      const wait = response.headers.get('retry-after');
+      throw new MetisError(
+        'METIS_ERR_TOO_MANY_ATTEMPTS',
+        `${parsed.error?.message ?? 'too many attempts'}${wait ? ` (retry after ${wait} s)` : ''}`,
+      );
+    }
     // The server's own code, when this CLI knows it, brings its hint ("List sessions with ...").
     const known = typeof code === 'string' && Object.hasOwn(ERROR_TABLE, code) ? (code as ErrorCode) : null;
     throw new MetisError(

@@ -16,7 +16,7 @@ import { MetisError } from '../core/errors.js';
 import { silentLogger } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
 import { startService } from '../core/server/serve.js';
-import { serverUrl } from './api-request.js';
+import { serverUrl, tokenFrom } from './api-request.js';
 
 export interface ConformanceRunOptions {
   url?: string;
@@ -54,13 +54,16 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
   if (options.junit) checkWritableFile('--junit', options.junit);
   let stop = async () => {};
   let url = options.url === undefined ? undefined : serverUrl(options.url);
+  let token = url === undefined ? undefined : tokenFrom(options);
   if (!url) {
     const home = mkdtempSync(join(tmpdir(), 'metis-conformance-'));
     const config = MetisConfigSchema.parse({ server: { port: 0 } });
     const service = await startService(config, join(home, 'metis.db'), silentLogger(), {
       conformance: { faults: faults as FaultName[] },
+      tokenFile: join(home, 'token'),
     });
     url = service.url;
+    token = service.auth.token ?? undefined;
     stop = async () => {
       await service.stop();
       rmSync(home, { recursive: true, force: true });
@@ -74,7 +77,7 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
     results = await runConformance({
       url,
       only: options.only,
-      token: options.token,
+      token,
       onProgress: ({ phase, index, total, name, result }) => {
         if (phase === 'start' && progress) process.stderr.write(`\r[${index + 1}/${total}] ${name}…\u001b[K`);
         if (phase === 'end' && result && !options.json) {

@@ -21,7 +21,11 @@ export interface DemoOptions {
 export async function demoCommand(options: DemoOptions): Promise<void> {
   const home = mkdtempSync(join(tmpdir(), 'metis-demo-'));
   const config = MetisConfigSchema.parse({ server: { port: 0 } });
-  const service = await startService(config, join(home, 'metis.db'), silentLogger());
+  // The demo's own token file, in its temporary home: the user's $METIS_HOME is left alone.
+  const service = await startService(config, join(home, 'metis.db'), silentLogger(), {
+    tokenFile: join(home, 'token'),
+  });
+  const target = { url: service.url, token: service.auth.token ?? undefined };
   const cleanUp = async () => {
     await service.stop();
     if (!options.keep) rmSync(home, { recursive: true, force: true });
@@ -33,11 +37,12 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
   process.once('SIGINT', onInterrupt);
   try {
     console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
-    const { session_id: sessionId } = await apiRequest(service.url, 'POST', '/sessions', {});
+    const { session_id: sessionId } = await apiRequest(target, 'POST', '/sessions', {});
     const message = options.message ?? 'think: time';
     console.log(`you: ${visibleText(message)}`);
     await followTurn({
       url: service.url,
+      token: target.token,
       sessionId,
       message,
       render: liveTextWriter(sessionId, { serverUrl: service.url }),

@@ -7,13 +7,14 @@ import { silentLogger } from '../core/logger.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import type { TraceQuery } from '../plugins/define-plugin.js';
 import type { PluginStatus } from '../plugins/plugin-host.js';
-import { serverUrl } from './api-request.js';
+import { serverUrl, tokenFrom } from './api-request.js';
 import { table } from './text-table.js';
 
 export interface PluginsOptions {
   json?: boolean;
   config?: string;
   url?: string;
+  token?: string;
 }
 
 /** A plugin as config names it, when no server answers. */
@@ -94,7 +95,7 @@ function describeFilter(filter: Record<string, unknown>): string {
 export async function pluginsCommand(options: PluginsOptions): Promise<void> {
   const { config, filepath } = await loadConfig({ explicitPath: options.config ?? null });
   const url = serverUrl(options.url, defaultUrl(config));
-  const token = config.server.bearer_token ?? process.env.METIS_BEARER_TOKEN ?? null;
+  const token = options.token || config.server.bearer_token || tokenFrom({}) || null;
   const running = await fetchRunning(url, token);
   if (running === null && options.url !== undefined) {
     // Asked about a server by name: listing the config's plugins instead would answer another question.

@@ -8,7 +8,10 @@ import { registerStoreCommands } from './register-store.js';
 /** Where a client command finds the server; shared by every command that talks to one. */
 const urlOption = () => new Option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)');
 const tokenOption = () =>
-  new Option('--token <token>', 'bearer token for a server that requires one (default $METIS_TOKEN)');
+  new Option(
+    '--token <token>',
+    'bearer token (default $METIS_TOKEN, else the file $METIS_HOME/token that metis serve writes)',
+  );
 
 export function registerCommands(program: Command): void {
   program
@@ -116,7 +119,7 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print every result as JSON')
     .option('--junit <file>', 'also write a JUnit XML report')
     .option('--fault <name...>', 'embedded server only: break a guarantee on purpose to see checks fail')
-    .option('--token <token>', 'bearer token for a server that requires one')
+    .addOption(tokenOption())
     .action(async (options) => (await import('./conformance.js')).conformanceRunCommand(options));
   conformance
     .command('client')
@@ -147,6 +150,7 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print JSON')
     .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
     .option('--url <url>', 'server URL (default $METIS_URL, else the configured host and port)')
+    .addOption(tokenOption())
     .action(async (options) => (await import('./plugins.js')).pluginsCommand(options));
 
   registerStoreCommands(program);

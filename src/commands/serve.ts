@@ -2,7 +2,8 @@ import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
-import { bearerTokenFromEnv, CONFORMANCE_WARNING, startService } from '../core/server/serve.js';
+import { bearerTokenFromEnv, type ServerAuth } from '../core/server/local-token.js';
+import { CONFORMANCE_WARNING, startService } from '../core/server/serve.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { asStorageError } from '../core/store/storage-errors.js';
 
@@ -15,6 +16,17 @@ export interface ServeOptions {
   json?: boolean;
   conformance?: boolean;
   fault?: string[];
+}
+
+/** What `server.auth: none` costs, said in the banner. */
+export const AUTH_NONE_WARNING =
+  'server.auth: none: no token, so every account on this machine can drive this server (and run its tools as you)';
+
+/** Where the token comes from, for the banner: the file path or the setting, never the token itself. */
+function describeAuth(auth: ServerAuth): string {
+  if (auth.mode === 'none') return 'none';
+  if (auth.source === 'file') return `token in ${auth.tokenFile} (clients of this account read it)`;
+  return auth.source === 'config' ? 'token from server.bearer_token' : 'token from $METIS_TOKEN';
 }
 
 /** After the shutdown bound: the process exits even if a stuck step did not let `stop()` settle. */
@@ -149,6 +161,10 @@ async function serve(options: ServeOptions): Promise<void> {
         gaps: service.gaps.length,
         recovered_turns: service.recovery.turns,
         plugins: pluginNames,
+        auth: service.auth.mode,
+        token_source: service.auth.mode === 'none' ? null : service.auth.source,
+        token_file: service.auth.tokenFile,
+        ...(service.auth.mode === 'none' ? { auth_warning: AUTH_NONE_WARNING } : {}),
         ...(options.conformance ? { warning: `--conformance: ${CONFORMANCE_WARNING}` } : {}),
       }),
     );
@@ -157,6 +173,8 @@ async function serve(options: ServeOptions): Promise<void> {
     console.log(`  database  ${dbPath}`);
     console.log(`  config    ${filepath ?? '(built-in defaults)'}`);
     console.log(`  model     ${config.runtime.default_model}`);
+    console.log(`  auth      ${describeAuth(service.auth)}`);
+    if (service.auth.mode === 'none') console.log(`  WARNING   ${AUTH_NONE_WARNING}`);
     if (pluginNames.length > 0) console.log(`  plugins   ${pluginNames.join(', ')}`);
     if (service.gaps.length > 0)
       console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);

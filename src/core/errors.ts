@@ -137,6 +137,11 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'Stop the process using that port, or pass --port (0 picks a free one) or --host.',
   },
+  METIS_ERR_TOO_MANY_ATTEMPTS: {
+    status: 429,
+    exitCode: 1,
+    hint: 'Too many requests with a wrong token came from this address: wait Retry-After seconds, then use the token in $METIS_HOME/token (or $METIS_TOKEN).',
+  },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERROR_TABLE;

@@ -2,6 +2,7 @@ import { copyFileSync, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
+import { authHeaders } from '../helpers/home-token.js';
 import { eventually, subscribeOn } from '../helpers/protocol.js';
 import { type CliChild, runCli, serveCli } from '../helpers/run-cli.js';
 import { openClient } from '../helpers/server.js';
@@ -52,11 +53,13 @@ function expectClosedCleanly(dbPath: string): void {
 async function attachClient(url: string, home: string) {
   const created = await fetch(`${url}/sessions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...authHeaders(home) },
     body: JSON.stringify({ workspace_path: home }),
   });
   const { session_id } = (await created.json()) as { session_id: string };
-  const { ws_url } = (await (await fetch(`${url}/sessions/${session_id}`)).json()) as { ws_url: string };
+  const { ws_url } = (await (
+    await fetch(`${url}/sessions/${session_id}`, { headers: authHeaders(home) })
+  ).json()) as { ws_url: string };
   const client = await openClient(ws_url);
   await subscribeOn(client, { filter: 'preset:full', since: null, snapshot: true });
   return client;

@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { authHeaders } from '../helpers/home-token.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -35,7 +36,7 @@ describe('metis serve: the safety net under unhandled rejections (issue 12, obse
       (await (
         await fetch(`${server.url}${path}`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json' },
+          headers: { 'content-type': 'application/json', ...authHeaders(home) },
           body: JSON.stringify(body),
         })
       ).json()) as Record<string, any>;

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Frame } from '../../src/client/reducer.js';
+import { serverToken } from '../helpers/home-token.js';
 import { eventually } from '../helpers/protocol.js';
 import { type CliChild, runCli, serveCli, spawnCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -40,7 +41,8 @@ async function serve(config: Record<string, unknown>, token?: string): Promise<S
   const request = async (method: string, path: string, body?: unknown) => {
     const headers: Record<string, string> = {};
     if (body !== undefined) headers['content-type'] = 'application/json';
-    if (token) headers.authorization = `Bearer ${token}`;
+    const bearer = token ?? serverToken(url);
+    if (bearer) headers.authorization = `Bearer ${bearer}`;
     const response = await fetch(`${url}${path}`, {
       method,
       headers,

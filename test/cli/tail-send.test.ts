@@ -5,6 +5,7 @@ import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
 import { filterFrom } from '../../src/commands/tail.js';
 import { PRESETS } from '../../src/core/events/presets.js';
 import { STREAMING } from '../../src/core/events/streaming.js';
+import { authHeaders } from '../helpers/home-token.js';
 import { eventually } from '../helpers/protocol.js';
 import { runCli, serveCli, spawnCli } from '../helpers/run-cli.js';
 import { startTestServer } from '../helpers/server.js';
@@ -174,7 +175,7 @@ describe('metis send and tail against a real `metis serve` (end to end)', () => 
       (await (
         await fetch(`${url}${path}`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json' },
+          headers: { 'content-type': 'application/json', ...authHeaders(home) },
           body: JSON.stringify(body),
         })
       ).json()) as Record<string, any>;
@@ -260,7 +261,7 @@ describe('metis tail: seq holes', () => {
       (await (
         await fetch(`${url}${path}`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json' },
+          headers: { 'content-type': 'application/json', ...authHeaders(home) },
           body: JSON.stringify(body),
         })
       ).json()) as Record<string, any>;

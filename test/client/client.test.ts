@@ -343,14 +343,17 @@ describe('MetisClient: seq holes', () => {
 
   it('reports the hole the drop-at-seam fault makes for an object filter of every type (+ workers), and none for some types', async () => {
     const config = MetisConfigSchema.parse({ server: { port: 0 } });
-    const service = await startService(config, join(tempDir(), 'metis.db'), silentLogger(), {
+    const dir = tempDir();
+    const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
       conformance: { faults: ['drop-at-seam'] },
+      tokenFile: join(dir, 'token'),
     });
     onTestFinished(() => service.stop());
+    const token = service.auth.token ?? undefined;
     const post = async (path: string, body: unknown) =>
       (await fetch(`${service.url}${path}`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
         body: JSON.stringify(body),
       }).then((r) => r.json())) as Record<string, any>;
     const sessionId = (await post('/sessions', { workspace_path: tempDir('metis-ws-') }))
@@ -366,12 +369,14 @@ describe('MetisClient: seq holes', () => {
 
     const full = run({
       url: service.url,
+      token,
       sessionId,
       filter: { event_types: [...PRESETS['preset:full']], actors: null, include_worker_sessions: true },
       since: firstId,
     });
     const some = run({
       url: service.url,
+      token,
       sessionId,
       filter: {
         event_types: ['turn.started', 'turn.completed'],

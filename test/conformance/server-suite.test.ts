@@ -7,13 +7,16 @@ import type { FaultName } from '../../src/core/server/faults.js';
 import { startService } from '../../src/core/server/serve.js';
 import { tempDir } from '../helpers/tmp.js';
 
+/** An embedded `metis serve --conformance`: its URL and its local token (in its own folder). */
 async function embedded(faults: FaultName[] = []) {
   const config = MetisConfigSchema.parse({ server: { port: 0 } });
-  const service = await startService(config, join(tempDir(), 'conformance.db'), silentLogger(), {
+  const dir = tempDir();
+  const service = await startService(config, join(dir, 'conformance.db'), silentLogger(), {
     conformance: { faults },
+    tokenFile: join(dir, 'token'),
   });
   onTestFinished(() => service.stop());
-  return service.url;
+  return { url: service.url, token: service.auth.token ?? undefined };
 }
 
 const statusOf = (results: CheckResult[]) =>
@@ -21,7 +24,7 @@ const statusOf = (results: CheckResult[]) =>
 
 describe('metis conformance run', () => {
   it('every check passes against metis serve --conformance', async () => {
-    const results = await runConformance({ url: await embedded() });
+    const results = await runConformance(await embedded());
     const failed = results.filter((r) => r.outcome.status !== 'pass');
     expect(failed).toEqual([]);
     expect(results.length).toBeGreaterThanOrEqual(20);
@@ -39,9 +42,16 @@ describe('metis conformance run', () => {
   it('the tool cancellations pass against a plain `metis serve`, whose default policy asks before shell', async () => {
     const config = MetisConfigSchema.parse({ server: { port: 0 } });
     expect(config.runtime.tool_confirmation.execute).toBe('ask');
-    const service = await startService(config, join(tempDir(), 'plain.db'), silentLogger());
+    const dir = tempDir();
+    const service = await startService(config, join(dir, 'plain.db'), silentLogger(), {
+      tokenFile: join(dir, 'token'),
+    });
     onTestFinished(() => service.stop());
-    const results = await runConformance({ url: service.url, only: ['cancel_mid_tool', 'cancel_at_seam'] });
+    const results = await runConformance({
+      url: service.url,
+      token: service.auth.token ?? undefined,
+      only: ['cancel_mid_tool', 'cancel_at_seam'],
+    });
     const cancels = results.filter((r) => r.name.startsWith('cancel_'));
     expect(results.filter((r) => r.outcome.status === 'fail')).toEqual([]);
     expect(cancels.map((r) => [r.name, r.outcome])).toEqual([
@@ -64,7 +74,7 @@ describe('metis conformance run', () => {
   ];
   for (const [fault, only, mustFail, mustPass] of faults) {
     it(`the suite catches the ${fault} fault`, async () => {
-      const status = statusOf(await runConformance({ url: await embedded([fault]), only }));
+      const status = statusOf(await runConformance({ ...(await embedded([fault])), only }));
       for (const name of mustFail) expect({ name, status: status[name] }).toEqual({ name, status: 'fail' });
       expect(status[mustPass]).toBe('pass');
     }, 60_000);

@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { onTestFinished } from 'vitest';
+import { rememberServerToken } from './home-token.js';
 
 const ENTRY = join(import.meta.dirname, 'cli-entry.ts');
 const ROOT = join(import.meta.dirname, '../..');
@@ -97,7 +98,10 @@ export function spawnCli(args: readonly string[], home: string, env: Record<stri
   };
 }
 
-/** `metis serve --port <port> --json <args>` as a child; resolves once it printed its URL. */
+/**
+ * `metis serve --port <port> --json <args>` as a child; resolves once it printed its URL. Its token
+ * (its `token_file`, `<home>/token`, when it uses one) is remembered for `jsonRequest`.
+ */
 export async function serveCli(
   home: string,
   args: readonly string[],
@@ -105,6 +109,8 @@ export async function serveCli(
 ): Promise<CliChild & { url: string; port: number }> {
   const server = spawnCli(['serve', '--port', String(port), '--json', ...args], home);
   await server.waitForStdout((out) => out.includes('\n'), 30_000);
-  const { url } = JSON.parse(server.stdout().split('\n')[0]!) as { url: string };
+  const banner = JSON.parse(server.stdout().split('\n')[0]!) as { url: string; token_file?: string | null };
+  const url = banner.url;
+  if (banner.token_file) rememberServerToken(url, banner.token_file);
   return Object.assign(server, { url, port: Number(new URL(url).port) });
 }

@@ -9,10 +9,13 @@ import { tempDir } from '../helpers/tmp.js';
 import { pluginProject } from './plugin-harness.js';
 import { otlpReceiver, receiver, until, verify } from './receivers.js';
 
-async function json(url: string, init?: RequestInit): Promise<any> {
+async function json(url: string, init?: RequestInit & { token?: string | null }): Promise<any> {
   const response = await fetch(url, {
     ...init,
-    headers: init?.body ? { 'content-type': 'application/json' } : {},
+    headers: {
+      ...(init?.body ? { 'content-type': 'application/json' } : {}),
+      ...(init?.token ? { authorization: `Bearer ${init.token}` } : {}),
+    },
   });
   return response.json();
 }
@@ -38,9 +41,12 @@ describe('metis serve with plugins', () => {
       ],
     });
     const { config, filepath } = await loadConfig({ explicitPath: configPath });
+    // The token file in the project folder, which `metis plugins` below runs in as its METIS_HOME.
     const service = await startService(config, join(tempDir(), 'metis.db'), silentLogger(), {
       configPath: filepath,
+      tokenFile: join(dir, 'token'),
     });
+    const token = service.auth.token;
     onTestFinished(() => service.stop());
 
     const turnDone = new Promise<void>((resolve) => {
@@ -51,15 +57,17 @@ describe('metis serve with plugins', () => {
     const { session_id: sessionId } = await json(`${service.url}/sessions`, {
       method: 'POST',
       body: JSON.stringify({ workspace_path: dir }),
+      token,
     });
     await json(`${service.url}/sessions/${sessionId}/turns`, {
       method: 'POST',
       body: JSON.stringify({ message: 'time' }),
+      token,
     });
     await turnDone;
     await service.trace.flush();
 
-    const { plugins } = await json(`${service.url}/plugins`);
+    const { plugins } = await json(`${service.url}/plugins`, { token });
     expect(plugins.map((p: any) => [p.name, p.path, p.fast_path])).toEqual([
       ['jsonl-sink', 'builtin:jsonl-sink', false],
       ['webhook', 'builtin:webhook', true],
@@ -109,20 +117,22 @@ describe('metis serve with plugins', () => {
   }, 30_000);
 
   it('a bad plugin stops startup before the server listens and releases the database', async () => {
-    const { configPath } = pluginProject(['wrong-export.mjs'], {
+    const { dir, configPath } = pluginProject(['wrong-export.mjs'], {
       server: { port: 0 },
       plugins: ['./wrong-export.mjs'],
     });
     const { config, filepath } = await loadConfig({ explicitPath: configPath });
     const dbPath = join(tempDir(), 'metis.db');
     await expect(
-      startService(config, dbPath, silentLogger(), { configPath: filepath }),
+      startService(config, dbPath, silentLogger(), { configPath: filepath, tokenFile: join(dir, 'token') }),
     ).rejects.toMatchObject({
       code: 'METIS_ERR_PLUGIN_EXPORT',
     });
     expect(existsSync(dbPath)).toBe(true);
     // The lock was released: the same database opens again.
-    const again = await startService({ ...config, plugins: [] }, dbPath, silentLogger());
+    const again = await startService({ ...config, plugins: [] }, dbPath, silentLogger(), {
+      tokenFile: join(dir, 'token'),
+    });
     await again.stop();
   });
 });

@@ -455,28 +455,30 @@ describe('non-loopback bind', () => {
     }
   });
 
-  it('with a bearer token, requires Authorization: Bearer on HTTP and on the upgrade', async () => {
+  it('with a bearer token, requires Authorization: Bearer on HTTP (not /healthz) and on the upgrade', async () => {
     const token = 'test-bearer-token-0123456789';
     const t = await startTestServer({}, { host: '0.0.0.0', bearerToken: token });
     const base = `http://127.0.0.1:${t.server.port}`;
     const auth = { authorization: `Bearer ${token}` };
 
-    const missing = await raw(base, 'GET', '/healthz');
+    const missing = await raw(base, 'GET', '/sessions');
     expect(missing.status).toBe(401);
     expectErrorShape(missing.body, 'METIS_ERR_UNAUTHORIZED');
-    expect((await raw(base, 'GET', '/healthz', { headers: { authorization: 'Bearer wrong' } })).status).toBe(
+    expect((await raw(base, 'GET', '/sessions', { headers: { authorization: 'Bearer wrong' } })).status).toBe(
       401,
     );
-    expect((await raw(base, 'GET', '/healthz', { headers: { authorization: token } })).status).toBe(401);
-    expect((await raw(base, 'GET', '/healthz', { headers: auth })).status).toBe(200);
+    expect((await raw(base, 'GET', '/sessions', { headers: { authorization: token } })).status).toBe(401);
+    expect((await raw(base, 'GET', '/sessions', { headers: auth })).status).toBe(200);
+    // /healthz reveals nothing and stays open, for load balancers and supervisors (docs/http-api.md).
+    expect((await raw(base, 'GET', '/healthz')).status).toBe(200);
 
     // In this mode the Host check is off (the server is meant to be reached by other names) ...
     expect(
-      (await raw(base, 'GET', '/healthz', { headers: { ...auth, host: 'metis.lan:1234' } })).status,
+      (await raw(base, 'GET', '/sessions', { headers: { ...auth, host: 'metis.lan:1234' } })).status,
     ).toBe(200);
     // ... but the Origin check is not.
     expect(
-      (await raw(base, 'GET', '/healthz', { headers: { ...auth, origin: 'https://evil.example' } })).status,
+      (await raw(base, 'GET', '/sessions', { headers: { ...auth, origin: 'https://evil.example' } })).status,
     ).toBe(403);
 
     const created = await raw(base, 'POST', '/sessions', {
@@ -490,10 +492,12 @@ describe('non-loopback bind', () => {
     const wsUrl = new URL(handshake.body.ws_url);
     wsUrl.hostname = '127.0.0.1';
 
-    const refused = await tryUpgrade(wsUrl.toString());
-    expect(refused).toMatchObject({ status: 401, opened: false });
-    // The bearer check runs before the attach token is consumed, so the token still works.
-    const client = await openClient(wsUrl.toString(), { headers: auth });
+    // Without the header, a forged attach token is refused ...
+    const forged = new URL(wsUrl);
+    forged.searchParams.set('attach', 'atk_forged');
+    expect(await tryUpgrade(forged.toString())).toMatchObject({ status: 401, opened: false });
+    // ... and the one an authenticated handshake issued is enough (docs/decisions.md "Local token").
+    const client = await openClient(wsUrl.toString());
     await subscribed(client);
   });
 });

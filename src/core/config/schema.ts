@@ -4,6 +4,11 @@ import { RuntimeConfigSchema } from './runtime-schema.js';
 export const ServerConfigSchema = z.strictObject({
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8421),
+  /**
+   * `token` (default): every request but `GET /healthz` needs the token (`bearer_token`, $METIS_TOKEN,
+   * else `$METIS_HOME/token`). `none`: no token, allowed on a loopback bind only.
+   */
+  auth: z.enum(['token', 'none']).default('token'),
   /** Required to bind a non-loopback address. */
   bearer_token: z.string().min(16, 'must be at least 16 characters').nullable().default(null),
   allowed_origins: z.array(z.string().url()).default([]),

@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 
 /** Host names that point at this machine; anything else in `Host` may be a DNS rebinding attack. */
@@ -7,8 +7,6 @@ const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]', '::1']);
 export interface SecurityOptions {
   /** Origins allowed besides the loopback ones, e.g. a dashboard served elsewhere. */
   readonly allowedOrigins: readonly string[];
-  /** Required on every request when set (always set for a non-loopback bind). */
-  readonly bearerToken: string | null;
   /** Whether the server listens on a loopback address only; then `Host` must be a loopback name. */
   readonly loopbackOnly: boolean;
 }
@@ -24,6 +22,11 @@ function hostName(host: string): string {
 export function isLoopbackHost(host: string): boolean {
   const name = hostName(host);
   return LOOPBACK_HOSTS.has(name) || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name);
+}
+
+/** Whether a bind address (`127.0.0.1`, `::1`, `localhost`, `0.0.0.0`...) is loopback only. */
+export function isLoopbackBind(host: string): boolean {
+  return isLoopbackHost(host.includes(':') && !host.startsWith('[') ? `[${host}]` : host);
 }
 
 /** `https://dash.example/` and `https://dash.example` are one origin: compare the normalized form. */
@@ -46,17 +49,68 @@ function isAllowedOrigin(origin: string, options: SecurityOptions): boolean {
   }
 }
 
-function tokenMatches(header: string | undefined, expected: string): boolean {
-  if (!header?.startsWith('Bearer ')) return false;
-  const given = Buffer.from(header.slice(7));
-  const wanted = Buffer.from(expected);
-  return given.length === wanted.length && timingSafeEqual(given, wanted);
+function sameSecret(given: string, expected: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(expected);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/**
+ * The cookie a browser gets for `?token=`: named after the port, so two servers on one host keep
+ * their own, and holding a value derived from the token, so a leaked cookie is not the bearer token.
+ */
+export function authCookieName(port: number): string {
+  return `metis_token_${port}`;
+}
+
+export function authCookieValue(token: string): string {
+  return createHmac('sha256', token).update('metis auth cookie v1').digest('base64url');
+}
+
+function cookieFrom(request: IncomingMessage, name: string): string | undefined {
+  const header = request.headers.cookie;
+  if (!header) return undefined;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}
+
+function queryToken(request: IncomingMessage): string | null {
+  const url = request.url ?? '/';
+  const mark = url.indexOf('?');
+  if (mark < 0) return null;
+  return new URLSearchParams(url.slice(mark + 1)).get('token');
+}
+
+/** How a request proved it holds the token; `query` asks the caller to set the cookie. */
+export type Credential = 'header' | 'cookie' | 'query';
+
+/**
+ * Which credential of the request carries the token: `Authorization: Bearer`, the port's cookie, or
+ * (GET only, for browsers, which cannot set headers) a `?token=` query parameter. Null when none does.
+ */
+export function authenticate(request: IncomingMessage, token: string): Credential | null {
+  const header = request.headers.authorization;
+  if (header?.startsWith('Bearer ') && sameSecret(header.slice(7), token)) return 'header';
+  const cookie = cookieFrom(request, authCookieName(request.socket.localPort ?? 0));
+  if (cookie !== undefined && sameSecret(cookie, authCookieValue(token))) return 'cookie';
+  const fromQuery = request.method === 'GET' ? queryToken(request) : null;
+  if (fromQuery !== null && sameSecret(fromQuery, token)) return 'query';
+  return null;
+}
+
+/** The `Set-Cookie` value that trades a `?token=` for a cookie. */
+export function authCookieHeader(request: IncomingMessage, token: string): string {
+  const name = authCookieName(request.socket.localPort ?? 0);
+  return `${name}=${authCookieValue(token)}; HttpOnly; SameSite=Strict; Path=/`;
 }
 
 /**
  * Checks every request and WebSocket upgrade (DESIGN.md security defaults): a loopback `Host` (DNS
- * rebinding), an absent or local `Origin` (cross-site WebSocket hijacking), and the bearer token when
- * one is configured.
+ * rebinding) and an absent or local `Origin` (cross-site WebSocket hijacking). The token is checked
+ * apart (`authenticate`), since an upgrade may carry an attach token instead.
  */
 export function checkRequest(request: IncomingMessage, options: SecurityOptions): SecurityVerdict {
   const host = request.headers.host;
@@ -75,14 +129,6 @@ export function checkRequest(request: IncomingMessage, options: SecurityOptions)
       status: 403,
       code: 'METIS_ERR_FORBIDDEN_ORIGIN',
       message: `origin ${origin} is not allowed`,
-    };
-  }
-  if (options.bearerToken !== null && !tokenMatches(request.headers.authorization, options.bearerToken)) {
-    return {
-      ok: false,
-      status: 401,
-      code: 'METIS_ERR_UNAUTHORIZED',
-      message: 'missing or wrong bearer token',
     };
   }
   return { ok: true };

@@ -15,6 +15,8 @@ import { watchHandoffs } from '../store/owner-handoffs.js';
 import { openTraceContext, reportGaps, type TraceContext } from '../store/trace-context.js';
 import { conformanceRoutes } from './conformance-hooks.js';
 import { FAULT_NAMES, type FaultName, type FaultSwitches } from './faults.js';
+import { resolveServerAuth, type ServerAuth, tokenFilePath } from './local-token.js';
+import { isLoopbackBind } from './security.js';
 import { type MetisServer, startServer } from './server.js';
 
 /** Pause before each tool runs in `--conformance` mode (docs/conformance.md). */
@@ -23,30 +25,6 @@ export const SEAM_PAUSE_MS = 300;
 /** What `--conformance` turns off or changes, said in the banner (issue 13, observation 7). */
 export const CONFORMANCE_WARNING =
   'tools run WITHOUT confirmation, heartbeats every 250 ms, tool calls paused 300 ms, test routes open: for the conformance suite only, never for real work';
-
-/**
- * The bearer token from the environment: `METIS_TOKEN`, the variable every client command reads, or
- * the older `METIS_BEARER_TOKEN`. Held to the config's rule (16 characters at least): a weak token must
- * not open a non-loopback bind just because it came from the environment.
- * @throws MetisError METIS_ERR_CONFIG_INVALID naming the variable
- */
-export function bearerTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string | null {
-  for (const name of ['METIS_TOKEN', 'METIS_BEARER_TOKEN'] as const) {
-    const value = env[name];
-    if (!value) continue;
-    if (value.length < MIN_TOKEN_LENGTH) {
-      throw new MetisError(
-        'METIS_ERR_CONFIG_INVALID',
-        `${name}: must be at least ${MIN_TOKEN_LENGTH} characters (it has ${value.length})`,
-        { hint: `Use a long random token, e.g. METIS_TOKEN=$(openssl rand -hex 24).` },
-      );
-    }
-    return value;
-  }
-  return null;
-}
-
-const MIN_TOKEN_LENGTH = 16;
 
 /** Tools run without confirmation and the scripted model streams fast, so checks take seconds. */
 function conformanceRuntime(runtime: MetisConfig['runtime']): MetisConfig['runtime'] {
@@ -67,6 +45,8 @@ export interface RunningService {
   readonly trace: TraceContext;
   readonly server: MetisServer;
   readonly plugins: PluginHost;
+  /** How clients authenticate: the token and where it came from (the banner shows the file, never the token). */
+  readonly auth: ServerAuth;
   /**
    * Graceful stop: stop accepting, cancel in-flight turns, stop the plugins, flush the trace writer,
    * close clients, close the database, release the lock. Settles within `server.shutdown_timeout_ms`
@@ -97,6 +77,8 @@ export async function startService(
     conformance?: { faults: readonly FaultName[] };
     /** The config file `config` came from: plugin paths are relative to its folder. */
     configPath?: string | null;
+    /** The local token file when config and environment name no token (default `$METIS_HOME/token`). */
+    tokenFile?: string;
   } = {},
 ): Promise<RunningService> {
   const conformance = options.conformance;
@@ -105,6 +87,13 @@ export async function startService(
   // The conformance suite needs short heartbeats to test them in seconds.
   const heartbeatIntervalMs = conformance ? 250 : config.server.heartbeat_interval_ms;
   const maxQueueEvents = config.server.max_queue_events;
+  // Before the lock: a token file others can read or `auth: none` on 0.0.0.0 must stop the start early.
+  const auth = resolveServerAuth(config.server, {
+    loopback: isLoopbackBind(config.server.host),
+    tokenFile: options.tokenFile ?? tokenFilePath(),
+  });
+  if (auth.mode === 'token' && auth.deprecation !== null) logger.warn(auth.deprecation);
+  if (auth.mode === 'none') logger.warn('server.auth: none: any local user can drive this server');
   const release = acquireLock(dbPath);
   let trace: TraceContext | null = null;
   let plugins: PluginHost | null = null;
@@ -169,7 +158,7 @@ export async function startService(
     const server = await startServer(runtime, trace, {
       host: config.server.host,
       port: config.server.port,
-      bearerToken: config.server.bearer_token ?? bearerTokenFromEnv(),
+      bearerToken: auth.token,
       allowedOrigins: config.server.allowed_origins,
       attachTokenTtlMs: config.server.attach_token_ttl_ms,
       stream: {
@@ -219,6 +208,7 @@ export async function startService(
       trace: opened,
       server,
       plugins: host,
+      auth,
       abandon,
       stop: () => {
         stopping ??= (async () => {

@@ -9,19 +9,24 @@ import type { Runtime } from '../runtime/runtime.js';
 import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { AttachTokens } from './attach-tokens.js';
+import { AuthGate, type GateVerdict } from './auth-gate.js';
+import type { AuthThrottleOptions } from './auth-throttle.js';
 import { ClientConnection, type StreamOptions } from './client-connection.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { createApi } from './http-api.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
-import { checkRequest, isLoopbackHost, type SecurityOptions } from './security.js';
+import { checkRequest, isLoopbackBind, type SecurityOptions } from './security.js';
 import { StreamHub } from './stream-hub.js';
 
 export interface ServerOptions {
   readonly host?: string;
   /** 0 picks a free port (tests). */
   readonly port?: number;
+  /** Required on every request but `GET /healthz` when set (always set for a non-loopback bind). */
   readonly bearerToken?: string | null;
+  /** The slow-down of peers that keep sending wrong tokens (defaults in auth-throttle.ts). */
+  readonly authThrottle?: Partial<AuthThrottleOptions>;
   readonly allowedOrigins?: readonly string[];
   readonly stream?: Partial<StreamOptions>;
   readonly attachTokenTtlMs?: number;
@@ -93,18 +98,15 @@ export async function startServer(
 ): Promise<MetisServer> {
   const logger = options.logger ?? silentLogger();
   const host = options.host ?? '127.0.0.1';
-  const loopbackOnly = isLoopbackHost(host.includes(':') && !host.startsWith('[') ? `[${host}]` : host);
+  const loopbackOnly = isLoopbackBind(host);
   const bearerToken = options.bearerToken ?? null;
   if (!loopbackOnly && bearerToken === null) {
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `binding ${host} needs a bearer token`, {
       hint: 'Set server.bearer_token in config (or METIS_TOKEN, 16 characters at least) before binding a non-loopback address.',
     });
   }
-  const security: SecurityOptions = {
-    allowedOrigins: options.allowedOrigins ?? [],
-    bearerToken,
-    loopbackOnly,
-  };
+  const security: SecurityOptions = { allowedOrigins: options.allowedOrigins ?? [], loopbackOnly };
+  const gate = new AuthGate(bearerToken, logger, options.authThrottle);
   // From here the connection serves the loop: no write may wait long for another process's lock.
   trace.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
   const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
@@ -138,11 +140,16 @@ export async function startServer(
     { maxHeaderSize: 16 * 1024, requestTimeout: 30_000 },
     (request, response) => {
       const verdict = checkRequest(request, security);
-      if (!verdict.ok) {
-        response.writeHead(verdict.status, { 'content-type': 'application/json' });
-        response.end(JSON.stringify({ error: { code: verdict.code, message: verdict.message } }));
+      const auth: GateVerdict = verdict.ok ? gate.check(request) : verdict;
+      if (!auth.ok) {
+        response.writeHead(auth.status, {
+          'content-type': 'application/json',
+          ...('retryAfterSeconds' in auth ? { 'retry-after': String(auth.retryAfterSeconds) } : {}),
+        });
+        response.end(JSON.stringify({ error: { code: auth.code, message: auth.message } }));
         return;
       }
+      if (auth.setCookie !== null) response.setHeader('set-cookie', auth.setCookie);
       const answer =
         request.url === '/metrics' || request.url?.startsWith('/metrics?')
           ? metrics.respond(request, response)
@@ -157,11 +164,14 @@ export async function startServer(
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_PAYLOAD, perMessageDeflate: false });
 
   server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const refuse = (status: number, message: string) => {
-      socket.end(`HTTP/1.1 ${status} ${message}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+    const refuse = (status: number, message: string, extra = '') => {
+      socket.end(`HTTP/1.1 ${status} ${message}\r\n${extra}Connection: close\r\nContent-Length: 0\r\n\r\n`);
     };
     const verdict = checkRequest(request, security);
-    if (!verdict.ok) return refuse(verdict.status, verdict.status === 401 ? 'Unauthorized' : 'Forbidden');
+    if (!verdict.ok) return refuse(verdict.status, 'Forbidden');
+    // A peer being slowed down spends no attach token.
+    const wait = gate.retryAfter(request);
+    if (wait > 0) return refuse(429, 'Too Many Requests', `Retry-After: ${wait}\r\n`);
     let url: URL;
     try {
       url = new URL(request.url ?? '/', 'http://localhost');
@@ -176,7 +186,14 @@ export async function startServer(
     } catch {
       return refuse(400, 'Bad Request');
     }
-    if (!tokens.consume(url.searchParams.get('attach'), sessionId)) return refuse(401, 'Unauthorized');
+    const attached = tokens.consume(url.searchParams.get('attach'), sessionId);
+    const auth = gate.checkUpgrade(request, attached);
+    if (!auth.ok) {
+      const retry = 'retryAfterSeconds' in auth ? `Retry-After: ${auth.retryAfterSeconds}\r\n` : '';
+      return refuse(auth.status, auth.status === 429 ? 'Too Many Requests' : 'Unauthorized', retry);
+    }
+    // Authenticated by header or cookie, but the stream still needs its attach token (streaming §3.1).
+    if (!attached) return refuse(401, 'Unauthorized');
     wss.handleUpgrade(request, socket, head, (ws) => {
       const connection = new ClientConnection(ws, socket, sessionId, {
         hub,

@@ -1,0 +1,103 @@
+import type { IncomingMessage } from 'node:http';
+import type { Logger } from 'pino';
+import { AuthThrottle, type AuthThrottleOptions } from './auth-throttle.js';
+import { authCookieHeader, authenticate, type Credential } from './security.js';
+
+/** What the gate decided: pass (with a cookie to set after a `?token=`), 401, or 429 with a wait. */
+export type GateVerdict =
+  | { readonly ok: true; readonly setCookie: string | null }
+  | { readonly ok: false; readonly status: number; readonly code: string; readonly message: string }
+  | {
+      readonly ok: false;
+      readonly status: 429;
+      readonly code: string;
+      readonly message: string;
+      readonly retryAfterSeconds: number;
+    };
+
+/** Routes open without the token: they reveal nothing (docs/http-api.md "Authentication"). */
+const OPEN_PATHS = new Set(['/healthz']);
+
+const PASS: GateVerdict = { ok: true, setCookie: null };
+const UNAUTHORIZED: GateVerdict = {
+  ok: false,
+  status: 401,
+  code: 'METIS_ERR_UNAUTHORIZED',
+  message: 'missing or wrong bearer token',
+};
+
+function pathOf(request: IncomingMessage): string {
+  const url = request.url ?? '/';
+  const mark = url.indexOf('?');
+  return mark < 0 ? url : url.slice(0, mark);
+}
+
+/**
+ * The token check of every request and upgrade, with the per-peer slow-down in front of it. The token
+ * and the request's query are never logged: the warn line names the peer and its failure count only.
+ */
+export class AuthGate {
+  private readonly throttle: AuthThrottle;
+
+  constructor(
+    private readonly token: string | null,
+    private readonly logger: Logger,
+    throttle: Partial<AuthThrottleOptions> = {},
+  ) {
+    this.throttle = new AuthThrottle(throttle);
+  }
+
+  /** An HTTP request: open paths pass, else a header, cookie or (GET) `?token=` must carry the token. */
+  check(request: IncomingMessage): GateVerdict {
+    if (this.token === null) return PASS;
+    if (request.method === 'GET' && OPEN_PATHS.has(pathOf(request))) return PASS;
+    return this.decide(request, authenticate(request, this.token));
+  }
+
+  /**
+   * A WebSocket upgrade: besides the credentials of `check`, a valid attach token counts, since one is
+   * issued only to an authenticated `GET /sessions/{id}` (docs/decisions.md "Local token").
+   */
+  checkUpgrade(request: IncomingMessage, attachTokenValid: boolean): GateVerdict {
+    if (this.token === null) return PASS;
+    const credential = authenticate(request, this.token) ?? (attachTokenValid ? 'attach' : null);
+    return this.decide(request, credential);
+  }
+
+  /** Seconds a peer must still wait, checked before anything single-use is spent; 0 when none. */
+  retryAfter(request: IncomingMessage): number {
+    return this.token === null ? 0 : this.throttle.retryAfterSeconds(peerOf(request));
+  }
+
+  private decide(request: IncomingMessage, credential: Credential | 'attach' | null): GateVerdict {
+    const peer = peerOf(request);
+    const wait = this.throttle.retryAfterSeconds(peer);
+    if (wait > 0) return tooMany(wait);
+    if (credential !== null) {
+      this.throttle.success(peer);
+      return credential === 'query' ? { ok: true, setCookie: authCookieHeader(request, this.token!) } : PASS;
+    }
+    const outcome = this.throttle.failure(peer);
+    if (outcome.logNow) {
+      this.logger.warn(
+        { peer, failures: outcome.failures },
+        'repeated requests with a missing or wrong token: answering 429 to this peer for a while',
+      );
+    }
+    return UNAUTHORIZED;
+  }
+}
+
+export function tooMany(retryAfterSeconds: number): GateVerdict {
+  return {
+    ok: false,
+    status: 429,
+    code: 'METIS_ERR_TOO_MANY_ATTEMPTS',
+    message: `too many requests with a wrong token: retry after ${retryAfterSeconds} s`,
+    retryAfterSeconds,
+  };
+}
+
+function peerOf(request: IncomingMessage): string {
+  return request.socket.remoteAddress ?? 'unknown';
+}

@@ -1,0 +1,123 @@
+import { describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
+import { openClient, startTestServer } from '../helpers/server.js';
+
+/**
+ * Issue 13, observations 2 and 4, against a real server on port 0: repeated wrong tokens are slowed
+ * down per peer, and a browser trades `?token=` for a cookie that then authenticates HTTP and upgrades.
+ */
+
+const TOKEN = 'local-access-test-token-0123456789';
+
+/** Opens a WebSocket and reports the upgrade's HTTP status (101 when it opened). */
+function upgradeStatus(url: string, headers: Record<string, string> = {}): Promise<number> {
+  return new Promise((resolve) => {
+    const ws = new WebSocket(url, { headers });
+    ws.once('open', () => {
+      ws.close();
+      resolve(101);
+    });
+    ws.once('unexpected-response', (_request, response) => {
+      resolve(response.statusCode ?? 0);
+      ws.terminate();
+    });
+    ws.once('error', () => resolve(0));
+  });
+}
+
+describe('401 flood from one peer', () => {
+  it('answers 429 METIS_ERR_TOO_MANY_ATTEMPTS with Retry-After, even to a good token, until the pause ends', async () => {
+    const t = await startTestServer({}, { bearerToken: TOKEN });
+    const wrong = { authorization: 'Bearer not-the-token-0123456789' };
+    const good = { authorization: `Bearer ${TOKEN}` };
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i += 1)
+      statuses.push((await t.request('GET', '/sessions', undefined, wrong)).status);
+    expect(statuses).toEqual([401, 401, 401, 401, 401]);
+
+    const slowed = await fetch(`${t.url}/sessions`, { headers: good });
+    expect(slowed.status).toBe(429);
+    const retryAfter = Number(slowed.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(((await slowed.json()) as any).error.code).toBe('METIS_ERR_TOO_MANY_ATTEMPTS');
+    // An upgrade is slowed the same way.
+    expect(await upgradeStatus(`${t.url.replace('http', 'ws')}/sessions/x/stream?attach=atk_x`)).toBe(429);
+
+    await new Promise((resolve) => setTimeout(resolve, retryAfter * 1000 + 200));
+    expect((await t.request('GET', '/sessions', undefined, good)).status).toBe(200);
+    // The success forgave the peer: one more mistake is a plain 401, not a pause.
+    expect((await t.request('GET', '/sessions', undefined, wrong)).status).toBe(401);
+    expect((await t.request('GET', '/sessions', undefined, good)).status).toBe(200);
+  }, 20_000);
+
+  it('doubles the pause when the peer keeps failing after it', async () => {
+    const t = await startTestServer({}, { bearerToken: TOKEN, authThrottle: { baseDelayMs: 300 } });
+    const wrong = { authorization: 'Bearer wrong-wrong-wrong-wrong' };
+    for (let i = 0; i < 5; i += 1) await t.request('GET', '/sessions', undefined, wrong);
+    expect((await t.request('GET', '/sessions', undefined, wrong)).status).toBe(429);
+    await new Promise((resolve) => setTimeout(resolve, 450));
+    // The first pause (300 ms) is over; this failure starts the next one, twice as long.
+    expect((await t.request('GET', '/sessions', undefined, wrong)).status).toBe(401);
+    await new Promise((resolve) => setTimeout(resolve, 350));
+    expect((await t.request('GET', '/sessions', undefined, wrong)).status).toBe(429);
+  }, 20_000);
+
+  it('logs one warn line per episode with the peer and the count, never the token or the query', async () => {
+    const logs = captureLogs();
+    const t = await startTestServer({}, { bearerToken: TOKEN, logger: logs.logger });
+    const guess = 'guessed-token-0123456789abcdef';
+    for (let i = 0; i < 8; i += 1) await fetch(`${t.url}/sessions?token=${guess}`);
+    await settleLogs();
+    const warned = logs.at(LEVEL.warn);
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatchObject({ peer: expect.stringContaining('127.0.0.1'), failures: 5 });
+    const everything = JSON.stringify(logs.records);
+    expect(everything).not.toContain(guess);
+    expect(everything).not.toContain(TOKEN);
+  });
+});
+
+describe('cookie exchange for browsers', () => {
+  it('GET ?token= sets an HttpOnly SameSite=Strict cookie named after the port; the cookie alone authenticates', async () => {
+    const t = await startTestServer({}, { bearerToken: TOKEN });
+    const exchanged = await fetch(`${t.url}/?token=${TOKEN}`);
+    const setCookie = exchanged.headers.get('set-cookie')!;
+    expect(setCookie).toMatch(
+      new RegExp(`^metis_token_${t.server.port}=[A-Za-z0-9_-]+; HttpOnly; SameSite=Strict; Path=/$`),
+    );
+    expect(setCookie).not.toContain(TOKEN);
+    const cookie = setCookie.split(';')[0]!;
+
+    const created = await t.request('POST', '/sessions', { workspace_path: t.workspace }, { cookie });
+    expect(created.status).toBe(201);
+    const sessionId = created.body.session_id as string;
+    const handshake = await t.request('GET', `/sessions/${sessionId}`, undefined, { cookie });
+    expect(handshake.status).toBe(200);
+    // An upgrade with the cookie and no Authorization header.
+    const client = await openClient(handshake.body.ws_url, { headers: { cookie } });
+    client.send({ type: 'subscribe', filter: 'preset:chat', since: null, snapshot: false });
+    expect(await client.waitFor((f) => f.type === 'subscribe_ack')).toMatchObject({ type: 'subscribe_ack' });
+
+    // The query token works on GET only, and the cookie of another port is not this server's.
+    const posted = await fetch(`${t.url}/sessions?token=${TOKEN}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ workspace_path: t.workspace }),
+    });
+    expect(posted.status).toBe(401);
+    const otherPort = cookie.replace(`metis_token_${t.server.port}=`, 'metis_token_1=');
+    expect((await t.request('GET', '/sessions', undefined, { cookie: otherPort })).status).toBe(401);
+  });
+
+  it('a wrong ?token= gets 401 and no cookie', async () => {
+    const t = await startTestServer({}, { bearerToken: TOKEN });
+    const refused = await fetch(`${t.url}/sessions?token=wrong-token-0123456789`);
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get('set-cookie')).toBeNull();
+    expect(
+      (await t.request('GET', '/sessions', undefined, { cookie: `metis_token_${t.server.port}=forged` }))
+        .status,
+    ).toBe(401);
+  });
+});
