@@ -6,6 +6,8 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
+    // A test that forgets its own METIS_HOME must not write a token or a database into the real ~/.metis.
+    globalSetup: ['test/helpers/isolated-home.ts'],
     // The JSON report lets .ci/run print "N passed, N failed" so a run that executed nothing is visible.
     reporters: ['default', 'json'],
     outputFile: { json: 'test-results/vitest.json' },

@@ -39,6 +39,7 @@ async function service(options: { conformance?: boolean } = {}) {
   const dbPath = join(workspace, 'data', 'metis.db');
   const running = await startService(config, dbPath, silentLogger(), {
     configPath: filepath,
+    tokenFile: join(workspace, 'data', 'token'),
     conformance: options.conformance ? { faults: [] } : undefined,
   });
   onTestFinished(() => running.stop());
