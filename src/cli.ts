@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
+import { visibleText } from './client/visible-text.js';
 import { registerCommands } from './commands/register.js';
 import { isMetisError } from './core/errors.js';
 import { asStorageError } from './core/store/storage-errors.js';
@@ -47,8 +48,9 @@ function exitCodeFor(thrown: unknown): number {
     return error.exitCode === 0 ? 0 : 2;
   }
   if (isMetisError(error)) {
-    console.error(`error: ${error.message}`);
-    if (error.hint) console.error(`hint: ${error.hint}`);
+    // A message may quote a server's answer or a model's words: what reaches the terminal must not act.
+    console.error(`error: ${visibleText(error.message)}`);
+    if (error.hint) console.error(`hint: ${visibleText(error.hint)}`);
     return error.exitCode;
   }
   const detail = error instanceof Error ? (error.stack ?? error.message) : String(error);

@@ -101,3 +101,16 @@ describe('metis confirm: shows the whole input, then answers with its hash (issu
     expect(await tail.stop('SIGINT')).toBe(0);
   }, 60_000);
 });
+
+describe('a failure the CLI prints (issue 13, obs. 3)', () => {
+  it('shows control characters of a server message as escapes', async () => {
+    const t = await startTestServer();
+    const home = tempDir('metis-home-');
+    // The server's 404 quotes the session id it was given, control characters included.
+    const result = await runCli(['tail', `sess_${CLEAR}x${CR}y${RLO}`, '--url', t.url], home);
+    expect(result.exitCode).not.toBe(0);
+    expect(result.stderr).toMatch(/^error: /m);
+    expect(result.stderr).not.toMatch(RAW_CONTROLS);
+    expect(result.stderr).toContain('\\x1b[2J');
+  });
+});
