@@ -86,3 +86,17 @@ describe('resolveServerAuth', () => {
     ).toThrow(/METIS_TOKEN: must be at least 16 characters/);
   });
 });
+
+describe('a token file that cannot be used', () => {
+  it('is refused when it holds a short hand-written token, naming the rule', () => {
+    const path = join(tempDir(), 'token');
+    writeFileSync(path, 'abc\n', { mode: 0o600 });
+    expect(() => readOrCreateTokenFile(path)).toThrow(/at least 16 characters \(it has 3\)/);
+  });
+
+  it('is refused, not waited on for ever, when it stays empty', () => {
+    const path = join(tempDir(), 'token');
+    writeFileSync(path, '', { mode: 0o600 });
+    expect(() => readOrCreateTokenFile(path)).toThrow(/is empty/);
+  });
+});

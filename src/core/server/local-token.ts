@@ -16,7 +16,10 @@ export function tokenFilePath(env: NodeJS.ProcessEnv = process.env): string {
   return join(metisHome(env), 'token');
 }
 
-/** Shortest token accepted from config or the environment. */
+/** Reads of an empty token file (a creator between its create and its write) before giving up, 10 ms apart. */
+const MAX_EMPTY_READS = 100;
+
+/** Shortest token accepted from config, the environment or the token file. */
 export const MIN_TOKEN_LENGTH = 16;
 
 /** How a server authenticates, as the banner says it (never the token itself). */
@@ -120,7 +123,7 @@ function assertPrivate(path: string, mode: number): void {
  * The token in `path`, created when missing: 32 random bytes (base64url), mode 0600, in a 0700 folder.
  * `wx` makes creation atomic: of two servers starting at once one writes, the other reads its token.
  */
-export function readOrCreateTokenFile(path: string): string {
+export function readOrCreateTokenFile(path: string, attempt = 0): string {
   const existing = readTokenFile(path);
   if (existing !== undefined) return existing;
   const dir = dirname(path);
@@ -131,8 +134,15 @@ export function readOrCreateTokenFile(path: string): string {
     fd = openSync(path, 'wx', 0o600);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    // Another server wrote it between our read and our create: use its token.
-    return readOrCreateTokenFile(path);
+    // Another server created it between our read and our create: use its token once it is written.
+    // A file left empty for good (a creator killed before its write) must not loop for ever.
+    if (attempt >= MAX_EMPTY_READS) {
+      throw new MetisError('METIS_ERR_CONFIG_INVALID', `token file ${path} is empty`, {
+        hint: `Delete it and metis serve makes a new one.`,
+      });
+    }
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+    return readOrCreateTokenFile(path, attempt + 1);
   }
   try {
     // The umask cannot widen 0600, but a hand-made folder may be wider than 0700: tighten what we own.
@@ -161,7 +171,16 @@ export function readTokenFile(path: string): string | undefined {
   try {
     assertPrivate(path, fstatSync(fd).mode);
     const token = readFileSync(fd, 'utf8').trim();
-    return token.length > 0 ? token : undefined;
+    if (token.length === 0) return undefined;
+    // A hand-written short token would be guessable: the same rule as config and the environment.
+    if (token.length < MIN_TOKEN_LENGTH) {
+      throw new MetisError(
+        'METIS_ERR_CONFIG_INVALID',
+        `token file ${path}: the token must be at least ${MIN_TOKEN_LENGTH} characters (it has ${token.length})`,
+        { hint: `Delete it and metis serve makes a new one.` },
+      );
+    }
+    return token;
   } finally {
     closeSync(fd);
   }
