@@ -210,6 +210,14 @@ export class ClientConnection implements StreamTarget {
     }
     if (event.session_id !== this.sessionId && !this.sessionIds.has(event.session_id))
       this.sessionIds.add(event.session_id);
+    if (this.faults.stopReasonError && event.type === 'message.complete' && 'error_class' in event.payload) {
+      // The stop-reason-error fault: a failed call's message as it went out before issue 14.
+      const { error_class: _, ...payload } = event.payload;
+      this.send(
+        JSON.stringify({ type: 'event', event: { ...event, payload: { ...payload, stop_reason: 'error' } } }),
+      );
+      return;
+    }
     this.enqueue(frame());
   }
 
