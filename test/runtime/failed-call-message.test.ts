@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { initialState, reduce } from '../../src/client/reducer.js';
+import { renderItem } from '../../src/client/render-text.js';
 import { messageComplete } from '../../src/core/events/streaming.js';
 import { one, startProviderContext, turn } from '../helpers/provider-turns.js';
 import { byType, startRuntime } from '../helpers/runtime.js';
@@ -23,6 +24,19 @@ function expectCutShort(events: ReturnType<typeof byType>, errorClass: string) {
   const state = events.reduce((s, event) => reduce(s, { type: 'event', event }), initialState);
   const message = state.messages.find((m) => m.id === complete.message_id);
   expect(message?.status).toBe('error');
+  // And the text renderer shows it cut short, then the failure, never "(cancelled)".
+  let text = '';
+  let rendered = initialState;
+  for (const event of events) {
+    const frame = { type: 'event', event };
+    rendered = reduce(rendered, frame);
+    text += renderItem({ kind: 'frame', frame } as never, rendered, String(event.session_id), {
+      color: false,
+    });
+  }
+  expect(text).toContain('(cut short)');
+  expect(text).toContain(`model call failed (${errorClass})`);
+  expect(text).not.toContain('(cancelled)');
   expect(byType(events, 'turn.cancelled')).toEqual([]);
 }
 
