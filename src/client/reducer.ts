@@ -426,8 +426,10 @@ function completeMessage(state: ConversationState, event: WireEvent): Conversati
   const p = event.payload;
   const existing = state.messages.find((m) => m.id === p.message_id);
   const finalBlocks = (p.final_content as any[]).map(blockFromContent);
-  const status =
-    p.stop_reason === 'cancelled' ? 'cancelled' : p.stop_reason === 'error' ? 'error' : 'complete';
+  // A message a failed call cut short ends `cancelled` with the call's `error_class` (an older server
+  // sent `stop_reason: error`): it is an error, not a user's cancel.
+  const failed = p.stop_reason === 'error' || (p.error_class !== undefined && p.error_class !== 'cancelled');
+  const status = failed ? 'error' : p.stop_reason === 'cancelled' ? 'cancelled' : 'complete';
   if (!existing) {
     // Started before we attached: final_content is all we have, and it is authoritative.
     const message: MessageState = {

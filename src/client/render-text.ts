@@ -102,6 +102,9 @@ export function renderItem(
       return `${start.after ? '\n' : ''}${label}${paint(options, 'dim', v(p.text))}`;
     }
     case 'message.complete':
+      // A failed call's message: cut short, the llm.call_failed line below says why.
+      if (p.stop_reason === 'error' || (p.error_class !== undefined && p.error_class !== 'cancelled'))
+        return ` ${paint(options, 'red', '(cut short)')}\n`;
       return p.stop_reason === 'cancelled' ? ` ${paint(options, 'yellow', '(cancelled)')}\n` : '\n';
     case 'tool.called':
       return `${worker}  ${paint(options, 'yellow', '⋯')} ${v(p.tool_name)} running\n`;

@@ -1,4 +1,5 @@
 import { type Command, Option } from 'commander';
+import { FAULT_NAMES } from '../core/server/faults.js';
 import { registerStoreCommands } from './register-store.js';
 
 /**
@@ -34,7 +35,7 @@ export function registerCommands(program: Command): void {
     .option('--conformance', 'enable the test-only hooks of docs/conformance.md (never in production)')
     .option(
       '--fault <name...>',
-      'with --conformance: break one guarantee on purpose (duplicate-replay, drop-at-seam, ignore-pings, reorder-cancel)',
+      `with --conformance: break one guarantee on purpose (${Object.keys(FAULT_NAMES).join(', ')})`,
     )
     .action(async (options) => (await import('./serve.js')).serveCommand(options));
 

@@ -243,9 +243,13 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     const idle = await runCli(['cancel', sessionId, '--url', s.url], s.home);
     expect(idle.exitCode).toBe(1);
     expect(idle.stderr).toContain(`error: session ${sessionId} has no turn in flight`);
+    // An ended turn: cancel is idempotent (streaming §6.5), the answer says it had already ended.
     const ended = await runCli(['cancel', sessionId, second, '--url', s.url], s.home);
-    expect(ended.exitCode).toBe(1);
-    expect(ended.stderr).toContain('METIS_ERR_TURN_NOT_FOUND');
+    expect(ended.exitCode).toBe(0);
+    expect(ended.stdout).toContain(`${second}: already_ended`);
+    const never = await runCli(['cancel', sessionId, 'turn_never_was', '--url', s.url], s.home);
+    expect(never.exitCode).toBe(1);
+    expect(never.stderr).toContain('METIS_ERR_TURN_NOT_FOUND');
   }, 60_000);
 
   it('confirm <session> <request> allow|deny answers a tool that needs confirmation', async () => {

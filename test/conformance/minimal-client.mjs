@@ -178,8 +178,10 @@ function apply(event) {
       return true;
     case 'message.complete': {
       const blocks = p.final_content.map(canonicalBlock);
-      const status =
-        p.stop_reason === 'cancelled' ? 'cancelled' : p.stop_reason === 'error' ? 'error' : 'complete';
+      // A failed call's cut message: `cancelled` plus the call's error_class (docs/decisions.md).
+      const failed =
+        p.stop_reason === 'error' || (p.error_class !== undefined && p.error_class !== 'cancelled');
+      const status = failed ? 'error' : p.stop_reason === 'cancelled' ? 'cancelled' : 'complete';
       if (!m) {
         const { session_id, turn_id } = event;
         state.messages.push({ id: p.message_id, session_id, turn_id, role: 'assistant', status, blocks });

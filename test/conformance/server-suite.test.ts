@@ -71,6 +71,24 @@ describe('metis conformance run', () => {
     ['drop-at-seam', ['snapshot_replay_seam', 'cursor_expired'], ['snapshot_replay_seam'], 'cursor_expired'],
     ['ignore-pings', ['heartbeat', 'invalid_filter'], ['heartbeat'], 'invalid_filter'],
     ['reorder-cancel', ['cancel_mid_tool', 'happy_path_order'], ['cancel_mid_tool'], 'happy_path_order'],
+    [
+      'cancel-ended-not-found',
+      ['cancel_after_end', 'cancel_mid_llm'],
+      ['cancel_after_end'],
+      'cancel_mid_llm',
+    ],
+    [
+      'silent-cancel-reason',
+      ['cancel_reason_refused', 'cancel_mid_llm'],
+      ['cancel_reason_refused'],
+      'cancel_mid_llm',
+    ],
+    [
+      'stop-reason-error',
+      ['failed_call_stop_reason', 'cancel_mid_llm'],
+      ['failed_call_stop_reason'],
+      'cancel_mid_llm',
+    ],
   ];
   for (const [fault, only, mustFail, mustPass] of faults) {
     it(`the suite catches the ${fault} fault`, async () => {

@@ -215,12 +215,11 @@ describe('POST /sessions/{id}/turns/{turn_id}/cancel', () => {
       'METIS_ERR_TURN_NOT_FOUND',
     );
     const turnId = await runTurn(t, sessionId, 'done quickly');
-    // A finished turn is no longer cancellable.
-    expectError(
-      await t.request('POST', `/sessions/${sessionId}/turns/${turnId}/cancel`, {}),
-      404,
-      'METIS_ERR_TURN_NOT_FOUND',
-    );
+    // A finished turn: cancel is idempotent (§6.5), a no-op answered like the first cancel.
+    expect(await t.request('POST', `/sessions/${sessionId}/turns/${turnId}/cancel`, {})).toEqual({
+      status: 202,
+      body: { turn_id: turnId, status: 'already_ended' },
+    });
     const badReason = await t.request('POST', `/sessions/${sessionId}/turns/${turnId}/cancel`, {
       reason: 'bored',
     });

@@ -202,9 +202,8 @@ describe('streaming protocol: cancellation (§6.2, §11.1)', () => {
         ofType(events, 'message.complete').filter((e) => e.payload.stop_reason === 'cancelled'),
       ).toHaveLength(1);
       expect(ofType(events, 'turn.completed').map((e) => e.turn_id)).toEqual([next]);
-      // A redundant cancel is not an error, except when the turn is already over by the time it lands.
-      const errors = client.frames.filter((f) => f.type === 'error');
-      expect(errors.every((f) => f.code === 'turn_not_found')).toBe(true);
+      // A redundant cancel is not an error, even when the turn is already over by the time it lands.
+      expect(client.frames.filter((f) => f.type === 'error')).toEqual([]);
     }
     expect(b.events()).toEqual(a.events());
     const stored = t.context.store.sessionEvents(sessionId);

@@ -1,4 +1,5 @@
 import { cancelChecks } from './checks-cancel.js';
+import { cancelAnswerChecks } from './checks-cancel-answers.js';
 import { type Check, streamChecks } from './checks-stream.js';
 import { invariantChecks, transportChecks } from './checks-transport.js';
 import { CheckContext, CheckFailure, type CheckOutcome, type ConformanceInfo } from './context.js';
@@ -7,6 +8,7 @@ import { CheckContext, CheckFailure, type CheckOutcome, type ConformanceInfo } f
 export const ALL_CHECKS: readonly Check[] = [
   ...streamChecks,
   ...cancelChecks,
+  ...cancelAnswerChecks,
   ...transportChecks,
   ...invariantChecks,
 ];

@@ -98,11 +98,14 @@ export const messageComplete = defineStreamingType({
   domain: 'message',
   schema: z.strictObject({
     message_id: messageId,
-    // §5.3 lists four reasons; `cancelled` comes from §6.2.1, `error` marks an adapter failure
-    // (docs/decisions.md).
-    stop_reason: z.enum(['end_turn', 'max_tokens', 'stop_sequence', 'tool_use', 'cancelled', 'error']),
+    // §5.3 lists four reasons; `cancelled` comes from §6.2.1 and also ends a message a failed model
+    // call cut short, which then carries the call's `error_class` (docs/decisions.md "A failed call's
+    // message").
+    stop_reason: z.enum(['end_turn', 'max_tokens', 'stop_sequence', 'tool_use', 'cancelled']),
     final_content: z.array(ContentBlockSchema),
     usage: UsageSchema,
+    /** Additive: only on a message cut by a failed call, the `llm.call_failed.error_class` that follows. */
+    error_class: z.string().min(1).max(100).optional(),
   }),
   sensitivity: 'private',
   actors: ['agent'],

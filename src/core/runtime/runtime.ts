@@ -79,11 +79,22 @@ interface LiveSession {
   activeModel: string;
   turnCount: number;
   turn: { state: TurnState; done: Promise<TurnOutcome>; timer: NodeJS.Timeout } | null;
+  /**
+   * Ids of this process's latest ended turns, newest last: a cancel of one is a no-op (§6.5) even
+   * before its events are in the store, where older turns and those of earlier processes are found.
+   */
+  readonly endedTurnIds: string[];
   inactivityTimer: NodeJS.Timeout | null;
   ended: boolean;
 }
 
 const MODEL_ID = /^[a-z0-9-]+:\S+$/;
+
+/** How many ended turn ids a live session remembers; older ones are looked up in the store. */
+const REMEMBERED_ENDED_TURNS = 16;
+
+/** What a cancel did: started cancelling, or nothing, the turn being already cancelling or ended. */
+export type CancelOutcome = 'cancelling' | 'already_cancelling' | 'already_ended';
 
 /**
  * The agent runtime: sessions, turns, routing, model calls, tools, cancellation and delegation. It
@@ -186,6 +197,7 @@ export class Runtime {
       activeModel: model ?? this.config.default_model,
       turnCount: 0,
       turn: null,
+      endedTurnIds: [],
       inactivityTimer: null,
       ended: false,
     };
@@ -237,38 +249,38 @@ export class Runtime {
   }
 
   /**
-   * Cancels the turn in flight (streaming §6). A second cancel of the same turn is a no-op.
-   * @throws MetisError METIS_ERR_TURN_NOT_FOUND when the turn is not the one in flight.
+   * Cancels the turn in flight (streaming §6). Cancel is idempotent (§6.5, docs/decisions.md
+   * "Redundant cancel"): a turn of this session that is already cancelling or has ended, in this process
+   * or an earlier one, is left alone and logged as `bus.handler_warning`, with no event.
+   * @throws MetisError METIS_ERR_TURN_NOT_FOUND when the session never had that turn.
    */
-  cancelTurn(
-    sessionId: string,
-    turnId: string,
-    reason: CancelReason = 'user_cancel',
-  ): 'cancelling' | 'already_cancelling' {
+  cancelTurn(sessionId: string, turnId: string, reason: CancelReason = 'user_cancel'): CancelOutcome {
     const session = this.require(sessionId);
     const turn = session.turn;
-    if (turn === null || turn.state.turnId !== turnId) {
-      throw new MetisError(
-        'METIS_ERR_TURN_NOT_FOUND',
-        `turn ${turnId} is not in flight in session ${sessionId}`,
-      );
+    if (turn !== null && turn.state.turnId === turnId && turn.state.cancelReason === null) {
+      cancelTurnState(turn.state, reason);
+      return 'cancelling';
     }
-    if (turn.state.cancelReason !== null) {
-      // Streaming §6.5: a no-op with no canonical event; the server logs bus.handler_warning.
-      this.logger.warn(
-        {
-          diagnostic: 'bus.handler_warning',
-          session_id: sessionId,
-          turn_id: turnId,
-          reason,
-          cancelling_reason: turn.state.cancelReason,
-        },
-        'redundant cancel ignored: the turn is already cancelling',
-      );
-      return 'already_cancelling';
-    }
-    cancelTurnState(turn.state, reason);
-    return 'cancelling';
+    let outcome: CancelOutcome;
+    if (turn !== null && turn.state.turnId === turnId) outcome = 'already_cancelling';
+    else if (session.endedTurnIds.includes(turnId) || this.sessions.hasTurn(sessionId, turnId))
+      outcome = 'already_ended';
+    else throw new MetisError('METIS_ERR_TURN_NOT_FOUND', `session ${sessionId} has no turn ${turnId}`);
+    // Streaming §6.5: a no-op with no canonical event; the server logs bus.handler_warning.
+    this.logger.warn(
+      {
+        diagnostic: 'bus.handler_warning',
+        session_id: sessionId,
+        turn_id: turnId,
+        reason,
+        cancelling_reason: turn?.state.turnId === turnId ? turn.state.cancelReason : null,
+        outcome,
+      },
+      outcome === 'already_cancelling'
+        ? 'redundant cancel ignored: the turn is already cancelling'
+        : 'redundant cancel ignored: the turn has already ended',
+    );
+    return outcome;
   }
 
   /**
@@ -408,6 +420,8 @@ export class Runtime {
       .finally(() => {
         clearTimeout(timer);
         session.turn = null;
+        session.endedTurnIds.push(state.turnId);
+        if (session.endedTurnIds.length > REMEMBERED_ENDED_TURNS) session.endedTurnIds.shift();
         this.touch(session);
       });
     return entry.done;
@@ -466,6 +480,7 @@ export class Runtime {
       activeModel: stored.active_model ?? this.config.default_model,
       turnCount: this.sessions.turnCount(stored.id),
       turn: null,
+      endedTurnIds: [],
       inactivityTimer: null,
       ended: stored.status === 'ended',
     };

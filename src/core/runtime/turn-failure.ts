@@ -79,11 +79,14 @@ export function closeFailedTurn(
           final_input: use.final_input,
         });
       }
+      // A partial message ends `cancelled` (§6.2.1); a failure says so with the class of its
+      // llm.call_failed (docs/decisions.md "A failed call's message").
       events.stream('message.complete', openMessage.startId, {
         message_id: openMessage.messageId,
-        stop_reason: cancelling ? 'cancelled' : 'error',
+        stop_reason: 'cancelled',
         final_content: content,
         usage,
+        ...(cancelling ? {} : { error_class: 'other' }),
       });
     });
     attempt('store the cut message', () =>

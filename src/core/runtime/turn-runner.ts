@@ -387,11 +387,14 @@ export class TurnRunner {
       }
       const content = builder.content();
       const usage = { ...EMPTY_USAGE, cost_usd: 0, pricing_version: this.config.pricing_version };
+      // Cut short either way: `cancelled` is the spec's stop reason for a partial message (§6.2.1); a
+      // failure adds the class `llm.call_failed` reports, so the message itself says what happened.
       events.stream('message.complete', messageStart.id, {
         message_id: messageId,
-        stop_reason: wasCancelled ? 'cancelled' : 'error',
+        stop_reason: 'cancelled',
         final_content: content,
         usage,
+        ...(wasCancelled ? {} : { error_class: adapterError.errorClass }),
       });
       this.saveAssistant(request, messageId, content, wasCancelled ? 'cancelled' : 'error', model, usage);
       if (!wasCancelled)

@@ -8,7 +8,7 @@ import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { selfAndDescendants } from '../runtime/session-lineage.js';
-import { isCancelReason } from '../runtime/turn-runner.js';
+import { CANCEL_REASONS, isCancelReason } from '../runtime/turn-runner.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorProblem } from './cursor.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
@@ -210,6 +210,14 @@ export class ClientConnection implements StreamTarget {
     }
     if (event.session_id !== this.sessionId && !this.sessionIds.has(event.session_id))
       this.sessionIds.add(event.session_id);
+    if (this.faults.stopReasonError && event.type === 'message.complete' && 'error_class' in event.payload) {
+      // The stop-reason-error fault: a failed call's message as it went out before issue 14.
+      const { error_class: _, ...payload } = event.payload;
+      this.send(
+        JSON.stringify({ type: 'event', event: { ...event, payload: { ...payload, stop_reason: 'error' } } }),
+      );
+      return;
+    }
     this.enqueue(frame());
   }
 
@@ -428,10 +436,26 @@ export class ClientConnection implements StreamTarget {
     });
   }
 
+  /**
+   * The `cancel` frame. A reason outside the catalog's `turn.cancelled.reason` enum cannot be
+   * "propagated to turn.cancelled.payload.reason" (§4.3), so the cancel is refused with the allowed
+   * values and the turn goes on (docs/decisions.md "The cancel reason"). A turn already cancelling or
+   * ended is a no-op with no frame (§6.5); only a turn the session never had is `turn_not_found`.
+   */
   private cancel(turnId: string, reason: string | undefined): void {
+    if (reason !== undefined && !isCancelReason(reason) && !this.faults.silentCancelReason) {
+      this.sendError(
+        'invalid_frame',
+        `reason: must be one of ${CANCEL_REASONS.join(', ')} (or absent, meaning user_cancel); ` +
+          `turn ${turnId} was not cancelled`,
+      );
+      return;
+    }
     const cancelReason = isCancelReason(reason) ? reason : 'user_cancel';
     try {
-      this.deps.runtime.cancelTurn(this.sessionId, turnId, cancelReason);
+      const outcome = this.deps.runtime.cancelTurn(this.sessionId, turnId, cancelReason);
+      if (outcome === 'already_ended' && this.faults.cancelEndedNotFound)
+        this.sendError('turn_not_found', `turn ${turnId} is not in flight in session ${this.sessionId}`);
     } catch (error) {
       if (isMetisError(error)) {
         this.sendError('turn_not_found', error.message);

@@ -11,6 +11,12 @@ export interface FaultSwitches {
   readonly ignorePings?: boolean;
   /** Send `turn.cancelled` before the `tool.failed` / `llm.call_failed` it should follow. */
   readonly reorderCancel?: boolean;
+  /** Cancel is not idempotent: a cancel of a turn that has ended answers turn_not_found / 404. */
+  readonly cancelEndedNotFound?: boolean;
+  /** A cancel `reason` outside the catalog's enum silently becomes `user_cancel`. */
+  readonly silentCancelReason?: boolean;
+  /** A failed model call streams `message.complete` with `stop_reason: "error"`, outside the spec's enum. */
+  readonly stopReasonError?: boolean;
 }
 
 export const FAULT_NAMES = {
@@ -18,6 +24,9 @@ export const FAULT_NAMES = {
   'drop-at-seam': 'dropAtSeam',
   'ignore-pings': 'ignorePings',
   'reorder-cancel': 'reorderCancel',
+  'cancel-ended-not-found': 'cancelEndedNotFound',
+  'silent-cancel-reason': 'silentCancelReason',
+  'stop-reason-error': 'stopReasonError',
 } as const satisfies Record<string, keyof FaultSwitches>;
 
 export type FaultName = keyof typeof FAULT_NAMES;

@@ -7,6 +7,7 @@ import { asStorageError } from '../store/storage-errors.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { AttachTokens } from './attach-tokens.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
+import type { FaultSwitches } from './faults.js';
 import { HttpError, readJson, sendError, sendJson, validate } from './http-util.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
@@ -41,6 +42,8 @@ export interface ApiContext {
   /** Bound of that wait (default 5 s); storage that does not come back by then answers 503/507. */
   readonly commitWaitMs?: number;
   readonly tokens: AttachTokens;
+  /** `metis serve --conformance --fault …`: guarantees broken on purpose (faults.ts). */
+  readonly faults?: FaultSwitches;
   /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
   readonly wsBase: () => string;
   readonly extraRoutes?: (
@@ -57,7 +60,7 @@ type Handler = (request: IncomingMessage, params: string[], url: URL) => Promise
  * and health. Every body is validated; every failure is `{error: {code, message}}` with its status.
  */
 export function createApi(context: ApiContext) {
-  const { runtime, tokens, trace } = context;
+  const { runtime, tokens, trace, faults } = context;
   const routes: [string, RegExp, Handler][] = [
     ['GET', /^\/healthz$/, async () => [200, { status: 'ok' }]],
     [
@@ -128,6 +131,12 @@ export function createApi(context: ApiContext) {
       async (request, [id, turnId]) => {
         const body = validate(CancelBody, await readJson(request));
         const status = runtime.cancelTurn(id!, turnId!, body.reason ?? 'user_cancel');
+        // The old behaviour, for the conformance suite to catch: an ended turn as not found.
+        if (status === 'already_ended' && faults?.cancelEndedNotFound)
+          throw new MetisError(
+            'METIS_ERR_TURN_NOT_FOUND',
+            `turn ${turnId} is not in flight in session ${id}`,
+          );
         return [202, { turn_id: turnId, status }];
       },
     ],

@@ -129,6 +129,7 @@ export async function startServer(
     trace,
     commitWaitMs: options.commitWaitMs,
     tokens,
+    faults: options.faults,
     wsBase: () => `ws://${address}`,
     extraRoutes: async (request, response, path) => {
       for (const route of extraRoutes) if (await route(request, response, path, hub)) return true;

@@ -209,6 +209,17 @@ export class SessionStore {
       .get(sessionId) as number;
   }
 
+  /** Whether the session has a stored `turn.started` with this turn id (a turn it really had). */
+  hasTurn(sessionId: string, turnId: string): boolean {
+    return (
+      this.db
+        .prepare(
+          "SELECT 1 FROM events WHERE turn_id = ? AND session_id = ? AND type = 'turn.started' LIMIT 1",
+        )
+        .get(turnId, sessionId) !== undefined
+    );
+  }
+
   endSession(id: string, disposition: string): void {
     const now = nowMicros();
     this.write(`end of ${id}`, () =>

@@ -304,7 +304,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
     expect(outcome.status).toBe('failed');
     expect(shape(events)).toEqual([...HEAD, 'text.delta*', ...FAILED_TAIL]);
     expect(one(events, 'message.complete')).toMatchObject({
-      stop_reason: 'error',
+      stop_reason: 'cancelled',
       final_content: [{ type: 'text', text: 'I was about to say' }],
     });
     const failed = one(events, 'llm.call_failed');
@@ -367,7 +367,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
     expect(ctx.server.requests).toHaveLength(2);
     expect(shape(events)).toEqual([...HEAD, ...FAILED_TAIL]);
     expect(one(events, 'llm.call_failed')).toMatchObject({ error_class: 'rate_limit', retry_count: 1 });
-    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'error', final_content: [] });
+    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'cancelled', final_content: [] });
     expect(assistantRows(ctx)).toEqual([['error', []]]);
   });
 
@@ -389,7 +389,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
       retry_count: 0,
     });
     expect(failed.error_message_redacted).toContain('invalid x-api-key [key]');
-    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'error', final_content: [] });
+    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'cancelled', final_content: [] });
     expect(JSON.stringify(ctx.h.frames)).not.toContain(KEY);
     expect(ctx.server.requests).toHaveLength(1);
     expect(ctx.h.runtime.sessions.messages(ctx.sessionId).map((m) => [m.role, m.status, m.content])).toEqual([
@@ -441,8 +441,8 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
       retry_count: 0,
     });
     expect(byType(second.events, 'message.complete').map((e) => e.payload)).toMatchObject([
-      { stop_reason: 'error', final_content: [] },
-      { stop_reason: 'error', final_content: [] },
+      { stop_reason: 'cancelled', final_content: [] },
+      { stop_reason: 'cancelled', final_content: [] },
     ]);
     expect(ctx.server.requests).toHaveLength(2);
     expect(ctx.h.runtime.sessions.messages(ctx.sessionId).map((m) => [m.role, m.status, m.content])).toEqual([
@@ -505,7 +505,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
     const failed = one(events, 'llm.call_failed');
     expect(failed).toMatchObject({ provider: 'anthropic', error_class: 'server_error', retry_count: 1 });
     expect(failed.error_message_redacted).toContain('Overloaded');
-    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'error', final_content: [] });
+    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'cancelled', final_content: [] });
     expect(assistantRows(ctx)).toEqual([['error', []]]);
   });
 
@@ -517,7 +517,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
     expect(one(events, 'llm.call_failed')).toMatchObject({ error_class: 'network', retry_count: 0 });
     expect(one(events, 'llm.call_failed').error_message_redacted).toContain('message_stop');
     expect(one(events, 'message.complete')).toMatchObject({
-      stop_reason: 'error',
+      stop_reason: 'cancelled',
       final_content: [{ type: 'text', text: 'Half of an answer' }],
     });
     const assistant = ctx.h.runtime.sessions.messages(ctx.sessionId)[1]!;
@@ -539,7 +539,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
     // Not retried: a token had already reached the loop.
     expect(ctx.server.requests).toHaveLength(1);
     expect(one(events, 'message.complete')).toMatchObject({
-      stop_reason: 'error',
+      stop_reason: 'cancelled',
       final_content: [{ type: 'text', text: 'Hello' }],
     });
     expect(assistantRows(ctx)).toEqual([['error', [{ type: 'text', text: 'Hello' }]]]);

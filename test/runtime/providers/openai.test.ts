@@ -258,7 +258,7 @@ describe('openai adapter through the openai SDK against a replay server', () => 
     expect(outcome.status).toBe('failed');
     expect(shape(events)).toEqual([...HEAD, 'text.delta*', ...FAILED_TAIL]);
     expect(one(events, 'message.complete')).toMatchObject({
-      stop_reason: 'error',
+      stop_reason: 'cancelled',
       final_content: [{ type: 'text', text: 'I was about to say' }],
     });
     const failed = one(events, 'llm.call_failed');
@@ -300,7 +300,7 @@ describe('openai adapter through the openai SDK against a replay server', () => 
     const failed = one(events, 'llm.call_failed');
     expect(failed).toMatchObject({ provider: 'openai', error_class: 'server_error', retry_count: 1 });
     expect(failed.error_message_redacted).toContain('overloaded');
-    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'error', final_content: [] });
+    expect(one(events, 'message.complete')).toMatchObject({ stop_reason: 'cancelled', final_content: [] });
     expect(rows(ctx)).toEqual([
       ['user', 'complete', [{ type: 'text', text: 'Say hello' }]],
       ['assistant', 'error', []],
@@ -341,7 +341,10 @@ describe('openai adapter through the openai SDK against a replay server', () => 
       error_class: 'rate_limit',
       retry_count: 1,
     });
-    expect(one(failed.events, 'message.complete')).toMatchObject({ stop_reason: 'error', final_content: [] });
+    expect(one(failed.events, 'message.complete')).toMatchObject({
+      stop_reason: 'cancelled',
+      final_content: [],
+    });
     expect(again.server.requests).toHaveLength(2);
     expect(rows(again)).toEqual([
       ['user', 'complete', [{ type: 'text', text: 'Say hello' }]],
@@ -394,8 +397,8 @@ describe('openai adapter through the openai SDK against a replay server', () => 
       retry_count: 0,
     });
     expect(byType(second.events, 'message.complete').map((e) => e.payload)).toMatchObject([
-      { stop_reason: 'error', final_content: [] },
-      { stop_reason: 'error', final_content: [] },
+      { stop_reason: 'cancelled', final_content: [] },
+      { stop_reason: 'cancelled', final_content: [] },
     ]);
     expect(ctx.server.requests).toHaveLength(2);
     expect(JSON.stringify(ctx.h.frames)).not.toContain(KEY);
@@ -414,7 +417,7 @@ describe('openai adapter through the openai SDK against a replay server', () => 
     expect(shape(events)).toEqual([...HEAD, 'text.delta*', ...FAILED_TAIL]);
     expect(one(events, 'llm.call_failed')).toMatchObject({ error_class: 'network', retry_count: 0 });
     expect(one(events, 'message.complete')).toMatchObject({
-      stop_reason: 'error',
+      stop_reason: 'cancelled',
       final_content: [{ type: 'text', text: 'Half of an answer' }],
     });
     expect(ctx.h.runtime.sessions.messages(ctx.sessionId)[1]).toMatchObject({
