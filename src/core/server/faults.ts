@@ -11,6 +11,12 @@ export interface FaultSwitches {
   readonly ignorePings?: boolean;
   /** Send `turn.cancelled` before the `tool.failed` / `llm.call_failed` it should follow. */
   readonly reorderCancel?: boolean;
+  /** Refuse unknown fields in client frames (and the `ack` frame), as before issue 14. */
+  readonly strictClientFrames?: boolean;
+  /** Close a socket that has not subscribed once `max_queue_events` arrive before its subscribe. */
+  readonly earlySocketQueue?: boolean;
+  /** Count only JSON pongs as liveness: no protocol pings, protocol pongs ignored. */
+  readonly jsonOnlyLiveness?: boolean;
 }
 
 export const FAULT_NAMES = {
@@ -18,6 +24,9 @@ export const FAULT_NAMES = {
   'drop-at-seam': 'dropAtSeam',
   'ignore-pings': 'ignorePings',
   'reorder-cancel': 'reorderCancel',
+  'strict-client-frames': 'strictClientFrames',
+  'early-socket-queue': 'earlySocketQueue',
+  'json-only-liveness': 'jsonOnlyLiveness',
 } as const satisfies Record<string, keyof FaultSwitches>;
 
 export type FaultName = keyof typeof FAULT_NAMES;
