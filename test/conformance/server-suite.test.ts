@@ -61,6 +61,19 @@ describe('metis conformance run', () => {
     ['drop-at-seam', ['snapshot_replay_seam', 'cursor_expired'], ['snapshot_replay_seam'], 'cursor_expired'],
     ['ignore-pings', ['heartbeat', 'invalid_filter'], ['heartbeat'], 'invalid_filter'],
     ['reorder-cancel', ['cancel_mid_tool', 'happy_path_order'], ['cancel_mid_tool'], 'happy_path_order'],
+    [
+      'strict-client-frames',
+      ['client_frames_forward_compat', 'cursor_expired'],
+      ['client_frames_forward_compat'],
+      'cursor_expired',
+    ],
+    [
+      'early-socket-queue',
+      ['early_socket_burst', 'cursor_expired'],
+      ['early_socket_burst'],
+      'cursor_expired',
+    ],
+    ['json-only-liveness', ['protocol_pong_liveness', 'heartbeat'], ['protocol_pong_liveness'], 'heartbeat'],
   ];
   for (const [fault, only, mustFail, mustPass] of faults) {
     it(`the suite catches the ${fault} fault`, async () => {

@@ -1,4 +1,5 @@
 import { cancelChecks } from './checks-cancel.js';
+import { frameChecks } from './checks-frames.js';
 import { type Check, streamChecks } from './checks-stream.js';
 import { invariantChecks, transportChecks } from './checks-transport.js';
 import { CheckContext, CheckFailure, type CheckOutcome, type ConformanceInfo } from './context.js';
@@ -8,6 +9,7 @@ export const ALL_CHECKS: readonly Check[] = [
   ...streamChecks,
   ...cancelChecks,
   ...transportChecks,
+  ...frameChecks,
   ...invariantChecks,
 ];
 
