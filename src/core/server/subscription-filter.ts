@@ -44,7 +44,7 @@ export function resolveFilter(filter: SubscribeFrame['filter']): FilterResolutio
 
 /**
  * Why `session_ids` names a session this stream cannot carry, or null. A per-session stream carries the
- * attached session and, with `include_worker_sessions`, its workers (streaming §2.2.2, §7): the list
+ * attached session and, with `include_worker_sessions`, its workers (streaming §2.2 item 2, §7): the list
  * may only narrow that set, never widen it to another session.
  */
 export function sessionIdsProblem(
