@@ -195,6 +195,26 @@ describe('a socket that has not subscribed yet is never closed for it (issue 14 
   }, 60_000);
 });
 
+describe('an early socket whose accept cursor fell out of memory', () => {
+  it('a live subscribe is a subscribe_error cursor_expired the client acts on, not a close; snapshot: true then works', async () => {
+    const t = await startTestServer({}, { stream: { maxQueueEvents: 20 } });
+    const sessionId = await t.createSession();
+    const { client: control } = await subscribe(t, sessionId, { snapshot: false });
+    const early = await t.attach(sessionId);
+    // More finished messages than the server keeps deltas for in memory (4), and more events than the bound.
+    for (let i = 0; i < 6; i += 1) {
+      const turnId = await t.submit(sessionId, `turn ${i}`);
+      await waitForEvents(control, (e) => e.type === 'turn.completed' && e.turn_id === turnId);
+    }
+    const reply = await subscribeReply(early, { filter: 'preset:full', since: null, snapshot: false });
+    expect(reply).toMatchObject({ type: 'subscribe_error', code: 'cursor_expired' });
+    expect(reply.message).toMatch(/snapshot: true/);
+    const { snapshot } = await subscribeOn(early, { snapshot: true });
+    expect(snapshot.messages.length).toBeGreaterThanOrEqual(12);
+    expect(early.ws.readyState).toBe(early.ws.OPEN);
+  });
+});
+
 describe('a WebSocket protocol pong counts as liveness (issue 14 obs. 9)', () => {
   it('a client that answers only protocol pings stays across many intervals; one that answers neither is closed', async () => {
     const t = await startTestServer({}, { stream: { heartbeatIntervalMs: 50 } });

@@ -289,7 +289,11 @@ export class ClientConnection implements StreamTarget {
     }
     const frame = ClientFrameSchema.safeParse(parsed);
     if (frame.success && this.faults.strictClientFrames) {
-      const known = frame.data.type === 'ack' ? [] : KNOWN_FRAME_FIELDS[frame.data.type]!;
+      if (frame.data.type === 'ack') {
+        this.sendError('invalid_frame', 'type: unknown frame type "ack"');
+        return;
+      }
+      const known = KNOWN_FRAME_FIELDS[frame.data.type]!;
       const extra = Object.keys(parsed as object).filter((key) => !known.includes(key));
       if (extra.length > 0) {
         this.sendError('invalid_frame', `frame: unrecognized keys ${extra.join(', ')}`);
@@ -381,9 +385,13 @@ export class ClientConnection implements StreamTarget {
       // A live subscribe on an `early` socket is a replay from where the socket was accepted.
       const explicit = frame.since !== null;
       const since = frame.since ?? this.acceptedAfterId ?? '';
+      const gap = this.streamingGap(resolved, sessionIds, since);
       const problem =
         (explicit ? cursorProblem(store, this.sessionId, since, options.retentionDays) : null) ??
-        this.streamingGap(resolved, sessionIds, since);
+        (gap !== null && !explicit
+          ? 'Streaming events since this connection opened are no longer kept in memory (it waited long ' +
+            'before subscribing). Subscribe with snapshot: true.'
+          : gap);
       if (problem !== null) {
         this.counters.replay('cursor_expired', 0);
         this.subscribeError('cursor_expired', problem);
