@@ -89,6 +89,19 @@ describe('metis conformance run', () => {
       ['failed_call_stop_reason'],
       'cancel_mid_llm',
     ],
+    [
+      'strict-client-frames',
+      ['client_frames_forward_compat', 'cursor_expired'],
+      ['client_frames_forward_compat'],
+      'cursor_expired',
+    ],
+    [
+      'early-socket-queue',
+      ['early_socket_burst', 'cursor_expired'],
+      ['early_socket_burst'],
+      'cursor_expired',
+    ],
+    ['json-only-liveness', ['protocol_pong_liveness', 'heartbeat'], ['protocol_pong_liveness'], 'heartbeat'],
   ];
   for (const [fault, only, mustFail, mustPass] of faults) {
     it(`the suite catches the ${fault} fault`, async () => {

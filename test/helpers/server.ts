@@ -22,7 +22,8 @@ export interface TestServer {
   ): Promise<{ status: number; body: any }>;
   createSession(): Promise<string>;
   submit(sessionId: string, message: string): Promise<string>;
-  attach(sessionId: string): Promise<TestClient>;
+  /** Handshake + WebSocket; `options` go to the `ws` client (e.g. `autoPong: false`). */
+  attach(sessionId: string, options?: WebSocket.ClientOptions): Promise<TestClient>;
 }
 
 /** A real server on port 0 over a real SQLite file, with the scripted model at full speed. */
@@ -66,10 +67,10 @@ export async function startTestServer(
       if (response.status !== 202) throw new Error(`submit failed: ${JSON.stringify(response.body)}`);
       return response.body.turn_id;
     },
-    attach: async (sessionId) => {
+    attach: async (sessionId, wsOptions) => {
       const handshake = await request('GET', `/sessions/${sessionId}`);
       if (handshake.status !== 200) throw new Error(`attach failed: ${JSON.stringify(handshake.body)}`);
-      return openClient(handshake.body.ws_url);
+      return openClient(handshake.body.ws_url, wsOptions);
     },
   };
 }

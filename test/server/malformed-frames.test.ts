@@ -88,20 +88,16 @@ describe('malformed client frames on a subscribed connection', () => {
     const cancelError = await nextError(client);
     expect(cancelError.code).toBe('invalid_frame');
     expect(cancelError.message).toMatch(/^turn_id\b/);
-    client.frames.length = 0;
-    client.send({ type: 'ping', nonce: 'n', extra: true });
-    expect((await nextError(client)).code).toBe('invalid_frame');
-    // An error about thousands of unknown keys stays short: it names the problem, not every key.
+    // Unknown fields are ignored (§9.2, issue 14 obs. 5), even thousands of them: the frame's size
+    // bound, not a key count, protects the server. test/server/client-frames.test.ts covers the rest.
     client.frames.length = 0;
     client.send({
       type: 'ping',
       nonce: 'n',
       ...Object.fromEntries(Array.from({ length: 5_000 }, (_, i) => [`k${i}`, i])),
     });
-    const long = await nextError(client);
-    expect(long.code).toBe('invalid_frame');
-    expect(long.message.length).toBeLessThanOrEqual(300);
-    expect(long.message).toMatch(/k0/);
+    expect(await client.waitFor((f) => f.type === 'pong')).toEqual({ type: 'pong', nonce: 'n' });
+    expect(client.frames.some((f) => f.type === 'error')).toBe(false);
     // None of it subscribed the connection or broke it: a valid subscribe still works.
     client.send({ type: 'subscribe', filter: 'preset:chat', since: null, snapshot: false });
     await client.waitFor((f) => f.type === 'subscribe_ack');

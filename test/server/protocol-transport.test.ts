@@ -8,6 +8,7 @@ import {
   reconstruct,
   strictlyIncreasing,
   subscribe,
+  subscribeOn,
   sync,
   waitForEvents,
 } from '../helpers/protocol.js';
@@ -65,19 +66,29 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
   });
 
-  it('11d. a client that attaches and never subscribes is held to the same bound (§3.7 step 1, §8.1)', async () => {
+  it('11d. a client that attaches and does not subscribe yet is never closed for it; the server holds at most the bound for it (§3.7 step 1, §8.1, issue 14 obs. 8)', async () => {
     const t = await startTestServer(
       { scripted: { slow_token_delay_ms: 0, slow_tokens: 200 } },
       { stream: { maxQueueEvents: 50 } },
     );
     const sessionId = await t.createSession();
-    const { client: healthy } = await subscribe(t, sessionId);
-    const idle = await t.attach(sessionId); // answers pings (the ws library does), never subscribes
+    const { client: healthy } = await subscribe(t, sessionId, { snapshot: false });
+    const idle = await t.attach(sessionId); // subscribes only after the turn
     const turnId = await t.submit(sessionId, 'slow: more than fifty deltas');
     await waitForEvents(healthy, (e) => e.type === 'turn.completed' && e.turn_id === turnId, 1, 30_000);
-    const { code, reason } = await closedWithin(idle);
-    expect(code).toBe(1008);
-    expect(JSON.parse(reason)).toMatchObject({ code: 'client_too_slow' });
+    expect(healthy.events().length).toBeGreaterThan(50);
+    // Past the bound the early socket keeps its cursor, not the events.
+    const early = [...((t.server.hub as any).targets.get(sessionId) as Set<any>)].find(
+      (target) => target.state === 'awaiting_subscribe',
+    );
+    expect(early.buffer).toHaveLength(0);
+    expect(await sync(idle)).toBe(true);
+    await subscribeOn(idle, { snapshot: false });
+    expect(await sync(idle)).toBe(true);
+    // A live subscribe gets everything since accept: what the healthy client saw of the turn.
+    const ofTurn = (events: any[]) => events.filter((e) => e.turn_id === turnId);
+    expect(ofTurn(idle.events())).toEqual(ofTurn(healthy.events()));
+    expect(idle.ws.readyState).toBe(idle.ws.OPEN);
     expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
   });
 
@@ -157,9 +168,10 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     const t = await startTestServer({}, { stream: { heartbeatIntervalMs: 50 } });
     const sessionId = await t.createSession();
     const { client: answering } = await subscribe(t, sessionId);
-    const { client: silent } = await subscribe(t, sessionId);
+    // These two do not answer protocol pings either (a protocol pong is liveness too, issue 14 obs. 9).
+    const { client: silent } = await subscribeOn(await t.attach(sessionId, { autoPong: false }));
     // Pongs that answer no ping (a wrong nonce) prove nothing: this client is closed like a silent one.
-    const { client: wrongNonce } = await subscribe(t, sessionId);
+    const { client: wrongNonce } = await subscribeOn(await t.attach(sessionId, { autoPong: false }));
     answering.ws.on('message', (data) => {
       const frame = JSON.parse(String(data));
       if (frame.type === 'ping') answering.send({ type: 'pong', nonce: frame.nonce });

@@ -41,7 +41,8 @@ export const transportChecks: Check[] = [
       const silent = await ctx.attach(
         session,
         { filter: 'preset:chat' },
-        { answerPings: false, record: false },
+        // Neither JSON pongs nor protocol pongs: a protocol pong is liveness too (check protocol_pong_liveness).
+        { answerPings: false, protocolPongs: false, record: false },
       );
       const answering = await ctx.attach(session, { filter: 'preset:chat' }, { record: false });
       const ping = await silent.waitFor((f) => f.type === 'ping', interval * 10, 'a ping');

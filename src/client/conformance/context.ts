@@ -72,12 +72,13 @@ export class CheckContext {
     subscribe: { filter: unknown; since?: string | null; snapshot?: boolean } | null = {
       filter: 'preset:full',
     },
-    options: { answerPings?: boolean; record?: boolean } = {},
+    options: { answerPings?: boolean; protocolPongs?: boolean; record?: boolean } = {},
   ): Promise<WireClient> {
     const handshake = await this.api('GET', `/sessions/${sessionId}`);
     expectEqual(`GET /sessions/${sessionId} answers 200`, 200, handshake.status);
     const client = await openWire(handshake.body.ws_url, {
       answerPings: options.answerPings,
+      protocolPongs: options.protocolPongs,
       token: this.token,
     });
     this.clients.push(client);

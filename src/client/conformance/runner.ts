@@ -1,5 +1,6 @@
 import { cancelChecks } from './checks-cancel.js';
 import { cancelAnswerChecks } from './checks-cancel-answers.js';
+import { frameChecks } from './checks-frames.js';
 import { type Check, streamChecks } from './checks-stream.js';
 import { invariantChecks, transportChecks } from './checks-transport.js';
 import { CheckContext, CheckFailure, type CheckOutcome, type ConformanceInfo } from './context.js';
@@ -10,6 +11,7 @@ export const ALL_CHECKS: readonly Check[] = [
   ...cancelChecks,
   ...cancelAnswerChecks,
   ...transportChecks,
+  ...frameChecks,
   ...invariantChecks,
 ];
 

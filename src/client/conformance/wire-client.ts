@@ -15,13 +15,18 @@ export interface WireClient {
 
 export function openWire(
   wsUrl: string,
-  options: { answerPings?: boolean; token?: string } = {},
+  options: {
+    answerPings?: boolean;
+    /** Whether the WebSocket library answers protocol pings, as every generic client does (default). */
+    protocolPongs?: boolean;
+    token?: string;
+  } = {},
 ): Promise<WireClient> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(
-      wsUrl,
-      options.token ? { headers: { authorization: `Bearer ${options.token}` } } : {},
-    );
+    const ws = new WebSocket(wsUrl, {
+      autoPong: options.protocolPongs !== false,
+      ...(options.token ? { headers: { authorization: `Bearer ${options.token}` } } : {}),
+    });
     const frames: any[] = [];
     const waiters: { predicate: (f: any) => boolean; resolve: (f: any) => void }[] = [];
     let closedResolve!: (v: { code: number; reason: string }) => void;

@@ -17,13 +17,20 @@ import {
   ClientFrameSchema,
   depthOf,
   describeFrameIssue,
+  KNOWN_FRAME_FIELDS,
   MAX_FRAME_DEPTH,
   type SubscribeFrame,
 } from './frames.js';
 import { mergeReplay, mergeRows, type ReplayFrame, unionById } from './replay-merge.js';
 import { buildSnapshot } from './snapshot.js';
 import { isQuestionToUser, type StreamHub, type StreamTarget } from './stream-hub.js';
-import { compileFilter, type ResolvedFilter, resolveFilter, wantsStreaming } from './subscription-filter.js';
+import {
+  compileFilter,
+  type ResolvedFilter,
+  resolveFilter,
+  sessionIdsProblem,
+  wantsStreaming,
+} from './subscription-filter.js';
 import { encodeTextFrame } from './wire-frame.js';
 
 export interface StreamOptions {
@@ -101,8 +108,14 @@ function runFlushQueue(): void {
 export class ClientConnection implements StreamTarget {
   readonly id = newId('conn');
   private state: State = 'awaiting_subscribe';
-  /** Every event released since accept, until subscribe (§3.7 step 1). */
+  /** Every event released since accept, until subscribe (§3.7 step 1), while `early` is false. */
   private buffer: MetisEvent[] = [];
+  /**
+   * Set once more than `maxQueueEvents` arrived before subscribe: the buffer is dropped and the socket
+   * is served by cursor instead, from `acceptedAfterId` out of the store and RecentStreams. Memory
+   * stays bounded and a socket is never closed merely for being early (issue 14 obs. 8).
+   */
+  private early = false;
   /** The last event released before accept: `buffer` holds everything after it. */
   private readonly acceptedAfterId: string | null;
   private filter: ((event: MetisEvent) => boolean) | null = null;
@@ -138,6 +151,10 @@ export class ClientConnection implements StreamTarget {
     this.acceptedAfterId = deps.hub.sequencer.lastReleasedId;
     deps.hub.attach(this);
     ws.on('message', (data, isBinary) => this.onMessage(data, isBinary));
+    // A protocol pong (every WebSocket library answers protocol pings by itself) is liveness too.
+    ws.on('pong', () => {
+      if (!this.faults.jsonOnlyLiveness) this.pingNonces = [];
+    });
     ws.on('close', () => this.dispose('client_closed'));
     ws.on('error', (error) => deps.logger.debug({ conn: this.id, err: error.message }, 'websocket error'));
     socket.on('drain', () => this.flush());
@@ -155,7 +172,7 @@ export class ClientConnection implements StreamTarget {
     sessionIds: ReadonlySet<string>,
     since: string,
   ): string | null {
-    const bufferHasAll = this.acceptedAfterId === null || since >= this.acceptedAfterId;
+    const bufferHasAll = !this.early && (this.acceptedAfterId === null || since >= this.acceptedAfterId);
     if (bufferHasAll || !wantsStreaming(filter) || !this.deps.hub.recent.droppedAfter(sessionIds, since)) {
       return null;
     }
@@ -175,7 +192,7 @@ export class ClientConnection implements StreamTarget {
       return { rows: [], tooLarge: false };
     return this.deps.store.replayJson({
       sessionIds: workers,
-      afterId: since,
+      afterId: since === '' ? null : since,
       eventTypes: types,
       actors: filter.actors,
       limit: this.deps.options.replayCap,
@@ -193,10 +210,17 @@ export class ClientConnection implements StreamTarget {
 
   deliver(event: MetisEvent, frame: () => Buffer): void {
     if (this.state === 'awaiting_subscribe') {
-      // The queue of §3.7 step 1 has the live queue's bound: a client that never subscribes (or stays
-      // after a subscribe_error) must not make the server hold events for it without limit.
+      // The buffer of §3.7 step 1 is bounded: a client that never subscribes (or stays after a
+      // subscribe_error) must not make the server hold events for it without limit. Past the bound the
+      // socket switches to its cursor (`early`); it has read nothing yet, so it is not too slow.
+      if (this.early) return;
       if (this.buffer.length >= this.deps.options.maxQueueEvents) {
-        this.tooSlow();
+        if (this.faults.earlySocketQueue) {
+          this.tooSlow();
+          return;
+        }
+        this.buffer = [];
+        this.early = true;
         return;
       }
       this.buffer.push(event);
@@ -272,6 +296,18 @@ export class ClientConnection implements StreamTarget {
       return;
     }
     const frame = ClientFrameSchema.safeParse(parsed);
+    if (frame.success && this.faults.strictClientFrames) {
+      if (frame.data.type === 'ack') {
+        this.sendError('invalid_frame', 'type: unknown frame type "ack"');
+        return;
+      }
+      const known = KNOWN_FRAME_FIELDS[frame.data.type]!;
+      const extra = Object.keys(parsed as object).filter((key) => !known.includes(key));
+      if (extra.length > 0) {
+        this.sendError('invalid_frame', `frame: unrecognized keys ${extra.join(', ')}`);
+        return;
+      }
+    }
     if (!frame.success) {
       const problem = describeFrameIssue(frame.error.issues);
       // A subscribe is answered with subscribe_ack or subscribe_error (§3.2), and a bad filter is
@@ -302,6 +338,9 @@ export class ClientConnection implements StreamTarget {
         // Only an answer to a ping of ours proves the client is alive: its nonce must match (§3.8).
         if (this.pingNonces.includes(value.nonce)) this.pingNonces = [];
         return;
+      case 'ack':
+        // §2.2's client acknowledgement: accepted, and nothing to do (docs/decisions.md "Client frames").
+        return;
     }
   }
 
@@ -324,11 +363,17 @@ export class ClientConnection implements StreamTarget {
       return;
     }
     const resolved = resolution.filter;
-    const sessionIds = new Set([
-      this.sessionId,
-      ...(resolved.include_worker_sessions ? hub.workersOf(this.sessionId) : []),
-    ]);
-    const matches = compileFilter(resolved);
+    // The workers a planner's stream carries are its own (streaming §7.2), as the hub routes them.
+    const workers = hub.workersOf(this.sessionId);
+    const scopeProblem = sessionIdsProblem(resolved, this.sessionId, workers);
+    if (scopeProblem !== null) {
+      this.subscribeError('invalid_filter', scopeProblem);
+      return;
+    }
+    const sessionIds = new Set(
+      resolved.session_ids ?? [this.sessionId, ...(resolved.include_worker_sessions ? workers : [])],
+    );
+    const matches = compileFilter(resolved, this.sessionId);
     const ack = (replayed: number) =>
       JSON.stringify({
         type: 'subscribe_ack',
@@ -344,10 +389,17 @@ export class ClientConnection implements StreamTarget {
     if (frame.snapshot) {
       skipUpTo = hub.sequencer.lastReleasedId;
       snapshotFrame = buildSnapshot(runtime, store.db, hub.recent, this.sessionId, skipUpTo);
-    } else if (frame.since !== null) {
+    } else if (frame.since !== null || this.early) {
+      // A live subscribe on an `early` socket is a replay from where the socket was accepted.
+      const explicit = frame.since !== null;
+      const since = frame.since ?? this.acceptedAfterId ?? '';
+      const gap = this.streamingGap(resolved, sessionIds, since);
       const problem =
-        cursorProblem(store, this.sessionId, frame.since, options.retentionDays) ??
-        this.streamingGap(resolved, sessionIds, frame.since);
+        (explicit ? cursorProblem(store, this.sessionId, since, options.retentionDays) : null) ??
+        (gap !== null && !explicit
+          ? 'Streaming events since this connection opened are no longer kept in memory (it waited long ' +
+            'before subscribing). Subscribe with snapshot: true.'
+          : gap);
       if (problem !== null) {
         this.counters.replay('cursor_expired', 0);
         this.subscribeError('cursor_expired', problem);
@@ -355,18 +407,17 @@ export class ClientConnection implements StreamTarget {
       }
       const own = store.replayJson({
         sessionIds: [...sessionIds],
-        afterId: frame.since,
+        afterId: since === '' ? null : since,
         eventTypes: resolved.event_types,
         actors: resolved.actors,
         limit: options.replayCap,
       });
-      const questions = this.workerQuestions(resolved, frame.since);
+      const questions = this.workerQuestions(resolved, since);
       const rows = mergeRows(own.rows, questions.rows);
       const tooLarge = own.tooLarge || questions.tooLarge;
       // What this connection was handed between accept and subscribe joins the in-memory streams: it
       // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
       // inside the replay, not after it.
-      const since = frame.since;
       const buffered = this.buffer.filter(
         (event) =>
           event.id > since &&
@@ -398,9 +449,10 @@ export class ClientConnection implements StreamTarget {
     this.sessionIds = sessionIds;
     this.state = 'live';
     this.dropNextLive = this.faults.dropAtSeam === true;
-    // The ack, the snapshot and the replay (at most `replayCap` events) go straight to the socket:
-    // they are one bounded burst, not a backlog, and must not count against the live queue's bound.
-    // Live frames queue behind them until the socket drains.
+    // The ack, the snapshot, the replay (at most `replayCap` events) and the seam (at most
+    // `maxQueueEvents` buffered before subscribe) go straight to the socket: they are one bounded burst,
+    // not a backlog, and must not count against the live queue's bound. Live frames queue behind them
+    // until the socket drains.
     this.flush();
     // Encoded as WebSocket frames (wire-frame.ts) and written in one piece.
     const burst: Buffer[] = [encodeTextFrame(ack(replayFrames.length))];
@@ -410,10 +462,10 @@ export class ClientConnection implements StreamTarget {
       replayed.add(id);
       burst.push(encodeTextFrame(text));
     }
-    this.socket.write(burst.length === 1 ? burst[0]! : Buffer.concat(burst));
     // The seam (§3.7): what arrived since accept, minus what the snapshot or the replay covered.
     const buffered = this.buffer;
     this.buffer = [];
+    this.early = false;
     for (const event of buffered) {
       if (skipUpTo !== null && event.id <= skipUpTo) continue;
       if (replayed.has(event.id) || !matches(event)) continue;
@@ -423,8 +475,9 @@ export class ClientConnection implements StreamTarget {
         !isQuestionToUser(event)
       )
         continue;
-      this.send(`{"type":"event","event":${JSON.stringify(event)}}`);
+      burst.push(encodeTextFrame(`{"type":"event","event":${JSON.stringify(event)}}`));
     }
+    this.socket.write(burst.length === 1 ? burst[0]! : Buffer.concat(burst));
     this.deps.bus.emit({
       type: 'bus.subscriber_registered',
       session_id: SYSTEM_SESSION_ID,
@@ -605,6 +658,9 @@ export class ClientConnection implements StreamTarget {
       const nonce = randomBytes(6).toString('hex');
       this.pingNonces.push(nonce);
       this.send(JSON.stringify({ type: 'ping', nonce }), false);
+      // A WebSocket protocol ping alongside: generic clients (wscat, websocat, browsers) never answer
+      // the JSON one, but their library answers this one, and its pong clears the count (§3.8).
+      if (!this.faults.jsonOnlyLiveness && this.ws.readyState === this.ws.OPEN) this.ws.ping();
     }
     this.sentSinceTick = false;
   }

@@ -17,6 +17,12 @@ export interface FaultSwitches {
   readonly silentCancelReason?: boolean;
   /** A failed model call streams `message.complete` with `stop_reason: "error"`, outside the spec's enum. */
   readonly stopReasonError?: boolean;
+  /** Refuse unknown fields in client frames (and the `ack` frame), as before issue 14. */
+  readonly strictClientFrames?: boolean;
+  /** Close a socket that has not subscribed once `max_queue_events` arrive before its subscribe. */
+  readonly earlySocketQueue?: boolean;
+  /** Count only JSON pongs as liveness: no protocol pings, protocol pongs ignored. */
+  readonly jsonOnlyLiveness?: boolean;
 }
 
 export const FAULT_NAMES = {
@@ -27,6 +33,9 @@ export const FAULT_NAMES = {
   'cancel-ended-not-found': 'cancelEndedNotFound',
   'silent-cancel-reason': 'silentCancelReason',
   'stop-reason-error': 'stopReasonError',
+  'strict-client-frames': 'strictClientFrames',
+  'early-socket-queue': 'earlySocketQueue',
+  'json-only-liveness': 'jsonOnlyLiveness',
 } as const satisfies Record<string, keyof FaultSwitches>;
 
 export type FaultName = keyof typeof FAULT_NAMES;

@@ -1,16 +1,23 @@
 import { z } from 'zod';
 
-/** Client → server frames (streaming spec §4.3). */
-const ExplicitFilterSchema = z.strictObject({
+/**
+ * Client → server frames (streaming spec §4.3, §2.2). Unknown fields are ignored, in the frames and in
+ * the filter (§9.2 forward compatibility works both ways; `subscribe_ack.resolved_filter` says what the
+ * server applied). What protects the server stays strict: the frame `type`, each known field's type and
+ * size, the required fields, the frame's size and depth.
+ */
+const ExplicitFilterSchema = z.object({
   event_types: z.array(z.string().min(1).max(200)).max(1000).nullable().default(null),
   actors: z
     .array(z.enum(['user', 'agent', 'system', 'tool', 'worker']))
     .nullable()
     .default(null),
   include_worker_sessions: z.boolean().default(false),
+  /** The bus spec's EventFilter key (event-bus §3.1): null is every session the stream may carry. */
+  session_ids: z.array(z.string().min(1).max(100)).min(1).max(1000).nullable().default(null),
 });
 
-export const SubscribeFrameSchema = z.strictObject({
+export const SubscribeFrameSchema = z.object({
   type: z.literal('subscribe'),
   filter: z.union([z.literal('preset:chat'), z.literal('preset:full'), ExplicitFilterSchema], {
     error: 'must be "preset:chat", "preset:full" or {event_types, actors, include_worker_sessions}',
@@ -19,21 +26,37 @@ export const SubscribeFrameSchema = z.strictObject({
   snapshot: z.boolean().default(false),
 });
 
-export const CancelFrameSchema = z.strictObject({
+export const CancelFrameSchema = z.object({
   type: z.literal('cancel'),
   turn_id: z.string().min(1).max(100),
   reason: z.string().max(200).optional(),
 });
 
-export const PingFrameSchema = z.strictObject({ type: z.literal('ping'), nonce: z.string().max(200) });
-export const PongFrameSchema = z.strictObject({ type: z.literal('pong'), nonce: z.string().max(200) });
+export const PingFrameSchema = z.object({ type: z.literal('ping'), nonce: z.string().max(200) });
+export const PongFrameSchema = z.object({ type: z.literal('pong'), nonce: z.string().max(200) });
+/**
+ * §2.2 names `ack` among the client's control messages without a shape: metis reads an optional
+ * `event_id` (the last event the client processed) and takes no action on it (docs/decisions.md
+ * "Client frames").
+ */
+export const AckFrameSchema = z.object({ type: z.literal('ack'), event_id: z.string().max(100).optional() });
 
 export const ClientFrameSchema = z.discriminatedUnion('type', [
   SubscribeFrameSchema,
   CancelFrameSchema,
   PingFrameSchema,
   PongFrameSchema,
+  AckFrameSchema,
 ]);
+
+/** The fields each frame type knows; only the `strict-client-frames` fault refuses others. */
+export const KNOWN_FRAME_FIELDS: Readonly<Record<string, readonly string[]>> = {
+  subscribe: Object.keys(SubscribeFrameSchema.shape),
+  cancel: Object.keys(CancelFrameSchema.shape),
+  ping: Object.keys(PingFrameSchema.shape),
+  pong: Object.keys(PongFrameSchema.shape),
+  ack: Object.keys(AckFrameSchema.shape),
+};
 
 export type SubscribeFrame = z.output<typeof SubscribeFrameSchema>;
 export type ClientFrame = z.output<typeof ClientFrameSchema>;
