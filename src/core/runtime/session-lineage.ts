@@ -6,14 +6,14 @@ import type { SessionStore } from '../store/session-store.js';
  * whoever watches the planner is who is there to answer it (docs/decisions.md "Delegated confirmations").
  */
 
-/** Depth bound of a walk: a cycle in stored rows (corruption) must not hang a request. */
-const MAX_DEPTH = 64;
+/** Depth bound of a walk up or down the tree: a cycle in stored rows (corruption) must not hang anything. */
+export const MAX_DELEGATION_DEPTH = 64;
 
 /** `sessionId` followed by every session that descends from it, parents before children. */
 export function selfAndDescendants(sessions: SessionStore, sessionId: string): string[] {
   const found = [sessionId];
   const seen = new Set(found);
-  for (let i = 0; i < found.length && i < MAX_DEPTH * 64; i += 1) {
+  for (let i = 0; i < found.length && i < MAX_DELEGATION_DEPTH * 64; i += 1) {
     for (const child of sessions.childSessionIds(found[i]!)) {
       if (seen.has(child)) continue;
       seen.add(child);
@@ -26,7 +26,7 @@ export function selfAndDescendants(sessions: SessionStore, sessionId: string): s
 /** Whether `ancestorId` is `sessionId` itself or a session above it in the delegation tree. */
 export function isSelfOrAncestor(sessions: SessionStore, ancestorId: string, sessionId: string): boolean {
   let current: string | null = sessionId;
-  for (let depth = 0; current !== null && depth <= MAX_DEPTH; depth += 1) {
+  for (let depth = 0; current !== null && depth <= MAX_DELEGATION_DEPTH; depth += 1) {
     if (current === ancestorId) return true;
     current = sessions.getSession(current)?.parent_session_id ?? null;
   }

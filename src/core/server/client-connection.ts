@@ -199,6 +199,15 @@ export class ClientConnection implements StreamTarget {
     });
   }
 
+  /**
+   * Whether this stream carries an event by whose session it is: its own, its workers' when the filter
+   * asks for them, and its workers' questions to the user always (docs/decisions.md "Delegated
+   * confirmations").
+   */
+  private carries(event: MetisEvent, filter: ResolvedFilter): boolean {
+    return event.session_id === this.sessionId || filter.include_worker_sessions || isQuestionToUser(event);
+  }
+
   /** Frames waiting in the outbound queue, for the metrics' queue depth gauges. */
   queueDepth(): { events: number; bytes: number } {
     return { events: this.queue.length - this.queueHead, bytes: this.queuedBytes };
@@ -418,13 +427,7 @@ export class ClientConnection implements StreamTarget {
       // What this connection was handed between accept and subscribe joins the in-memory streams: it
       // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
       // inside the replay, not after it.
-      const buffered = this.buffer.filter(
-        (event) =>
-          event.id > since &&
-          (event.session_id === this.sessionId ||
-            resolved.include_worker_sessions ||
-            isQuestionToUser(event)),
-      );
+      const buffered = this.buffer.filter((event) => event.id > since && this.carries(event, resolved));
       const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
       // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
       replayFrames = mergeReplay(rows, live);
@@ -469,12 +472,7 @@ export class ClientConnection implements StreamTarget {
     for (const event of buffered) {
       if (skipUpTo !== null && event.id <= skipUpTo) continue;
       if (replayed.has(event.id) || !matches(event)) continue;
-      if (
-        event.session_id !== this.sessionId &&
-        !resolved.include_worker_sessions &&
-        !isQuestionToUser(event)
-      )
-        continue;
+      if (!this.carries(event, resolved)) continue;
       burst.push(encodeTextFrame(`{"type":"event","event":${JSON.stringify(event)}}`));
     }
     this.socket.write(burst.length === 1 ? burst[0]! : Buffer.concat(burst));

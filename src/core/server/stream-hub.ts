@@ -1,11 +1,9 @@
 import type { MetisEvent } from '../events/envelope.js';
+import { MAX_DELEGATION_DEPTH } from '../runtime/session-lineage.js';
 import type { SessionStore } from '../store/session-store.js';
 import type { EventSequencer } from './event-sequencer.js';
 import { RecentStreams } from './recent-streams.js';
 import { encodeTextFrame } from './wire-frame.js';
-
-/** Bound of the walk up the delegation tree (a cycle in stored rows must not hang the hub). */
-const MAX_DEPTH = 64;
 
 /**
  * The events that put a question to the user, or close it: a worker's reach its planner's clients even
@@ -97,7 +95,7 @@ export class StreamHub {
       // A worker's confirmation reaches every session above it, whatever their clients' view: a
       // question to the user is never hidden (docs/decisions.md "Delegated confirmations").
       let ancestor: string | null = parent;
-      for (let depth = 0; ancestor !== null && depth < MAX_DEPTH; depth += 1) {
+      for (let depth = 0; ancestor !== null && depth < MAX_DELEGATION_DEPTH; depth += 1) {
         const planners = this.targets.get(ancestor);
         if (planners) for (const target of planners) target.deliver(event, serialize);
         ancestor = this.parentSession(ancestor);
