@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { type ClientItem, MetisClient } from '../../src/client/client.js';
 import { initialState, reduce } from '../../src/client/reducer.js';
 import { renderItem } from '../../src/client/render-text.js';
-import { eventually, subscribe, waitForType } from '../helpers/protocol.js';
+import { eventually, subscribe, subscribeOn, waitForType } from '../helpers/protocol.js';
 import { startTestServer } from '../helpers/server.js';
 
 /** The worker's `run:` calls shell (execute), which this config asks about; `delegate` itself never asks. */
@@ -145,4 +145,23 @@ describe("delegated confirmations: a worker's question reaches the planner's cli
       await done;
     }
   }, 60_000);
+
+  it('a question asked between accept and subscribe goes out at the seam of a default-view client', async () => {
+    const t = await startTestServer(ASK_EXECUTE);
+    const planner = await t.createSession();
+    // Accepted, not yet subscribed: what arrives now is held for the seam (streaming §3.7 step 1).
+    const early = await t.attach(planner);
+    await t.submit(planner, 'delegate: run: echo early > early-marker.txt');
+    const pending = await eventually(() => t.runtime.pendingConfirmations(planner).length === 1, 15_000);
+    expect(pending).toBe(true);
+    const [request] = t.runtime.pendingConfirmations(planner);
+
+    await subscribeOn(early, { filter: 'preset:chat', snapshot: false });
+    const seen = await early.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'tool.confirmation_requested',
+      5_000,
+    );
+    expect(seen.event.payload.confirmation_request_id).toBe(request!.confirmation_request_id);
+    expect(seen.event.session_id).not.toBe(planner);
+  });
 });
