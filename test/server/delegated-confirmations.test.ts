@@ -40,12 +40,12 @@ describe("delegated confirmations: a worker's question reaches the planner's cli
     expect(line).toContain('waiting for approval: confirm shell: echo from-worker > worker-marker.txt');
     expect(line).toContain(`metis confirm ${planner} ${requestId} allow|deny`);
 
-    // Reconnect with a snapshot: the worker's pending request is in it, with the worker's session id.
+    // Reconnect with a snapshot: the worker's pending request follows it as its event, from the worker.
     await t.context.flush();
     const again = await subscribe(t, planner, { filter: 'preset:chat', snapshot: true });
-    expect(again.snapshot.pending_confirmations).toMatchObject([
-      { session_id: worker, confirmation_request_id: requestId, tool_name: 'shell' },
-    ]);
+    expect(again.snapshot.snapshot_at_event_id < requested.event.id).toBe(true);
+    await again.client.waitFor((f) => f.type === 'event' && f.event.id === requested.event.id);
+    expect(again.client.events().filter((e) => e.session_id === worker)).toEqual([requested.event]);
     // Reconnect with a cursor from before the request: the replay brings it (what `metis tail` does).
     const cursor = watcher.client.events().find((e) => e.type === 'turn.started')!.id;
     const replayed = await subscribe(t, planner, { filter: 'preset:chat', since: cursor, snapshot: false });

@@ -136,12 +136,17 @@ describe('streaming protocol: the stream (§11.1)', () => {
     const events = late.client.events();
     expect(events.every((e) => e.id > at)).toBe(true);
     expect(events).toEqual(observed.filter((e) => e.id > at));
-    // The message in flight: its deltas so far ride along in the snapshot, the rest follow live.
-    expect(snap.in_flight_events.length).toBeGreaterThanOrEqual(10);
+    // The message in flight follows the snapshot from its start, as events (docs/decisions.md
+    // "Snapshot point"): a client reading only spec fields rebuilds it whole, and the snapshot holds
+    // nothing of it.
+    expect(snap.in_flight_events).toEqual([]);
     const complete = ofType(events, 'message.complete')[0].payload;
-    expect(reconstruct([...snap.in_flight_events, ...events], complete.message_id)).toEqual(
-      complete.final_content,
-    );
+    expect(snap.messages.some((m: { id: string }) => m.id === complete.message_id)).toBe(false);
+    expect(events.find((e) => e.payload.message_id === complete.message_id)?.type).toBe('message.start');
+    expect(
+      ofType(events, 'text.delta').filter((e) => e.payload.message_id === complete.message_id).length,
+    ).toBeGreaterThanOrEqual(10);
+    expect(reconstruct(events, complete.message_id)).toEqual(complete.final_content);
   });
 
   it('2b. snapshot: more than 50 messages → the newest 50 in order; cost_so_far_usd = Σ llm.call_completed cost_usd', async () => {

@@ -18,16 +18,19 @@ describe('a session-store row written after an event', () => {
       payload: { workspace_hash: 'a'.repeat(64), last_event_id_at_resume: null },
     })!;
     // No await: the event is still in the bus's queue, waiting for the next tick.
-    sessions.saveMessage({
-      id: 'msg_after',
-      session_id: 'sess_order',
-      turn_id: null,
-      role: 'user',
-      content: [{ type: 'text', text: 'hi' }],
-      status: 'complete',
-      model: null,
-      usage: null,
-    });
+    sessions.saveMessage(
+      {
+        id: 'msg_after',
+        session_id: 'sess_order',
+        turn_id: null,
+        role: 'user',
+        content: [{ type: 'text', text: 'hi' }],
+        status: 'complete',
+        model: null,
+        usage: null,
+      },
+      event.id,
+    );
     const storedEvent = context.db.prepare('SELECT count(*) FROM events WHERE id = ?').pluck().get(event.id);
     const storedRow = context.db
       .prepare("SELECT count(*) FROM messages WHERE id = 'msg_after'")

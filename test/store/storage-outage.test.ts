@@ -141,8 +141,8 @@ describe('session store writes beside the trace writer', () => {
       usage: null,
     });
     // The old store wrote synchronously: under a lock these threw SQLITE_BUSY into the caller (a turn).
-    expect(() => sessions.saveMessage(message('msg_01', 'first'))).not.toThrow();
-    expect(() => sessions.saveMessage(message('msg_02', 'second'))).not.toThrow();
+    expect(() => sessions.saveMessage(message('msg_01', 'first'), null)).not.toThrow();
+    expect(() => sessions.saveMessage(message('msg_02', 'second'), null)).not.toThrow();
     expect(() => sessions.endSession('sess_rows', 'completed')).not.toThrow();
     // The next turn's history reads what is still waiting for storage.
     expect(sessions.messages('sess_rows').map((m) => m.id)).toEqual(['msg_01', 'msg_02']);

@@ -70,6 +70,7 @@ export function closeFailedTurn(
       cost_usd: 0,
       pricing_version: config.pricing_version,
     };
+    let cutEventId: string | null = null;
     attempt('close the streamed message', () => {
       for (const use of builder?.openToolUses() ?? []) {
         events.stream('tool.use_end', openMessage.startId, {
@@ -81,25 +82,28 @@ export function closeFailedTurn(
       }
       // A partial message ends `cancelled` (§6.2.1); a failure says so with the class of its
       // llm.call_failed (docs/decisions.md "A failed call's message").
-      events.stream('message.complete', openMessage.startId, {
+      cutEventId = events.stream('message.complete', openMessage.startId, {
         message_id: openMessage.messageId,
         stop_reason: 'cancelled',
         final_content: content,
         usage,
         ...(cancelling ? {} : { error_class: 'other' }),
-      });
+      }).id;
     });
     attempt('store the cut message', () =>
-      sessions.saveMessage({
-        id: openMessage.messageId,
-        session_id: events.sessionId,
-        turn_id: state.turnId,
-        role: 'assistant',
-        content,
-        status: cancelling ? 'cancelled' : 'error',
-        model: openMessage.model,
-        usage,
-      }),
+      sessions.saveMessage(
+        {
+          id: openMessage.messageId,
+          session_id: events.sessionId,
+          turn_id: state.turnId,
+          role: 'assistant',
+          content,
+          status: cancelling ? 'cancelled' : 'error',
+          model: openMessage.model,
+          usage,
+        },
+        cutEventId,
+      ),
     );
   }
   const call = open.call;

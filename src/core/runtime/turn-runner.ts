@@ -174,16 +174,19 @@ export class TurnRunner {
       has_tool_calls_in_history: history.some((m) => m.content.some((b) => b.type === 'tool_use')),
     });
     if (historyError !== null) throw historyError;
-    this.sessions.saveMessage({
-      id: newId('msg'),
-      session_id: events.sessionId,
-      turn_id: state.turnId,
-      role: 'user',
-      content: userMessage.content as unknown[],
-      status: 'complete',
-      model: null,
-      usage: null,
-    });
+    this.sessions.saveMessage(
+      {
+        id: newId('msg'),
+        session_id: events.sessionId,
+        turn_id: state.turnId,
+        role: 'user',
+        content: userMessage.content as unknown[],
+        status: 'complete',
+        model: null,
+        usage: null,
+      },
+      turnStarted.id,
+    );
     const route = decideRoute(
       {
         messageText: request.messageText,
@@ -294,16 +297,19 @@ export class TurnRunner {
         excludedTools: excludedFor(request),
       });
       totals.toolCalls += dispatched.toolCallCount;
-      this.sessions.saveMessage({
-        id: newId('msg'),
-        session_id: events.sessionId,
-        turn_id: state.turnId,
-        role: 'tool',
-        content: dispatched.results,
-        status: dispatched.cancelled ? 'cancelled' : 'complete',
-        model: null,
-        usage: null,
-      });
+      this.sessions.saveMessage(
+        {
+          id: newId('msg'),
+          session_id: events.sessionId,
+          turn_id: state.turnId,
+          role: 'tool',
+          content: dispatched.results,
+          status: dispatched.cancelled ? 'cancelled' : 'complete',
+          model: null,
+          usage: null,
+        },
+        dispatched.lastEventId,
+      );
       if (dispatched.cancelled) return cancelled(finalText);
       conversation.push({ role: 'tool', content: dispatched.results });
       parent = dispatched.lastEventId;
@@ -389,14 +395,22 @@ export class TurnRunner {
       const usage = { ...EMPTY_USAGE, cost_usd: 0, pricing_version: this.config.pricing_version };
       // Cut short either way: `cancelled` is the spec's stop reason for a partial message (§6.2.1); a
       // failure adds the class `llm.call_failed` reports, so the message itself says what happened.
-      events.stream('message.complete', messageStart.id, {
+      const cut = events.stream('message.complete', messageStart.id, {
         message_id: messageId,
         stop_reason: 'cancelled',
         final_content: content,
         usage,
         ...(wasCancelled ? {} : { error_class: adapterError.errorClass }),
       });
-      this.saveAssistant(request, messageId, content, wasCancelled ? 'cancelled' : 'error', model, usage);
+      this.saveAssistant(
+        request,
+        messageId,
+        content,
+        wasCancelled ? 'cancelled' : 'error',
+        model,
+        usage,
+        cut.id,
+      );
       if (!wasCancelled)
         this.logger.warn({ model, error_class: adapterError.errorClass }, 'model call failed');
       events.emit('llm.call_failed', callStarted.id, {
@@ -418,13 +432,13 @@ export class TurnRunner {
     const content = builder.content();
     const costUsd = costOf(model, result.usage, this.config);
     const usage = { ...result.usage, cost_usd: costUsd, pricing_version: this.config.pricing_version };
-    events.stream('message.complete', messageStart.id, {
+    const complete = events.stream('message.complete', messageStart.id, {
       message_id: messageId,
       stop_reason: result.stop_reason,
       final_content: content,
       usage,
     });
-    this.saveAssistant(request, messageId, content, 'complete', model, usage);
+    this.saveAssistant(request, messageId, content, 'complete', model, usage, complete.id);
     const completed = events.emit('llm.call_completed', callStarted.id, {
       model,
       provider,
@@ -456,17 +470,21 @@ export class TurnRunner {
     status: 'complete' | 'cancelled' | 'error',
     model: string,
     usage: Record<string, unknown>,
+    completeEventId: string,
   ): void {
-    this.sessions.saveMessage({
-      id: messageId,
-      session_id: request.events.sessionId,
-      turn_id: request.state.turnId,
-      role: 'assistant',
-      content,
-      status,
-      model,
-      usage,
-    });
+    this.sessions.saveMessage(
+      {
+        id: messageId,
+        session_id: request.events.sessionId,
+        turn_id: request.state.turnId,
+        role: 'assistant',
+        content,
+        status,
+        model,
+        usage,
+      },
+      completeEventId,
+    );
   }
 }
 

@@ -9,6 +9,7 @@ import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { selfAndDescendants } from '../runtime/session-lineage.js';
 import { CANCEL_REASONS, isCancelReason } from '../runtime/turn-runner.js';
+import { storedEventBefore } from '../store/session-as-of.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorProblem } from './cursor.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
@@ -23,6 +24,7 @@ import {
 } from './frames.js';
 import { mergeReplay, mergeRows, type ReplayFrame, unionById } from './replay-merge.js';
 import { buildSnapshot } from './snapshot.js';
+import { snapshotPoint } from './snapshot-point.js';
 import { isQuestionToUser, type StreamHub, type StreamTarget } from './stream-hub.js';
 import {
   compileFilter,
@@ -197,6 +199,41 @@ export class ClientConnection implements StreamTarget {
       actors: filter.actors,
       limit: this.deps.options.replayCap,
     });
+  }
+
+  /**
+   * The events after `since` this subscription gets, stored and streamed, in id order, as frames. Stored
+   * rows newer than `upTo` (committed, not yet released: an older event is still waiting for its
+   * commit) are left to arrive live, in order, after what was released before them.
+   */
+  private replayAfter(
+    since: string,
+    resolved: ResolvedFilter,
+    sessionIds: ReadonlySet<string>,
+    matches: (event: MetisEvent) => boolean,
+    upTo: string | null,
+  ): { frames: ReplayFrame[]; tooLarge: boolean } {
+    const { store, hub, options } = this.deps;
+    const own = store.replayJson({
+      sessionIds: [...sessionIds],
+      afterId: since === '' ? null : since,
+      eventTypes: resolved.event_types,
+      actors: resolved.actors,
+      limit: options.replayCap,
+    });
+    const questions = this.workerQuestions(resolved, since);
+    const rows = mergeRows(own.rows, questions.rows).filter((row) => upTo === null || row[0] <= upTo);
+    // What this connection was handed between accept and subscribe joins the in-memory streams: it
+    // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
+    // inside the replay, not after it.
+    const buffered = this.buffer.filter((event) => event.id > since && this.carries(event, resolved));
+    const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
+    // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
+    const frames = mergeReplay(rows, live);
+    return {
+      frames,
+      tooLarge: own.tooLarge || questions.tooLarge || frames.length > options.replayCap,
+    };
   }
 
   /**
@@ -396,8 +433,28 @@ export class ClientConnection implements StreamTarget {
     let skipUpTo: string | null = null;
     let snapshotFrame: string | null = null;
     if (frame.snapshot) {
-      skipUpTo = hub.sequencer.lastReleasedId;
-      snapshotFrame = buildSnapshot(runtime, store.db, hub.recent, this.sessionId, skipUpTo);
+      // Nothing released yet by this process (it just started): what is stored is all there is.
+      const released = hub.sequencer.lastReleasedId ?? storedEventBefore(store.db, [...sessionIds], '~');
+      let point = this.faults.snapshotLiveState
+        ? released
+        : snapshotPoint({
+            runtime,
+            db: store.db,
+            recent: hub.recent,
+            sessionId: this.sessionId,
+            sessionIds,
+            released,
+            faults: this.faults,
+          });
+      if (point !== null && point !== released) {
+        // What is in progress follows the snapshot as events (snapshot-point.ts); a replay too long to
+        // follow it leaves the point where it was, with the additive fields describing the rest.
+        const replay = this.replayAfter(point, resolved, sessionIds, matches, released);
+        if (replay.tooLarge) point = released;
+        else replayFrames = replay.frames;
+      }
+      skipUpTo = point;
+      snapshotFrame = buildSnapshot(runtime, store.db, hub.recent, this.sessionId, point, this.faults);
     } else if (frame.since !== null || this.early) {
       // A live subscribe on an `early` socket is a replay from where the socket was accepted.
       const explicit = frame.since !== null;
@@ -414,24 +471,9 @@ export class ClientConnection implements StreamTarget {
         this.subscribeError('cursor_expired', problem);
         return;
       }
-      const own = store.replayJson({
-        sessionIds: [...sessionIds],
-        afterId: since === '' ? null : since,
-        eventTypes: resolved.event_types,
-        actors: resolved.actors,
-        limit: options.replayCap,
-      });
-      const questions = this.workerQuestions(resolved, since);
-      const rows = mergeRows(own.rows, questions.rows);
-      const tooLarge = own.tooLarge || questions.tooLarge;
-      // What this connection was handed between accept and subscribe joins the in-memory streams: it
-      // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
-      // inside the replay, not after it.
-      const buffered = this.buffer.filter((event) => event.id > since && this.carries(event, resolved));
-      const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
-      // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
-      replayFrames = mergeReplay(rows, live);
-      if (tooLarge || replayFrames.length > options.replayCap) {
+      const replay = this.replayAfter(since, resolved, sessionIds, matches, hub.sequencer.lastReleasedId);
+      replayFrames = replay.frames;
+      if (replay.tooLarge) {
         // The buffer stays whole: a later subscribe on this socket may still rely on it.
         this.counters.replay('replay_too_large', replayFrames.length);
         this.subscribeError(
@@ -446,7 +488,6 @@ export class ClientConnection implements StreamTarget {
       skipUpTo = since;
       this.counters.replay('served', replayFrames.length);
     }
-
     this.resolved = resolved;
     this.filter = matches;
     this.sessionIds = sessionIds;

@@ -23,6 +23,12 @@ export interface FaultSwitches {
   readonly earlySocketQueue?: boolean;
   /** Count only JSON pongs as liveness: no protocol pings, protocol pongs ignored. */
   readonly jsonOnlyLiveness?: boolean;
+  /** A snapshot reads the runtime's live state and names the last released event, as before issue 14. */
+  readonly snapshotLiveState?: boolean;
+  /** A message still streaming is left out of the snapshot's events (only in `in_flight_events`). */
+  readonly snapshotHidesPartial?: boolean;
+  /** A pending confirmation is left out of the snapshot's events (only in `pending_confirmations`). */
+  readonly snapshotHidesConfirmation?: boolean;
 }
 
 export const FAULT_NAMES = {
@@ -36,6 +42,9 @@ export const FAULT_NAMES = {
   'strict-client-frames': 'strictClientFrames',
   'early-socket-queue': 'earlySocketQueue',
   'json-only-liveness': 'jsonOnlyLiveness',
+  'snapshot-live-state': 'snapshotLiveState',
+  'snapshot-hides-partial': 'snapshotHidesPartial',
+  'snapshot-hides-confirmation': 'snapshotHidesConfirmation',
 } as const satisfies Record<string, keyof FaultSwitches>;
 
 export type FaultName = keyof typeof FAULT_NAMES;

@@ -2,6 +2,8 @@ import { microsToIso } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { Db } from '../store/database.js';
+import { sessionAsOf } from '../store/session-as-of.js';
+import { type FaultSwitches, NO_FAULTS } from './faults.js';
 import type { RecentStreams } from './recent-streams.js';
 
 export const SNAPSHOT_MESSAGE_LIMIT = 50;
@@ -24,12 +26,13 @@ export interface PendingConfirmation {
 }
 
 /**
- * The snapshot frame (streaming §3.4): the session summary with cost and turn state, the last 50
- * messages, and `snapshot_at_event_id`. A message still streaming is not in the message store yet, so
- * its events so far ride along in `in_flight_events` (an additive field clients may ignore). Tool calls
- * waiting for a confirmation ride along in `pending_confirmations`, present only when there is one (so
- * a snapshot without any is unchanged); those of the session's workers are listed too, each with its
- * `session_id`.
+ * The snapshot frame (streaming §3.4) as of `snapshotAt` (see snapshot-point.ts): the session summary
+ * with cost and turn state, the last 50 messages, and `snapshot_at_event_id`, all reflecting exactly
+ * the events up to that id, read from the store rather than from the runtime's live state, which runs
+ * ahead of what clients were sent (issue 14 obs. 1). The point is chosen so that nothing is in
+ * progress at it; when something still is (a replay too large to follow the snapshot), its streamed
+ * events ride along in `in_flight_events` and the pending questions in `pending_confirmations`
+ * (additive fields clients may ignore; `pending_confirmations` only when there is one).
  */
 export function buildSnapshot(
   runtime: Runtime,
@@ -37,15 +40,23 @@ export function buildSnapshot(
   recent: RecentStreams,
   sessionId: string,
   snapshotAt: string | null,
+  faults: FaultSwitches = NO_FAULTS,
 ): string {
   const info = runtime.getSession(sessionId);
-  const turnCount = db
-    .prepare("SELECT count(*) FROM events WHERE session_id = ? AND type = 'turn.started'")
-    .pluck()
-    .get(sessionId) as number;
-  const messages = runtime.sessions.messages(sessionId, { limit: SNAPSHOT_MESSAGE_LIMIT });
+  const asOf =
+    snapshotAt === null || faults.snapshotLiveState
+      ? {
+          turnCount: runtime.sessions.turnCount(sessionId),
+          currentTurnId: info.current_turn_id,
+          costUsd: info.cost_so_far_usd,
+        }
+      : sessionAsOf(db, sessionId, snapshotAt);
+  const messages =
+    snapshotAt === null || faults.snapshotLiveState
+      ? runtime.sessions.messages(sessionId, { limit: SNAPSHOT_MESSAGE_LIMIT })
+      : runtime.sessions.messagesAsOf(sessionId, snapshotAt, SNAPSHOT_MESSAGE_LIMIT);
   const inFlight: MetisEvent[] =
-    info.current_turn_id === null
+    asOf.currentTurnId === null
       ? []
       : recent.inFlight(sessionId).filter((e) => snapshotAt === null || e.id <= snapshotAt);
   const pending = pendingConfirmations(runtime, db, sessionId, snapshotAt);
@@ -56,10 +67,10 @@ export function buildSnapshot(
       workspace_path: info.workspace_path,
       active_model: info.active_model,
       routing_policy_version: info.routing_policy_version,
-      cost_so_far_usd: info.cost_so_far_usd,
-      turn_count: turnCount,
-      current_turn_id: info.current_turn_id,
-      current_turn_status: info.current_turn_id === null ? null : 'in_flight',
+      cost_so_far_usd: asOf.costUsd,
+      turn_count: asOf.turnCount,
+      current_turn_id: asOf.currentTurnId,
+      current_turn_status: asOf.currentTurnId === null ? null : 'in_flight',
       parent_session_id: info.parent_session_id,
       status: info.status,
     },
@@ -87,7 +98,7 @@ interface RequestedPayload {
  * `tool.confirmation_resolved`; a restarted server forgot them). One requested after `snapshotAt`
  * reaches the client live instead, as its `tool.confirmation_requested` event.
  */
-function pendingConfirmations(
+export function pendingConfirmations(
   runtime: Runtime,
   db: Db,
   sessionId: string,

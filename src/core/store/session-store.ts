@@ -1,5 +1,6 @@
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
+import { MessageMarks } from './message-marks.js';
 import { type RowWrite, writerOf } from './trace-writer.js';
 
 export type MessageRole = 'user' | 'assistant' | 'tool';
@@ -100,6 +101,7 @@ function toMessage(row: MessageRow): MessageRecord {
 export class SessionStore {
   /** Messages written but not committed yet, by id. */
   private readonly pendingMessages = new Map<string, MessageRecord>();
+  private readonly marks = new MessageMarks();
 
   constructor(private readonly db: Db) {}
 
@@ -229,7 +231,12 @@ export class SessionStore {
     );
   }
 
-  saveMessage(message: Omit<MessageRecord, 'created_at_us'>): void {
+  /**
+   * Saves a message. `visibleWith` is the id of the event with which it became part of the conversation
+   * (see MessageMarks), null when none did (it then shows in every snapshot from now on).
+   */
+  saveMessage(message: Omit<MessageRecord, 'created_at_us'>, visibleWith: string | null): void {
+    if (visibleWith !== null) this.marks.mark(message.session_id, message.id, visibleWith);
     const now = nowMicros();
     const pending: MessageRecord = { ...message, created_at_us: now };
     this.pendingMessages.set(message.id, pending);
@@ -285,6 +292,16 @@ export class SessionStore {
       ) as MessageRow[];
     const stored = rows.reverse().map(toMessage);
     return this.withPending(sessionId, stored, options.beforeId ?? null, options.limit ?? 50);
+  }
+
+  /**
+   * The newest `limit` messages as a snapshot taken as of event `atId` shows them: without those that
+   * became part of the conversation with a later event (streaming §3.4).
+   */
+  messagesAsOf(sessionId: string, atId: string, limit: number): MessageRecord[] {
+    const extra = this.marks.count(sessionId);
+    const messages = this.messages(sessionId, { limit: limit + extra });
+    return messages.filter((m) => !this.marks.isAfter(sessionId, m.id, atId)).slice(-limit);
   }
 
   /** `stored` with the session's messages still waiting for storage merged in, newest `limit` kept. */

@@ -1,0 +1,78 @@
+import type { Runtime } from '../runtime/runtime.js';
+import type { Db } from '../store/database.js';
+import { storedEventBefore } from '../store/session-as-of.js';
+import type { FaultSwitches } from './faults.js';
+import type { RecentStreams } from './recent-streams.js';
+import { pendingConfirmations } from './snapshot.js';
+
+/** Enough for a message and a question behind it; the point settles in one or two steps. */
+const MAX_STEPS = 8;
+
+export interface SnapshotPointInput {
+  readonly runtime: Runtime;
+  readonly db: Db;
+  readonly recent: RecentStreams;
+  /** The attached session. */
+  readonly sessionId: string;
+  /** The sessions the stream carries (the attached one, and its workers when the filter asks). */
+  readonly sessionIds: ReadonlySet<string>;
+  /** The newest event released to clients: no snapshot may be newer. */
+  readonly released: string | null;
+  readonly faults: FaultSwitches;
+}
+
+/**
+ * The `snapshot_at_event_id` of a snapshot taken now (docs/decisions.md "Snapshot point").
+ *
+ * A snapshot shows what the events up to its id did, and everything after it arrives as events. A
+ * spec-only client cannot render a message whose start it never saw, nor answer a question it was
+ * never asked, so the point steps back to just before anything still in progress: the start of a
+ * message still streaming, the `tool.confirmation_requested` of a question still pending. Those then
+ * reach the client as ordinary events after the snapshot, ids increasing (issue 14 obs. 2 and 4).
+ */
+export function snapshotPoint(input: SnapshotPointInput): string | null {
+  const { runtime, db, recent, sessionId, sessionIds, faults } = input;
+  let point = input.released;
+  for (let step = 0; point !== null && step < MAX_STEPS; step += 1) {
+    const at: string = point;
+    let earliest: string | null = null;
+    const consider = (id: string) => {
+      if (id <= at && (earliest === null || id < earliest)) earliest = id;
+    };
+    if (!faults.snapshotHidesPartial) {
+      for (const id of sessionIds) {
+        const first = recent.inFlight(id)[0];
+        if (first !== undefined) consider(first.id);
+      }
+    }
+    const questionSessions = new Set(sessionIds);
+    if (!faults.snapshotHidesConfirmation) {
+      for (const pending of pendingConfirmations(runtime, db, sessionId, at)) {
+        consider(pending.requested_event_id);
+        questionSessions.add(pending.session_id);
+      }
+    }
+    if (earliest === null) return at;
+    const before = eventBefore(db, recent, [...questionSessions], earliest);
+    // Nothing before it (cannot happen: `session.created` comes first): keep the point, and with it the
+    // additive fields that describe what is in progress.
+    if (before === null || before >= at) return at;
+    point = before;
+  }
+  return point;
+}
+
+/** The newest event of these sessions, stored or streamed, before `beforeId`. */
+function eventBefore(
+  db: Db,
+  recent: RecentStreams,
+  sessionIds: readonly string[],
+  beforeId: string,
+): string | null {
+  let newest = storedEventBefore(db, sessionIds, beforeId);
+  for (const event of recent.after(new Set(sessionIds), newest)) {
+    if (event.id >= beforeId) break;
+    newest = event.id;
+  }
+  return newest;
+}
