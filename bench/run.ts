@@ -14,6 +14,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'bus', load: async () => (await import('./bus.js')).benchBus },
   { name: 'store', load: async () => (await import('./store.js')).benchStore },
   { name: 'stream', load: async () => (await import('./stream.js')).benchStream },
+  { name: 'snapshot', load: async () => (await import('./snapshot.js')).benchSnapshot },
 ];
 
 interface Args {

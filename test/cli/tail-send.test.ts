@@ -318,7 +318,7 @@ describe('metis tail: seq holes', () => {
 });
 
 describe('metis tail: a confirmation waiting when it attaches', () => {
-  it('the snapshot carries it: tail prints the request id and the confirm command; metis confirm answers it', async () => {
+  it('it follows the snapshot as its event: tail prints the request id and the confirm command; metis confirm answers it', async () => {
     const t = await startTestServer({
       tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' },
     });
@@ -333,9 +333,11 @@ describe('metis tail: a confirmation waiting when it attaches', () => {
     const attached = await t.attach(sessionId);
     attached.send({ type: 'subscribe', filter: 'preset:chat', since: null, snapshot: true });
     const snapshot = await attached.waitFor((f) => f.type === 'snapshot');
-    expect(snapshot.pending_confirmations).toMatchObject([
-      { confirmation_request_id: requestId, tool_name: 'shell', turn_id: turnId },
-    ]);
+    expect(snapshot.session.current_turn_id).toBe(turnId);
+    const requested = await attached.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'tool.confirmation_requested',
+    );
+    expect(requested.event.payload).toMatchObject({ confirmation_request_id: requestId, tool_name: 'shell' });
 
     const home = tempDir();
     const tail = spawnCli(['tail', sessionId, '--url', t.url], home);

@@ -9,6 +9,8 @@ import { COST_EVENT_TYPES } from '../store/session-store.js';
  */
 export class CostAccumulator {
   private readonly costs = new Map<string, number>();
+  /** Per session, the id of the newest cost event counted (or stored when seeded): see `counted`. */
+  private readonly upTo = new Map<string, string>();
   private handle: SubscriptionHandle | null = null;
 
   attach(bus: EventBus): void {
@@ -23,6 +25,7 @@ export class CostAccumulator {
             : Number.parseFloat(String(event.payload.worker_total_cost_usd));
         if (Number.isFinite(amount))
           this.costs.set(event.session_id, (this.costs.get(event.session_id) ?? 0) + amount);
+        this.upTo.set(event.session_id, event.id);
       },
     });
   }
@@ -37,8 +40,21 @@ export class CostAccumulator {
     return Math.round((this.costs.get(sessionId) ?? 0) * 1e8) / 1e8;
   }
 
-  /** Seeds a session's cost after a restart (from its stored `llm.call_completed` events). */
-  seed(sessionId: string, costUsd: number): void {
-    if (!this.costs.has(sessionId)) this.costs.set(sessionId, costUsd);
+  /**
+   * The unrounded running cost and the id of the newest event it counts, so that a snapshot can derive
+   * the cost as of another id from the few stored cost events between the two (store/session-as-of.ts).
+   */
+  counted(sessionId: string): { readonly costUsd: number; readonly upTo: string | null } {
+    return { costUsd: this.costs.get(sessionId) ?? 0, upTo: this.upTo.get(sessionId) ?? null };
+  }
+
+  /**
+   * Seeds a session's cost after a restart (from its stored cost events); `upTo` is the newest stored
+   * event of the session that sum covers.
+   */
+  seed(sessionId: string, costUsd: number, upTo: string | null): void {
+    if (this.costs.has(sessionId)) return;
+    this.costs.set(sessionId, costUsd);
+    if (upTo !== null) this.upTo.set(sessionId, upTo);
   }
 }

@@ -485,7 +485,7 @@ export class Runtime {
       ended: stored.status === 'ended',
     };
     this.live.set(session.id, session);
-    this.costs.seed(session.id, this.sessions.storedCost(session.id));
+    this.costs.seed(session.id, this.sessions.storedCost(session.id), this.sessions.lastEventId(session.id));
     if (!session.ended) {
       const lastEvent = this.sessions.lastEventId(session.id);
       new TurnEvents(this.bus, this.streaming, session.id, null, false).emit('session.resumed', null, {

@@ -26,8 +26,9 @@ export interface SnapshotPointInput {
  *
  * A snapshot shows what the events up to its id did, and everything after it arrives as events. A
  * spec-only client cannot render a message whose start it never saw, nor answer a question it was
- * never asked, so the point steps back to just before anything still in progress: the start of a
- * message still streaming, the `tool.confirmation_requested` of a question still pending. Those then
+ * never asked, so the point steps back to just before anything still in progress: the model call
+ * (`llm.call_started`, the parent of `message.start`) of a message still streaming, the
+ * `tool.confirmation_requested` of a question still pending. Those then
  * reach the client as ordinary events after the snapshot, ids increasing (issue 14 obs. 2 and 4).
  */
 export function snapshotPoint(input: SnapshotPointInput): string | null {
@@ -41,8 +42,9 @@ export function snapshotPoint(input: SnapshotPointInput): string | null {
     };
     if (!faults.snapshotHidesPartial) {
       for (const id of sessionIds) {
+        // From its model call on: a client sees `llm.call_started` before the message (bus §5.3).
         const first = recent.inFlight(id)[0];
-        if (first !== undefined) consider(first.id);
+        if (first !== undefined) consider(first.parent_event_id ?? first.id);
       }
     }
     const questionSessions = new Set(sessionIds);

@@ -50,7 +50,7 @@ export function buildSnapshot(
           currentTurnId: info.current_turn_id,
           costUsd: info.cost_so_far_usd,
         }
-      : sessionAsOf(db, sessionId, snapshotAt);
+      : sessionAsOf(db, sessionId, snapshotAt, runtime.costs.counted(sessionId));
   const messages =
     snapshotAt === null || faults.snapshotLiveState
       ? runtime.sessions.messages(sessionId, { limit: SNAPSHOT_MESSAGE_LIMIT })

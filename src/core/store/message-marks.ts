@@ -35,8 +35,10 @@ export class MessageMarks {
     return mark !== undefined && mark > atId;
   }
 
-  /** How many messages of the session are remembered: how many a filter by point may leave out. */
-  count(sessionId: string): number {
-    return this.bySession.get(sessionId)?.size ?? 0;
+  /** How many of the session's messages became part of the conversation after `atId`. */
+  countAfter(sessionId: string, atId: string): number {
+    let count = 0;
+    for (const mark of this.bySession.get(sessionId)?.values() ?? []) if (mark > atId) count += 1;
+    return count;
   }
 }

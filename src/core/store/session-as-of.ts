@@ -10,27 +10,33 @@ export interface SessionAsOf {
 }
 
 const TURN_EDGES = "('turn.started', 'turn.completed', 'turn.cancelled')";
+const COST_TYPES = `(${COST_EVENT_TYPES.map((t) => `'${t}'`).join(', ')})`;
+const COST_OF_ROW = `CASE type WHEN 'llm.call_completed' THEN json_extract(payload_json, '$.cost_usd')
+  ELSE CAST(json_extract(payload_json, '$.worker_total_cost_usd') AS REAL) END`;
+
+/** A running cost and the newest event it counts (runtime/cost-accumulator.ts `counted`). */
+export interface CountedCost {
+  readonly costUsd: number;
+  readonly upTo: string | null;
+}
 
 /**
- * The summary fields of a snapshot taken as of event `atId` (streaming §3.4), read from the store:
- * every event up to a released id is committed, so these reflect exactly the events up to it, never
- * one the client is still to receive (issue 14 obs. 1: the runtime's live state runs ahead of it).
- * Spend is counted as `SessionStore.storedCost` counts it.
+ * The summary fields of a snapshot taken as of event `atId` (streaming §3.4), from the store: every
+ * event up to a released id is committed, so these reflect exactly the events up to it, never one the
+ * client is still to receive (issue 14 obs. 1: the runtime's live state runs ahead of it). Each is
+ * derived from a whole-session figure and the few stored events between it and `atId` (the point is
+ * at most a message back), not from a scan of the session: spend is the running cost corrected by the
+ * cost events between the id it counts up to and `atId`, counted as `SessionStore.storedCost` does.
  */
-export function sessionAsOf(db: Db, sessionId: string, atId: string): SessionAsOf {
-  const [turnCount, cost] = db
-    .prepare(
-      `SELECT count(*) FILTER (WHERE type = 'turn.started'),
-              coalesce(sum(CASE type
-                WHEN 'turn.started' THEN 0
-                WHEN 'llm.call_completed' THEN json_extract(payload_json, '$.cost_usd')
-                ELSE CAST(json_extract(payload_json, '$.worker_total_cost_usd') AS REAL) END), 0)
-       FROM events
-       WHERE session_id = ? AND id <= ?
-         AND type IN ('turn.started', ${COST_EVENT_TYPES.map((t) => `'${t}'`).join(', ')})`,
-    )
-    .raw()
-    .get(sessionId, atId) as [number, number];
+export function sessionAsOf(db: Db, sessionId: string, atId: string, counted: CountedCost): SessionAsOf {
+  const storedTurns = db
+    .prepare("SELECT count(*) FROM events WHERE type = 'turn.started' AND session_id = ?")
+    .pluck()
+    .get(sessionId) as number;
+  const turnsAfter = db
+    .prepare("SELECT count(*) FROM events WHERE session_id = ? AND id > ? AND type = 'turn.started'")
+    .pluck()
+    .get(sessionId, atId) as number;
   const lastEdge = db
     .prepare(
       `SELECT type, turn_id FROM events WHERE session_id = ? AND id <= ? AND type IN ${TURN_EDGES}
@@ -39,10 +45,36 @@ export function sessionAsOf(db: Db, sessionId: string, atId: string): SessionAsO
     .raw()
     .get(sessionId, atId) as [string, string | null] | undefined;
   return {
-    turnCount,
+    turnCount: storedTurns - turnsAfter,
     currentTurnId: lastEdge?.[0] === 'turn.started' ? lastEdge[1] : null,
-    costUsd: Math.round(cost * 1e8) / 1e8,
+    costUsd: Math.round(costAsOf(db, sessionId, atId, counted) * 1e8) / 1e8,
   };
+}
+
+function costAsOf(db: Db, sessionId: string, atId: string, counted: CountedCost): number {
+  // Two statements, not `(? IS NULL OR id > ?)`: the OR would turn the range into a scan of the session.
+  const between = (after: string | null, upTo: string) =>
+    (after === null
+      ? db
+          .prepare(
+            `SELECT coalesce(sum(${COST_OF_ROW}), 0) FROM events
+             WHERE session_id = ? AND id <= ? AND type IN ${COST_TYPES}`,
+          )
+          .pluck()
+          .get(sessionId, upTo)
+      : db
+          .prepare(
+            `SELECT coalesce(sum(${COST_OF_ROW}), 0) FROM events
+             WHERE session_id = ? AND id > ? AND id <= ? AND type IN ${COST_TYPES}`,
+          )
+          .pluck()
+          .get(sessionId, after, upTo)) as number;
+  if (counted.upTo === atId) return counted.costUsd;
+  // Nothing counted yet: the stored events up to the point are all there is.
+  if (counted.upTo === null) return between(null, atId);
+  return counted.upTo > atId
+    ? counted.costUsd - between(atId, counted.upTo)
+    : counted.costUsd + between(counted.upTo, atId);
 }
 
 /** The newest stored event of these sessions before `beforeId`, or null. */

@@ -299,9 +299,11 @@ export class SessionStore {
    * became part of the conversation with a later event (streaming §3.4).
    */
   messagesAsOf(sessionId: string, atId: string, limit: number): MessageRecord[] {
-    const extra = this.marks.count(sessionId);
-    const messages = this.messages(sessionId, { limit: limit + extra });
-    return messages.filter((m) => !this.marks.isAfter(sessionId, m.id, atId)).slice(-limit);
+    const later = this.marks.countAfter(sessionId, atId);
+    const messages = this.messages(sessionId, { limit: limit + later });
+    return later === 0
+      ? messages
+      : messages.filter((m) => !this.marks.isAfter(sessionId, m.id, atId)).slice(-limit);
   }
 
   /** `stored` with the session's messages still waiting for storage merged in, newest `limit` kept. */
