@@ -29,8 +29,23 @@ export function buildProgram(): Command {
   return program;
 }
 
+/**
+ * A reader that went away (`metis tail … | head -1`) ends the command quietly and successfully: there is
+ * nobody left to print to, and a stack trace would land in the user's terminal (docs/decisions.md
+ * "A closed pipe"). Any other error of the standard streams stays a crash.
+ */
+function endQuietlyOnClosedPipe(): void {
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE') throw error;
+      process.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+    });
+  }
+}
+
 /** The only place that prints a failure and exits (commands and core throw). */
 export async function run(argv: readonly string[]): Promise<void> {
+  endQuietlyOnClosedPipe();
   const program = buildProgram();
   try {
     await program.parseAsync(argv);

@@ -35,6 +35,11 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
     void cleanUp().finally(() => process.exit(130));
   };
   process.once('SIGINT', onInterrupt);
+  // A reader that went away (`metis demo | head -1`) ends the process at once (cli.ts): no litter either.
+  const removeOnExit = () => {
+    if (!options.keep) rmSync(home, { recursive: true, force: true });
+  };
+  process.once('exit', removeOnExit);
   try {
     console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
     const { session_id: sessionId } = await apiRequest(target, 'POST', '/sessions', {});
@@ -57,6 +62,7 @@ Try next:
 Scripted triggers: plain text, think:, time, run: <cmd>, read: <path>, delegate: <task>, slow:, fail: <class>.`);
   } finally {
     process.off('SIGINT', onInterrupt);
+    process.off('exit', removeOnExit);
     await cleanUp();
   }
 }
