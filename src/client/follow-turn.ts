@@ -8,6 +8,8 @@ export interface FollowOptions {
   readonly sessionId: string;
   readonly message: string;
   readonly model?: string;
+  /** Called once the server accepted the message, with the id of the turn it started. */
+  readonly onSubmitted?: (turnId: string) => void;
   /** Called with each item and the state after it, to render. */
   readonly onItem?: (
     item: Parameters<typeof reduce>[1] | { kind: string },
@@ -94,6 +96,7 @@ export async function followTurn(
     if (item.kind === 'status' && item.status === 'connected' && turnId === null) {
       try {
         turnId = await client.submitTurn(options.message, options.model ? { model: options.model } : {});
+        options.onSubmitted?.(turnId);
       } catch (error) {
         client.close();
         throw error;

@@ -66,11 +66,12 @@ export function registerCommands(program: Command): void {
     .option('--model <model>', 'model for this message only (provider:name)')
     .option('--follow', 'stream the turn until it ends')
     .option('--json', 'print JSON (ids, or frames with --follow)')
+    .option('--detach', 'with --follow: Ctrl-C stops following and leaves the turn running')
     .addOption(urlOption())
     .addOption(tokenOption())
     .addHelpText(
       'after',
-      '\nExit status with --follow: 0 the turn completed, 1 it failed (its last model call failed, or no\nmodel could serve it), 3 it was cancelled.',
+      '\nWith --follow, Ctrl-C cancels the turn and shows its end; a second Ctrl-C (or the first with\n--detach) stops following and leaves the turn to the server.\n\nExit status with --follow: 0 the turn completed, 1 it failed (its last model call failed, or no\nmodel could serve it), 3 it was cancelled, 130 interrupted (the turn goes on).',
     )
     .action(async (session, message, options) =>
       (await import('./send.js')).sendCommand(session, message, options),

@@ -13,6 +13,7 @@ export interface SendOptions {
   url?: string;
   token?: string;
   json?: boolean;
+  detach?: boolean;
 }
 
 /** `metis send <session> "message"`, or `metis send --new "message"` to start a session. */
@@ -50,11 +51,13 @@ export async function sendCommand(
   }
   const id = sessionId;
   const writeText = liveTextWriter(id, { serverUrl: target.url });
+  const interrupts = new InterruptHandler(target, id, options.detach === true);
   const result = await followTurn({
     ...target,
     sessionId: id,
     message,
     model: options.model,
+    onSubmitted: (turnId) => interrupts.following(turnId),
     render: (item, state) => {
       if (options.json) {
         if (item.kind === 'frame') process.stdout.write(`${visibleJson(JSON.stringify(item.frame))}\n`);
@@ -62,9 +65,11 @@ export async function sendCommand(
       }
       writeText(item, state ?? initialState);
     },
-  }).catch((error: unknown) => {
-    throw followError(error, target);
-  });
+  })
+    .catch((error: unknown) => {
+      throw followError(error, target);
+    })
+    .finally(() => interrupts.stop());
   if (result.status === 'cancelled') process.exitCode = 3;
   if (result.status === 'failed') process.exitCode = 1;
 }
@@ -82,4 +87,51 @@ function followError(error: unknown, target: ServerTarget): unknown {
     'METIS_ERR_REQUEST_FAILED',
     `${(error as Error).message} (${code ?? `HTTP ${status}`})`,
   );
+}
+
+/**
+ * Ctrl-C while following a turn: the first cancels the turn and keeps following until it ends (so its
+ * end is shown); a second, or the first with `--detach`, stops following and says the turn goes on
+ * and how to stop it (exit 130, as a shell reports an interrupted command).
+ */
+class InterruptHandler {
+  private turnId: string | null = null;
+  private cancelling = false;
+  private readonly onInterrupt = () => this.interrupt();
+
+  constructor(
+    private readonly target: ServerTarget,
+    private readonly sessionId: string,
+    private readonly detach: boolean,
+  ) {
+    process.on('SIGINT', this.onInterrupt);
+  }
+
+  following(turnId: string): void {
+    this.turnId = turnId;
+  }
+
+  stop(): void {
+    process.off('SIGINT', this.onInterrupt);
+  }
+
+  private interrupt(): void {
+    if (this.turnId === null) process.exit(130);
+    if (this.detach || this.cancelling) {
+      const how = this.cancelling ? 'is being cancelled' : 'goes on';
+      process.stderr.write(
+        `\nstopped following; turn ${this.turnId} ${how} on the server.\n` +
+          `  follow it:  metis tail ${this.sessionId}\n` +
+          `  stop it:    metis cancel ${this.sessionId}\n`,
+      );
+      process.exit(130);
+    }
+    this.cancelling = true;
+    process.stderr.write(`\ncancelling turn ${this.turnId} (Ctrl-C again to stop following)…\n`);
+    apiRequest(this.target, 'POST', `/sessions/${this.sessionId}/turns/${this.turnId}/cancel`, {
+      reason: 'user_cancel',
+    }).catch((error: unknown) => {
+      process.stderr.write(`could not cancel: ${(error as Error).message}\n`);
+    });
+  }
 }
