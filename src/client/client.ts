@@ -20,6 +20,12 @@ export interface ClientOptions {
   readonly token?: string;
   /** Reconnect backoff bounds in ms (jittered). */
   readonly backoff?: { readonly minMs: number; readonly maxMs: number };
+  /**
+   * Give up at once when the very first connect finds no server (failure code `unreachable`), instead
+   * of retrying for ever: a command run against the wrong URL should say so, not wait. Once connected,
+   * drops and restarts are retried as always.
+   */
+  readonly failFast?: boolean;
 }
 
 /** Why a client stopped on its own: the HTTP status (null for a subscribe error), code and message. */
@@ -66,6 +72,7 @@ export class MetisClient implements AsyncIterable<ClientItem> {
   private wantSnapshot: boolean;
   private connecting: Promise<void> | null = null;
   private failed: ClientFailure | null = null;
+  private everConnected = false;
   /** Whether the server's resolved filter lets every persisted event through (then `seq` has no holes). */
   private seqComplete = false;
   /**
@@ -170,11 +177,7 @@ export class MetisClient implements AsyncIterable<ClientItem> {
 
   private async connect(): Promise<void> {
     while (!this.closed) {
-      this.push({
-        kind: 'status',
-        status: this.attempts === 0 ? 'connecting' : 'reconnecting',
-        detail: this.options.url,
-      });
+      if (this.attempts === 0) this.push({ kind: 'status', status: 'connecting', detail: this.options.url });
       try {
         const handshake = await this.http('GET', `/sessions/${this.options.sessionId}`);
         const closedWith = await this.stream(handshake.ws_url as string);
@@ -195,11 +198,26 @@ export class MetisClient implements AsyncIterable<ClientItem> {
           });
           return this.close();
         }
+        if (status === undefined && this.options.failFast && !this.everConnected) {
+          const cause = (error as Error).cause as { code?: string; message?: string } | undefined;
+          this.failed = {
+            status: null,
+            code: 'unreachable',
+            message: `cannot reach a metis server at ${this.options.url}: ${cause?.code ?? cause?.message ?? (error as Error).message}`,
+          };
+          return this.close();
+        }
       }
       this.attempts += 1;
       const { minMs, maxMs } = this.options.backoff ?? { minMs: 200, maxMs: 5000 };
       const ceiling = Math.min(maxMs, minMs * 2 ** Math.min(this.attempts, 10));
-      await new Promise((resolve) => setTimeout(resolve, minMs + Math.random() * (ceiling - minMs)));
+      const delayMs = minMs + Math.random() * (ceiling - minMs);
+      this.push({
+        kind: 'status',
+        status: 'reconnecting',
+        detail: `${this.options.url} (attempt ${this.attempts}, next in ${(delayMs / 1000).toFixed(1)} s)`,
+      });
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
     }
   }
 
@@ -233,6 +251,7 @@ export class MetisClient implements AsyncIterable<ClientItem> {
             return;
           case 'subscribe_ack':
             this.attempts = 0;
+            this.everConnected = true;
             this.wantSnapshot = false;
             this.seqComplete = receivesEverySeq(frame.resolved_filter);
             this.withWorkers = frame.resolved_filter?.include_worker_sessions === true;

@@ -66,6 +66,7 @@ export async function followTurn(
     sessionId: options.sessionId,
     filter: 'preset:chat',
     snapshot: false,
+    failFast: true,
   });
   let state = initialState;
   let turnId: string | null = null;

@@ -34,9 +34,19 @@ export function liveTextWriter(
   const inPlace = out.isTTY === true;
   /** The tool whose "running" line is the last complete line written, if any. */
   let runningToolOnLastLine: string | null = null;
+  /** Whether the last line written is a "reconnecting…" line: the next one replaces it on a TTY. */
+  let reconnectingOnLastLine = false;
   return (item, state) => {
     const text = renderItem(item, state, sessionId, { color, serverUrl });
     if (text === '') return;
+    const reconnecting = item.kind === 'status' && item.status === 'reconnecting';
+    const replaceReconnecting = inPlace && reconnecting && reconnectingOnLastLine;
+    reconnectingOnLastLine = reconnecting;
+    if (replaceReconnecting) {
+      out.write(REPLACE_LAST_LINE + text);
+      runningToolOnLastLine = null;
+      return;
+    }
     const event =
       item.kind === 'frame' && item.frame.type === 'event' ? (item.frame.event as WireEvent) : null;
     const toolUseId = (event?.payload.tool_use_id as string | undefined) ?? null;

@@ -64,6 +64,7 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
     filter: filterFrom(options),
     snapshot: options.snapshot !== false && !options.since,
     since: options.since ?? null,
+    failFast: true,
   });
   process.once('SIGINT', () => client.close());
   const writeText = liveTextWriter(sessionId, { serverUrl: url });
@@ -88,6 +89,7 @@ export function throwIfFailed(client: MetisClient, url: string, token: string | 
 /** The CLI error for a client the server refused. */
 export function failureError(failure: ClientFailure, url: string, token: string | undefined): MetisError {
   if (failure.status === 401) return unauthorized(url, token, failure.message);
+  if (failure.code === 'unreachable') return new MetisError('METIS_ERR_SERVER_UNREACHABLE', failure.message);
   if (failure.status === 404)
     return new MetisError(
       'METIS_ERR_SESSION_NOT_FOUND',

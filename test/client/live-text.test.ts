@@ -111,3 +111,35 @@ describe('live text: a tool line whose status changes', () => {
     expect(screen(narrow).filter((line) => line.includes('current_time'))).toHaveLength(2);
   });
 });
+
+describe('live text: reconnecting (issue 17 obs. 3)', () => {
+  const reconnecting = (attempt: number) =>
+    ({
+      kind: 'status',
+      status: 'reconnecting',
+      detail: `http://127.0.0.1:9 (attempt ${attempt}, next in 0.4 s)`,
+    }) as const;
+
+  function writeItems(items: readonly Parameters<ReturnType<typeof liveTextWriter>>[0][], output: object) {
+    let raw = '';
+    const writeText = liveTextWriter('sess_x', {
+      out: { ...output, write: (t: string) => (raw += t) },
+      env: NO_COLOR,
+    });
+    for (const item of items) writeText(item, initialState);
+    return raw;
+  }
+
+  it('on a terminal, one line that updates: attempt and wait, replaced by the next attempt', () => {
+    const lines = screen(writeItems([reconnecting(1), reconnecting(2), reconnecting(3)], tty));
+    expect(lines.filter((line) => line.includes('reconnecting'))).toEqual([
+      'reconnecting… http://127.0.0.1:9 (attempt 3, next in 0.4 s)',
+    ]);
+  });
+
+  it('in a pipe, a line per attempt (logs keep them all)', () => {
+    const raw = writeItems([reconnecting(1), reconnecting(2)], { isTTY: false });
+    expect(raw).not.toContain('\u001b[1A');
+    expect(screen(raw).filter((line) => line.includes('reconnecting'))).toHaveLength(2);
+  });
+});
