@@ -18,8 +18,20 @@ const REPLACE_LAST_LINE = '\u001b[1A\u001b[2K';
 const ANSI_STYLE = /\u001b\[\d+m/g;
 
 /**
- * Writes client items as the human view of `tail`, `send --follow` and `demo`. Colour only on a TTY
- * and without NO_COLOR. On a TTY a tool's result takes the place of its "running" line when that is
+ * Whether to colour text for `out`, by the conventions of no-color.org and force-color.org:
+ * `NO_COLOR` (non-empty) never, then `FORCE_COLOR` (anything but `0`/`false`) always, then a terminal
+ * that is not `TERM=dumb`.
+ */
+export function wantsColor(out: { readonly isTTY?: boolean }, env: NodeJS.ProcessEnv): boolean {
+  if (env.NO_COLOR) return false;
+  const force = env.FORCE_COLOR;
+  if (force !== undefined) return force !== '0' && force !== 'false';
+  return out.isTTY === true && env.TERM !== 'dumb';
+}
+
+/**
+ * Writes client items as the human view of `tail`, `send --follow` and `demo`. Colour as `wantsColor`
+ * says. On a TTY a tool's result takes the place of its "running" line when that is
  * still the last line on screen (nothing printed since, and it did not wrap); anywhere else, and in a
  * pipe, the result gets a line of its own, so logs keep both.
  */
@@ -28,10 +40,11 @@ export function liveTextWriter(
   options: { readonly serverUrl?: string; readonly out?: TextOutput; readonly env?: NodeJS.ProcessEnv } = {},
 ): (item: ClientItem, state: ConversationState) => void {
   const { out = process.stdout, env = process.env } = options;
-  const color = out.isTTY === true && !env.NO_COLOR;
+  const color = wantsColor(out, env);
   // The default server needs no --url in the commands printed for the user.
   const serverUrl = options.serverUrl === DEFAULT_URL ? undefined : options.serverUrl;
-  const inPlace = out.isTTY === true;
+  // A dumb terminal cannot move the cursor: every line stays.
+  const inPlace = out.isTTY === true && env.TERM !== 'dumb';
   /** The tool whose "running" line is the last complete line written, if any. */
   let runningToolOnLastLine: string | null = null;
   /** Whether the last line written is a "reconnecting…" line: the next one replaces it on a TTY. */

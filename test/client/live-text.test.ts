@@ -143,3 +143,23 @@ describe('live text: reconnecting (issue 17 obs. 3)', () => {
     expect(screen(raw).filter((line) => line.includes('reconnecting'))).toHaveLength(2);
   });
 });
+
+describe('live text: colour by NO_COLOR, FORCE_COLOR and TERM (issue 17 obs. 7)', () => {
+  const frames = traceFrames('tool-use');
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: matches the colour codes paint() writes
+  const coloured = (raw: string) => /\u001b\[\d+m/.test(raw);
+  it('a terminal gets colour; NO_COLOR takes it away, whatever FORCE_COLOR says', () => {
+    expect(coloured(write(frames, tty, {}))).toBe(true);
+    expect(coloured(write(frames, tty, { NO_COLOR: '1', FORCE_COLOR: '1' }))).toBe(false);
+  });
+  it('FORCE_COLOR colours a pipe; FORCE_COLOR=0 and TERM=dumb keep a terminal plain', () => {
+    expect(coloured(write(frames, { isTTY: false }, {}))).toBe(false);
+    expect(coloured(write(frames, { isTTY: false }, { FORCE_COLOR: '1' }))).toBe(true);
+    expect(coloured(write(frames, tty, { FORCE_COLOR: '0' }))).toBe(false);
+    expect(coloured(write(frames, tty, { TERM: 'dumb' }))).toBe(false);
+  });
+  it('TERM=dumb never moves the cursor', () => {
+    expect(write(frames, tty, { TERM: 'dumb' })).not.toContain('\u001b[1A');
+    expect(write(frames, tty, {})).toContain('\u001b[1A');
+  });
+});
