@@ -1,4 +1,5 @@
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
+import { SENSITIVITIES } from '../core/events/envelope.js';
 import { CONFIG_HELP, DB_HELP } from './database-option.js';
 
 /** The `trace` command group, shared with other `trace ...` subcommands if one registered it first. */
@@ -64,15 +65,20 @@ export function registerStoreCommands(program: Command): void {
     .option('--type <types...>', 'only these event types (repeat the flag or separate with commas)')
     .option('--since <iso|id>', 'events at or after an ISO timestamp, or after an event id (exclusive)')
     .option('--until <iso>', 'events at or before an ISO timestamp (inclusive)')
-    .option(
-      '--max-sensitivity <level>',
-      'leave out events more private than this level: private < user_controlled < pseudonymous < aggregatable',
+    .addOption(
+      new Option(
+        '--max-sensitivity <level>',
+        'leave out events more private than this level: private < user_controlled < pseudonymous < aggregatable',
+      ).choices([...SENSITIVITIES]),
     )
     .option('--audit', 'only audit event types (AUDIT_EVENT_TYPES)')
-    .option(
-      '--format <format>',
-      'jsonl (one envelope per line, as stored) or csv (RFC 4180, with a header)',
-      'jsonl',
+    .addOption(
+      new Option(
+        '--format <format>',
+        'jsonl (one envelope per line, as stored) or csv (RFC 4180, with a header)',
+      )
+        .choices(['jsonl', 'csv'])
+        .default('jsonl'),
     )
     .option('--out <file>', 'write to this new file (0600) instead of stdout; never overwrites')
     .option('--db <file>', DB_HELP)

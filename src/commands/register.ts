@@ -33,9 +33,10 @@ export function registerCommands(program: Command): void {
     .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
     .option('--json', 'print the startup line as JSON (url, db, config)')
     .option('--conformance', 'enable the test-only hooks of docs/conformance.md (never in production)')
-    .option(
-      '--fault <name...>',
-      `with --conformance: break one guarantee on purpose (${Object.keys(FAULT_NAMES).join(', ')})`,
+    .addOption(
+      new Option('--fault <name...>', 'with --conformance: break one guarantee on purpose').choices(
+        Object.keys(FAULT_NAMES),
+      ),
     )
     .action(async (options) => (await import('./serve.js')).serveCommand(options));
 
@@ -49,7 +50,7 @@ export function registerCommands(program: Command): void {
   program
     .command('tail <session>')
     .description('follow a session live; survives server restarts; Ctrl-C never cancels anything')
-    .option('--preset <name>', 'chat (default) or full')
+    .addOption(new Option('--preset <name>', 'chat (default) or full').choices(['chat', 'full']))
     .option('--types <list>', 'comma-separated event types instead of a preset')
     .option('--since <id>', 'resume after this event id (replay, no snapshot)')
     .option('--no-snapshot', 'start live, without the snapshot of the session')
@@ -120,7 +121,12 @@ export function registerCommands(program: Command): void {
     .option('--only <name...>', 'run only these checks (the invariant checks always run)')
     .option('--json', 'print every result as JSON')
     .option('--junit <file>', 'also write a JUnit XML report')
-    .option('--fault <name...>', 'embedded server only: break a guarantee on purpose to see checks fail')
+    .addOption(
+      new Option(
+        '--fault <name...>',
+        'embedded server only: break a guarantee on purpose to see checks fail',
+      ).choices(Object.keys(FAULT_NAMES)),
+    )
     .addOption(tokenOption())
     .action(async (options) => (await import('./conformance.js')).conformanceRunCommand(options));
   conformance
