@@ -1,10 +1,12 @@
 import { visibleJson, visibleText } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { serverTarget } from './server-target.js';
 
 export interface ConfirmOptions {
   url?: string;
   token?: string;
+  config?: string;
   json?: boolean;
   /** Allow (or deny) the tool for the rest of the session, not just this call. */
   session?: boolean;
@@ -44,7 +46,7 @@ export async function confirmCommand(
         : `decision: "${visibleText(decision)}" is not allow or deny`,
     );
   }
-  const target: ServerTarget = { url: serverUrl(options.url), token: tokenFrom(options) };
+  const target: ServerTarget = await serverTarget(options);
   const listing = await apiRequest(target, 'GET', `/sessions/${encodeURIComponent(sessionId)}/confirmations`);
   const pending = (listing.confirmations ?? []) as Listed[];
   const shown =

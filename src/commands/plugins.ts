@@ -8,6 +8,7 @@ import { resolveDbPath } from '../core/store/paths.js';
 import type { TraceQuery } from '../plugins/define-plugin.js';
 import type { PluginStatus } from '../plugins/plugin-host.js';
 import { serverUrl, tokenFrom } from './api-request.js';
+import { configuredUrl } from './server-target.js';
 import { table } from './text-table.js';
 
 export interface PluginsOptions {
@@ -25,11 +26,6 @@ interface ConfiguredPlugin {
   readonly index: number;
   readonly fast_path: boolean;
   readonly filter: Record<string, string[] | null>;
-}
-
-function defaultUrl(config: MetisConfig): string {
-  const host = ['0.0.0.0', '::', ''].includes(config.server.host) ? '127.0.0.1' : config.server.host;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${config.server.port}`;
 }
 
 /** The running server's plugins, or null when nothing answers there (or it has no `/plugins`). */
@@ -94,7 +90,7 @@ function describeFilter(filter: Record<string, unknown>): string {
  */
 export async function pluginsCommand(options: PluginsOptions): Promise<void> {
   const { config, filepath } = await loadConfig({ explicitPath: options.config ?? null });
-  const url = serverUrl(options.url, defaultUrl(config));
+  const url = serverUrl(options.url, configuredUrl(config));
   const token = options.token || config.server.bearer_token || tokenFrom({}) || null;
   const running = await fetchRunning(url, token);
   if (running === null && options.url !== undefined) {

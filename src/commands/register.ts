@@ -7,11 +7,20 @@ import { registerStoreCommands } from './register-store.js';
  * loads another's dependencies (the SQLite binding, the server).
  */
 /** Where a client command finds the server; shared by every command that talks to one. */
-const urlOption = () => new Option('--url <url>', 'server URL (default $METIS_URL or http://127.0.0.1:8421)');
+const urlOption = () =>
+  new Option(
+    '--url <url>',
+    "server URL (default $METIS_URL, else the config's server.host and server.port, else http://127.0.0.1:8421)",
+  );
 const tokenOption = () =>
   new Option(
     '--token <token>',
-    'bearer token (default $METIS_TOKEN, else the file $METIS_HOME/token that metis serve writes)',
+    "bearer token (default $METIS_TOKEN, else the config's server.bearer_token, else the file $METIS_HOME/token that metis serve writes)",
+  );
+const clientConfigOption = () =>
+  new Option(
+    '--config <file>',
+    'config file giving the server address and token (default: metis.config.* or .metisrc* found from here up)',
   );
 
 export function registerCommands(program: Command): void {
@@ -58,6 +67,7 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print one frame per line (for jq)')
     .addOption(urlOption())
     .addOption(tokenOption())
+    .addOption(clientConfigOption())
     .action(async (session, options) => (await import('./tail.js')).tailCommand(session, options));
 
   program
@@ -70,6 +80,7 @@ export function registerCommands(program: Command): void {
     .option('--detach', 'with --follow: Ctrl-C stops following and leaves the turn running')
     .addOption(urlOption())
     .addOption(tokenOption())
+    .addOption(clientConfigOption())
     .addHelpText(
       'after',
       '\nWith --follow, Ctrl-C cancels the turn and shows its end; a second Ctrl-C (or the first with\n--detach) stops following and leaves the turn to the server.\n\nExit status with --follow: 0 the turn completed, 1 it failed (its last model call failed, or no\nmodel could serve it), 3 it was cancelled, 130 interrupted (the turn goes on).',
@@ -84,6 +95,7 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print JSON')
     .addOption(urlOption())
     .addOption(tokenOption())
+    .addOption(clientConfigOption())
     .action(async (options) => (await import('./session-commands.js')).sessionsCommand(options));
 
   program
@@ -92,6 +104,7 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print JSON')
     .addOption(urlOption())
     .addOption(tokenOption())
+    .addOption(clientConfigOption())
     .action(async (session, turn, options) =>
       (await import('./session-commands.js')).cancelCommand(session, turn, options),
     );
@@ -107,6 +120,7 @@ export function registerCommands(program: Command): void {
     .option('--json', 'print JSON')
     .addOption(urlOption())
     .addOption(tokenOption())
+    .addOption(clientConfigOption())
     .action(async (session, request, decision, options) =>
       (await import('./confirm.js')).confirmCommand(session, request, decision, options),
     );

@@ -4,6 +4,7 @@ import { initialState } from '../client/reducer.js';
 import { visibleJson } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { serverTarget } from './server-target.js';
 import { failureError } from './tail.js';
 
 export interface SendOptions {
@@ -12,6 +13,7 @@ export interface SendOptions {
   new?: boolean;
   url?: string;
   token?: string;
+  config?: string;
   json?: boolean;
   detach?: boolean;
 }
@@ -22,10 +24,7 @@ export async function sendCommand(
   second: string | undefined,
   options: SendOptions,
 ): Promise<void> {
-  const target: ServerTarget = {
-    url: serverUrl(options.url),
-    token: tokenFrom(options),
-  };
+  const target: ServerTarget = await serverTarget(options);
   const message = options.new ? first : second;
   if (!message)
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'message: give the message to send (in quotes)');

@@ -1,20 +1,19 @@
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { serverTarget } from './server-target.js';
 import { table } from './text-table.js';
 
 interface UrlOptions {
   url?: string;
   token?: string;
+  config?: string;
   json?: boolean;
 }
 
-const base = (options: UrlOptions): ServerTarget => ({
-  url: serverUrl(options.url),
-  token: tokenFrom(options),
-});
+const base = (options: UrlOptions): Promise<ServerTarget> => serverTarget(options);
 
 export async function sessionsCommand(options: UrlOptions): Promise<void> {
-  const { sessions } = await apiRequest(base(options), 'GET', '/sessions');
+  const { sessions } = await apiRequest(await base(options), 'GET', '/sessions');
   if (options.json) {
     console.log(JSON.stringify(sessions));
     return;
@@ -39,7 +38,7 @@ export async function cancelCommand(
   turnId: string | undefined,
   options: UrlOptions,
 ): Promise<void> {
-  const target = base(options);
+  const target = await base(options);
   let turn = turnId;
   if (!turn) {
     const handshake = await apiRequest(target, 'GET', `/sessions/${sessionId}`);

@@ -7,6 +7,7 @@ import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
 import { STREAMING } from '../core/events/streaming.js';
 import { serverUrl, tokenFrom, unauthorized } from './api-request.js';
+import { serverTarget } from './server-target.js';
 
 export interface TailOptions {
   preset?: string;
@@ -17,6 +18,7 @@ export interface TailOptions {
   json?: boolean;
   url?: string;
   token?: string;
+  config?: string;
 }
 
 export function filterFrom(options: TailOptions) {
@@ -55,8 +57,7 @@ export function filterFrom(options: TailOptions) {
 
 /** Follows a session live; survives server restarts; Ctrl-C only stops the tail, never a turn. */
 export async function tailCommand(sessionId: string, options: TailOptions): Promise<void> {
-  const url = serverUrl(options.url);
-  const token = tokenFrom(options);
+  const { url, token } = await serverTarget(options);
   const client = new MetisClient({
     url,
     token,

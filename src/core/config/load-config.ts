@@ -83,7 +83,9 @@ export async function loadConfig(
     }
     throw new MetisError(
       'METIS_ERR_CONFIG_INVALID',
-      `cannot read config ${options.explicitPath ?? ''}: ${message}`,
+      options.explicitPath
+        ? `cannot read config ${options.explicitPath}: ${message}`
+        : `cannot read config: ${message}`,
     );
   }
   if (found === null) return { config: MetisConfigSchema.parse({}), filepath: null };

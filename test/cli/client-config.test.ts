@@ -1,0 +1,51 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { startTestServer } from '../helpers/server.js';
+import { tempDir } from '../helpers/tmp.js';
+
+const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
+/** tsx by its own path: from a project folder outside this repository, `--import tsx` would not resolve. */
+const TSX = import.meta.resolve('tsx');
+
+/** `metis <args>` run from `cwd`, as a user in their project folder. */
+async function metisIn(cwd: string, args: readonly string[]) {
+  const result = await execa(process.execPath, ['--import', TSX, ENTRY, ...args], {
+    cwd,
+    reject: false,
+    stdin: 'ignore',
+    env: { METIS_HOME: tempDir(), NO_COLOR: '1', METIS_TOKEN: '', METIS_URL: '' },
+  });
+  return { exitCode: result.exitCode, stdout: String(result.stdout), stderr: String(result.stderr) };
+}
+
+describe("client commands use the config's server section (issue 17 obs. 7 and 9)", () => {
+  it('sessions and send reach the host and port of metis.config.yaml found from the current folder', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    const project = tempDir();
+    writeFileSync(
+      join(project, 'metis.config.yaml'),
+      `server:\n  host: 127.0.0.1\n  port: ${t.server.port}\n`,
+    );
+    const sessions = await metisIn(project, ['sessions', '--json']);
+    expect(sessions.stderr).toBe('');
+    expect(JSON.parse(sessions.stdout).map((s: { id: string }) => s.id)).toContain(sessionId);
+    const sent = await metisIn(project, ['send', sessionId, 'hello', '--json']);
+    expect(sent.exitCode).toBe(0);
+    expect(JSON.parse(sent.stdout).session_id).toBe(sessionId);
+    // --url still wins over the config.
+    const elsewhere = await metisIn(project, ['sessions', '--url', 'http://127.0.0.1:9']);
+    expect(elsewhere.exitCode).toBe(1);
+    expect(elsewhere.stderr).toContain('cannot reach a metis server at http://127.0.0.1:9');
+  }, 60_000);
+
+  it('a config with a YAML error is named in the message', async () => {
+    const project = tempDir();
+    writeFileSync(join(project, '.metisrc.yaml'), 'server:\n  port: [1, 2\n');
+    const result = await metisIn(project, ['sessions']);
+    expect(result.exitCode).not.toBe(0);
+    expect(result.stderr).toMatch(/^error: cannot read config: YAML Error in .*\.metisrc\.yaml/m);
+  }, 30_000);
+});
