@@ -89,9 +89,14 @@ describe('--token and $METIS_TOKEN against a server with server.bearer_token', (
     const without = await runCli(['sessions', '--json', '--url', s.url], s.home);
     expect(without.exitCode).toBe(1);
     expect(without.stdout).toBe('');
-    expect(without.stderr).toContain('error: missing or wrong bearer token (METIS_ERR_UNAUTHORIZED)');
-    expect(without.stderr).toContain('hint: The server at');
-    expect(without.stderr).toContain('pass --token <token> or set $METIS_TOKEN');
+    // Under --json the error is JSON on stderr, with the hint.
+    const { error } = JSON.parse(without.stderr);
+    expect(error.message).toBe('missing or wrong bearer token (METIS_ERR_UNAUTHORIZED)');
+    expect(error.hint).toContain('The server at');
+    expect(error.hint).toContain('pass --token <token> or set $METIS_TOKEN');
+    const plain = await runCli(['sessions', '--url', s.url], s.home);
+    expect(plain.stderr).toContain('error: missing or wrong bearer token (METIS_ERR_UNAUTHORIZED)');
+    expect(plain.stderr).toContain('hint: The server at');
 
     const wrong = await runCli(
       ['sessions', '--json', '--url', s.url, '--token', 'not-the-token-at-all'],

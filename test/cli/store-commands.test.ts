@@ -73,7 +73,11 @@ describe('store commands (real CLI process)', () => {
     expect(backup.stdout).toContain(`source: ${dbPath}\ndest: ${dest}\nbytes: `);
     const again = await runCli(['backup', dest, '--json'], dir);
     expect(again.exitCode).toBe(1);
-    expect(again.stderr).toMatch(/^error: .*backup\.db already exists/m);
+    // Under --json the error is JSON on stderr.
+    expect(JSON.parse(again.stderr).error).toMatchObject({
+      code: 'METIS_ERR_DEST_EXISTS',
+      message: expect.stringMatching(/backup\.db already exists/),
+    });
 
     const target = join(dir, 'restored', 'metis.db');
     const restored = await runCli(['restore', dest, '--db', target, '--json'], dir);
