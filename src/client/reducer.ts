@@ -57,7 +57,9 @@ export interface TurnState {
   cost_usd: number | null;
   llm_calls: number | null;
   tool_calls: number | null;
-  errors: { error_class: string; message: string }[];
+  errors: { error_class: string; message: string; retry_count: number }[];
+  /** Whether the turn's last model call failed (a failed turn ends with `turn.completed` all the same). */
+  last_call_failed: boolean;
 }
 
 export interface ConfirmationState {
@@ -251,6 +253,7 @@ function updateTurn(
     llm_calls: null,
     tool_calls: null,
     errors: [],
+    last_call_failed: false,
   };
   return { ...state, turns: { ...state.turns, [id]: { ...current, ...patch } } };
 }
@@ -396,10 +399,16 @@ function applyEvent(state: ConversationState, event: WireEvent): ConversationSta
       const turn = event.turn_id ? state.turns[event.turn_id] : undefined;
       const errors = [
         ...(turn?.errors ?? []),
-        { error_class: p.error_class, message: p.error_message_redacted },
+        {
+          error_class: p.error_class,
+          message: p.error_message_redacted,
+          retry_count: Number(p.retry_count) || 0,
+        },
       ];
-      return updateTurn(state, event, { errors });
+      return updateTurn(state, event, { errors, last_call_failed: p.error_class !== 'cancelled' });
     }
+    case 'llm.call_completed':
+      return updateTurn(state, event, { last_call_failed: false });
     default:
       // Known means: in the catalog or the streaming family this client was built with. A type of a
       // known domain that this build does not list (a newer server's `turn.paused`) is unknown too.

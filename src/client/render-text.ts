@@ -8,6 +8,7 @@ interface ChainEntry {
   readonly verdict: string;
   readonly candidate_model: string | null;
   readonly validation_failure: string | null;
+  readonly reason?: string;
 }
 
 export interface RenderOptions {
@@ -85,27 +86,33 @@ export function renderItem(
       // A model the user asked for that could not serve is the surprise worth a line of its own.
       const rejected = ((p.chain ?? []) as ChainEntry[])
         .filter((c) => c.verdict === 'rejected')
-        .map((c) => `${v(c.candidate_model)} rejected (${v(c.validation_failure ?? c.policy)})`);
+        .map((c) => `${v(c.candidate_model)} rejected (${v(rejectionOf(c))})`);
       const route = `${worker}${paint(options, 'dim', `  route → ${v(p.chosen_model)} (${v(turn?.route_reason ?? '')})`)}\n`;
       return rejected.length === 0
         ? route
         : `${worker}  ${paint(options, 'yellow', rejected.join('; '))}\n${route}`;
     }
     case 'message.start':
-      return `${worker}${paint(options, 'cyan', 'assistant')}: `;
-    case 'text.delta':
-      return `${blockStart(state, p).after ? '\n' : ''}${v(p.text)}`;
+      // The "assistant:" label waits for the first text: a message of tool calls only, or one that
+      // failed before its first token, prints no empty line.
+      return '';
+    case 'text.delta': {
+      const start = blockStart(state, p);
+      return `${openingOf(start, worker, options)}${v(p.text)}`;
+    }
     case 'thinking.delta': {
       // Without colour, dimming is invisible: the label keeps thinking apart from the answer.
       const start = blockStart(state, p);
       const label = start.first ? paint(options, 'dim', '(thinking) ') : '';
-      return `${start.after ? '\n' : ''}${label}${paint(options, 'dim', v(p.text))}`;
+      return `${openingOf(start, worker, options)}${label}${paint(options, 'dim', v(p.text))}`;
     }
-    case 'message.complete':
+    case 'message.complete': {
+      if (!printedAny(state, p.message_id)) return '';
       // A failed call's message: cut short, the llm.call_failed line below says why.
       if (p.stop_reason === 'error' || (p.error_class !== undefined && p.error_class !== 'cancelled'))
         return ` ${paint(options, 'red', '(cut short)')}\n`;
       return p.stop_reason === 'cancelled' ? ` ${paint(options, 'yellow', '(cancelled)')}\n` : '\n';
+    }
     case 'tool.called':
       return `${worker}  ${paint(options, 'yellow', '⋯')} ${v(p.tool_name)} running\n`;
     case 'tool.completed':
@@ -137,10 +144,18 @@ export function renderItem(
         : `${worker}  ${paint(options, 'red', `model call failed (${v(p.error_class)}): ${v(p.error_message_redacted)}`)}\n`;
     case 'turn.cancelled':
       return `${worker}${paint(options, 'yellow', `■ turn cancelled (${v(p.reason)})`)}\n`;
-    case 'turn.completed':
+    case 'turn.completed': {
       if (p.llm_call_count === 0)
         return `${worker}${paint(options, 'red', '■ turn failed: no model could serve it (the server log has the routing chain)')}\n`;
+      const turn = event.turn_id ? state.turns[event.turn_id] : undefined;
+      const failure = turn?.last_call_failed ? turn.errors.at(-1) : undefined;
+      if (failure !== undefined) {
+        const retries = failure.retry_count > 0 ? `, after ${count(failure.retry_count, 'retry')}` : '';
+        const advice = FAILURE_ADVICE[failure.error_class];
+        return `${worker}${paint(options, 'red', `■ turn failed (${v(failure.error_class)}${retries})`)}\n${advice ? `  ${paint(options, 'dim', advice)}\n` : ''}`;
+      }
       return `${worker}${paint(options, 'dim', `■ turn done: ${count(p.llm_call_count, 'model call')}, ${count(p.tool_call_count, 'tool')}, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
+    }
     default:
       return '';
   }
@@ -184,11 +199,57 @@ function blockStart(state: ConversationState, p: WireEvent['payload']): { first:
   if (!message || !block) return { first: false, after: false };
   const written = block.type === 'text' ? block.text : block.type === 'thinking' ? block.thinking : null;
   const first = written !== null && written.length === String(p.text ?? '').length;
-  const after = first && message.blocks.slice(0, p.content_block_index).some((b) => b !== undefined);
+  // After an earlier block that printed something: a tool call before the text prints nothing here.
+  const after =
+    first &&
+    message.blocks
+      .slice(0, p.content_block_index)
+      .some((b) => (b?.type === 'text' && b.text !== '') || (b?.type === 'thinking' && b.thinking !== ''));
   return { first, after };
 }
 
-/** `1 tool`, `2 tools`. */
+/**
+ * Why a candidate was rejected: the server's words when its reason carries them ("not_configured: no
+ * API key: $OPENAI_API_KEY is not set"), else the validation failure or the policy.
+ */
+function rejectionOf(c: ChainEntry): string {
+  const said = /cannot serve \((.+)\)$/.exec(String(c.reason ?? ''))?.[1];
+  return said ?? c.validation_failure ?? c.policy;
+}
+
+/** `1 tool`, `2 tools`, `2 retries`. */
 function count(n: number, noun: string): string {
-  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+  if (n === 1) return `${n} ${noun}`;
+  return `${n} ${noun.endsWith('y') ? `${noun.slice(0, -1)}ies` : `${noun}s`}`;
+}
+
+/**
+ * What to do about a turn whose last model call failed, by `error_class` (bus §6.3). The failure line
+ * above it names the key's variable or the URL where the server knows them.
+ */
+const FAILURE_ADVICE: Readonly<Record<string, string>> = {
+  auth: 'the provider refused the API key: set the variable named above, then send again',
+  network: 'the provider did not answer: check that the URL above is reachable (a local server running?)',
+  rate_limit: 'the provider is rate limiting: wait and send again, or pick another model with --model',
+  server_error: 'the provider failed: send again later, or pick another model with --model',
+  context_overflow: 'the conversation is too long for this model: start a new session (metis send --new)',
+  invalid_request: 'the provider refused the request: the message above says what it objected to',
+};
+
+/** What opens a delta's block: "assistant: " before the message's first text, a line break between blocks. */
+function openingOf(
+  start: { first: boolean; after: boolean },
+  worker: string,
+  options: RenderOptions,
+): string {
+  if (!start.first) return '';
+  return start.after ? '\n' : `${worker}${paint(options, 'cyan', 'assistant')}: `;
+}
+
+/** Whether any text or thinking of the message was printed (its final content has some). */
+function printedAny(state: ConversationState, messageId: unknown): boolean {
+  const message = state.messages.find((m) => m.id === messageId);
+  return (message?.blocks ?? []).some(
+    (b) => (b?.type === 'text' && b.text !== '') || (b?.type === 'thinking' && b.thinking !== ''),
+  );
 }

@@ -61,7 +61,9 @@ describe('everyday mistakes against `metis serve`', () => {
       home,
     );
     expect(rejected.exitCode, rejected.stderr).toBe(0);
-    expect(rejected.stdout).toMatch(/nope:model rejected \(not_configured\)\n\s+route → scripted:demo/);
+    expect(rejected.stdout).toMatch(
+      /nope:model rejected \(not_configured: no provider "nope" in the config \(providers: [^)]*\)\)\n\s+route → scripted:demo/,
+    );
     const failed = await runCli(['send', '--new', 'fail: auth', '--follow', '--url', server.url], home);
     expect(failed.stdout).toMatch(/model call failed \(auth\)/);
     expect(failed.exitCode).toBe(1);

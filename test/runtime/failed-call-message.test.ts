@@ -24,7 +24,8 @@ function expectCutShort(events: ReturnType<typeof byType>, errorClass: string) {
   const state = events.reduce((s, event) => reduce(s, { type: 'event', event }), initialState);
   const message = state.messages.find((m) => m.id === complete.message_id);
   expect(message?.status).toBe('error');
-  // And the text renderer shows it cut short, then the failure, never "(cancelled)".
+  // And the text renderer shows the failure and the failed turn, never "(cancelled)"; a message that
+  // failed before its first token prints no empty "assistant:" line (nor "(cut short)" of nothing).
   let text = '';
   let rendered = initialState;
   for (const event of events) {
@@ -34,8 +35,9 @@ function expectCutShort(events: ReturnType<typeof byType>, errorClass: string) {
       color: false,
     });
   }
-  expect(text).toContain('(cut short)');
+  expect(text).not.toMatch(/^assistant:/m);
   expect(text).toContain(`model call failed (${errorClass})`);
+  expect(text).toMatch(new RegExp(`■ turn failed \\(${errorClass}(, after \\d+ retr(y|ies))?\\)`));
   expect(text).not.toContain('(cancelled)');
   expect(byType(events, 'turn.cancelled')).toEqual([]);
 }

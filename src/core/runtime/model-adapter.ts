@@ -108,6 +108,8 @@ export interface ModelAdapter {
   stream(request: ModelRequest, signal: AbortSignal): AsyncGenerator<AdapterChunk, AdapterResult, void>;
   /** Whether the model can serve a request at all (routing reports `rejected` otherwise). */
   validate?(model: string): ModelValidationFailure | null;
+  /** Why `validate` refused, in words a user can act on (the variable to set, say), if it knows. */
+  explain?(model: string): string | null;
 }
 
 export type ModelValidationFailure =

@@ -96,7 +96,8 @@ export function decideRoute(
         } else {
           entry.verdict = 'rejected';
           entry.validation_failure = resolution.failure;
-          entry.reason = `${candidate.reason}; ${candidate.model} cannot serve (${resolution.failure})`;
+          const detail = resolution.detail ? `: ${resolution.detail}` : '';
+          entry.reason = `${candidate.reason}; ${candidate.model} cannot serve (${resolution.failure}${detail})`;
         }
       }
     }

@@ -531,7 +531,7 @@ function assertConfiguredModel(models: ModelRegistry, model: string, field: stri
   if (!resolution.ok && resolution.failure === 'not_configured') {
     throw new MetisError(
       'METIS_ERR_INVALID_MODEL',
-      `${field}: "${model}" cannot serve turns: its provider is not configured (an unknown provider, or no API key)`,
+      `${field}: "${model}" cannot serve turns: ${resolution.detail ?? 'its provider is not configured (an unknown provider, or no API key)'}`,
     );
   }
 }

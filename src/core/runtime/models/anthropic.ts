@@ -11,6 +11,7 @@ import {
   type StopReason,
   type ToolSpec,
 } from '../model-adapter.js';
+import { explainRefusal, type ProviderWhereabouts, withAdvice } from './adapter-advice.js';
 import { apiModelName, pairToolCalls, parseToolInput } from './conversation.js';
 import { classifyProviderError, type SdkErrors, StreamIncompleteError } from './error-mapping.js';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy, streamWithRetries } from './retry.js';
@@ -25,6 +26,8 @@ export interface AnthropicAdapterOptions {
   readonly provider: string;
   readonly apiKey: string | null;
   readonly baseUrl?: string;
+  /** Where the key comes from, named in refusals and auth failures (`$ANTHROPIC_API_KEY`). */
+  readonly keySource?: string | null;
   readonly maxRetries?: number;
   /** `max_tokens` when the request gives none. */
   readonly maxTokens?: number;
@@ -67,6 +70,7 @@ export class AnthropicAdapter implements ModelAdapter {
   readonly provider: string;
   private readonly client: Anthropic;
   private readonly apiKey: string | null;
+  private readonly keySource: string | null;
   private readonly maxTokens: number;
   private readonly thinkingBudgetTokens: number | undefined;
   private readonly policy: RetryPolicy;
@@ -74,6 +78,7 @@ export class AnthropicAdapter implements ModelAdapter {
   constructor(options: AnthropicAdapterOptions) {
     this.provider = options.provider;
     this.apiKey = options.apiKey;
+    this.keySource = options.keySource ?? null;
     this.thinkingBudgetTokens = options.thinkingBudgetTokens;
     const maxTokens = options.maxTokens ?? 8192;
     this.maxTokens =
@@ -98,6 +103,14 @@ export class AnthropicAdapter implements ModelAdapter {
     return null;
   }
 
+  explain(model: string): string | null {
+    return explainRefusal(model, this.apiKey === null, this.whereabouts());
+  }
+
+  private whereabouts(): ProviderWhereabouts {
+    return { keySource: this.keySource, baseUrl: this.client.baseURL };
+  }
+
   stream(request: ModelRequest, signal: AbortSignal): AsyncGenerator<AdapterChunk, AdapterResult, void> {
     const secrets = this.apiKey === null ? [] : [this.apiKey];
     return streamWithRetries({
@@ -105,7 +118,10 @@ export class AnthropicAdapter implements ModelAdapter {
       signal,
       attempt: () => this.attempt(request, signal),
       classify: (error) =>
-        classifyProviderError(error, { provider: this.provider, sdk: SDK_ERRORS, signal, secrets }),
+        withAdvice(
+          classifyProviderError(error, { provider: this.provider, sdk: SDK_ERRORS, signal, secrets }),
+          this.whereabouts(),
+        ),
     });
   }
 

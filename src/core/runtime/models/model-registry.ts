@@ -5,7 +5,7 @@ import { ScriptedModel } from './scripted.js';
 
 export type ModelResolution =
   | { readonly ok: true; readonly adapter: ModelAdapter }
-  | { readonly ok: false; readonly failure: ModelValidationFailure };
+  | { readonly ok: false; readonly failure: ModelValidationFailure; readonly detail?: string | null };
 
 /**
  * Maps canonical model ids (`provider:name`) to adapters. `scripted:*` is always available; the
@@ -39,10 +39,18 @@ export class ModelRegistry {
   resolve(model: string): ModelResolution {
     const provider = model.slice(0, model.indexOf(':'));
     const factory = this.factories.get(provider);
-    if (factory === undefined) return { ok: false, failure: 'not_configured' };
+    if (factory === undefined) {
+      return {
+        ok: false,
+        failure: 'not_configured',
+        detail: `no provider "${provider}" in the config (providers: ${[...this.factories.keys()].join(', ')})`,
+      };
+    }
     if (this.unavailable.has(provider)) return { ok: false, failure: 'provider_unavailable' };
     const adapter = factory(model);
     const failure = adapter.validate?.(model) ?? null;
-    return failure === null ? { ok: true, adapter } : { ok: false, failure };
+    return failure === null
+      ? { ok: true, adapter }
+      : { ok: false, failure, detail: adapter.explain?.(model) ?? null };
   }
 }

@@ -11,6 +11,7 @@ import {
   type StopReason,
   type ToolSpec,
 } from '../model-adapter.js';
+import { explainRefusal, type ProviderWhereabouts, withAdvice } from './adapter-advice.js';
 import { apiModelName, pairToolCalls, parseToolInput } from './conversation.js';
 import { classifyProviderError, type SdkErrors, StreamIncompleteError } from './error-mapping.js';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy, streamWithRetries } from './retry.js';
@@ -28,6 +29,8 @@ export interface OpenAIAdapterOptions {
   /** Whether the provider is unusable without a key (`validate()` then says `not_configured`). */
   readonly requiresKey: boolean;
   readonly baseUrl?: string;
+  /** Where the key comes from, named in refusals and auth failures (`$ANTHROPIC_API_KEY`). */
+  readonly keySource?: string | null;
   readonly maxRetries?: number;
   /** `max_tokens` sent when the request gives one or this is set; else the server's default. */
   readonly maxTokens?: number;
@@ -67,6 +70,7 @@ export class OpenAIAdapter implements ModelAdapter {
   readonly provider: string;
   private readonly client: OpenAI;
   private readonly apiKey: string | null;
+  private readonly keySource: string | null;
   private readonly requiresKey: boolean;
   private readonly maxTokens: number | undefined;
   private readonly policy: RetryPolicy;
@@ -74,6 +78,7 @@ export class OpenAIAdapter implements ModelAdapter {
   constructor(options: OpenAIAdapterOptions) {
     this.provider = options.provider;
     this.apiKey = options.apiKey;
+    this.keySource = options.keySource ?? null;
     this.requiresKey = options.requiresKey;
     this.maxTokens = options.maxTokens;
     this.policy = {
@@ -94,6 +99,14 @@ export class OpenAIAdapter implements ModelAdapter {
     return null;
   }
 
+  explain(model: string): string | null {
+    return explainRefusal(model, this.requiresKey && this.apiKey === null, this.whereabouts());
+  }
+
+  private whereabouts(): ProviderWhereabouts {
+    return { keySource: this.keySource, baseUrl: this.client.baseURL };
+  }
+
   stream(request: ModelRequest, signal: AbortSignal): AsyncGenerator<AdapterChunk, AdapterResult, void> {
     const secrets = this.apiKey === null ? [] : [this.apiKey];
     return streamWithRetries({
@@ -101,7 +114,10 @@ export class OpenAIAdapter implements ModelAdapter {
       signal,
       attempt: () => this.attempt(request, signal),
       classify: (error) =>
-        classifyProviderError(error, { provider: this.provider, sdk: SDK_ERRORS, signal, secrets }),
+        withAdvice(
+          classifyProviderError(error, { provider: this.provider, sdk: SDK_ERRORS, signal, secrets }),
+          this.whereabouts(),
+        ),
     });
   }
 

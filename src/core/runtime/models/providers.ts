@@ -14,6 +14,8 @@ export interface ResolvedProvider {
   readonly maxRetries: number | undefined;
   readonly maxTokens: number | undefined;
   readonly thinkingBudgetTokens: number | undefined;
+  /** Where the key comes from, as a user would fix it (`$OPENAI_API_KEY`), or null when none is needed. */
+  readonly keySource: string | null;
 }
 
 /**
@@ -41,6 +43,12 @@ export function resolveProviders(
       maxRetries: entry.max_retries,
       maxTokens: entry.max_tokens,
       thinkingBudgetTokens: entry.thinking_budget_tokens,
+      keySource:
+        entry.api_key !== undefined
+          ? `providers.${name}.api_key in the config`
+          : entry.api_key_env !== undefined
+            ? `$${entry.api_key_env}`
+            : null,
     };
   });
 }
@@ -51,6 +59,7 @@ export function createProviderAdapter(provider: ResolvedProvider): ModelAdapter 
     return new AnthropicAdapter({
       provider: provider.name,
       apiKey: provider.apiKey,
+      keySource: provider.keySource,
       ...(provider.baseUrl !== undefined ? { baseUrl: provider.baseUrl } : {}),
       ...(provider.maxRetries !== undefined ? { maxRetries: provider.maxRetries } : {}),
       ...(provider.maxTokens !== undefined ? { maxTokens: provider.maxTokens } : {}),
@@ -62,6 +71,7 @@ export function createProviderAdapter(provider: ResolvedProvider): ModelAdapter 
   return new OpenAIAdapter({
     provider: provider.name,
     apiKey: provider.apiKey,
+    keySource: provider.keySource,
     requiresKey: provider.requiresKey,
     organizationFromEnv: provider.name === 'openai' && provider.baseUrl === undefined,
     ...(provider.baseUrl !== undefined ? { baseUrl: provider.baseUrl } : {}),
