@@ -37,7 +37,13 @@ export function wantsColor(out: { readonly isTTY?: boolean }, env: NodeJS.Proces
  */
 export function liveTextWriter(
   sessionId: string,
-  options: { readonly serverUrl?: string; readonly out?: TextOutput; readonly env?: NodeJS.ProcessEnv } = {},
+  options: {
+    readonly serverUrl?: string;
+    readonly out?: TextOutput;
+    readonly env?: NodeJS.ProcessEnv;
+    /** The detailed view (RenderOptions.detailed). */
+    readonly detailed?: boolean;
+  } = {},
 ): (item: ClientItem, state: ConversationState) => void {
   const { out = process.stdout, env = process.env } = options;
   const color = wantsColor(out, env);
@@ -50,7 +56,11 @@ export function liveTextWriter(
   /** Whether the last line written is a "reconnecting…" line: the next one replaces it on a TTY. */
   let reconnectingOnLastLine = false;
   return (item, state) => {
-    const text = renderItem(item, state, sessionId, { color, serverUrl });
+    const text = renderItem(item, state, sessionId, {
+      color,
+      serverUrl,
+      detailed: options.detailed === true,
+    });
     if (text === '') return;
     const reconnecting = item.kind === 'status' && item.status === 'reconnecting';
     const replaceReconnecting = inPlace && reconnecting && reconnectingOnLastLine;

@@ -15,6 +15,11 @@ export interface RenderOptions {
   readonly color: boolean;
   /** The server's URL when it is not the default: commands printed for the user must reach it. */
   readonly serverUrl?: string;
+  /**
+   * The detailed view (`tail --preset full`): sessions, each model call with its tokens and latency,
+   * invalid tool input. The chat view leaves those out even when its subscription carries them.
+   */
+  readonly detailed?: boolean;
 }
 
 const codes = {
@@ -113,8 +118,28 @@ export function renderItem(
         return ` ${paint(options, 'red', '(cut short)')}\n`;
       return p.stop_reason === 'cancelled' ? ` ${paint(options, 'yellow', '(cancelled)')}\n` : '\n';
     }
-    case 'tool.called':
-      return `${worker}  ${paint(options, 'yellow', '⋯')} ${v(p.tool_name)} running\n`;
+    case 'tool.called': {
+      const input = inputSummary(state.tools[p.tool_use_id]?.input ?? null);
+      return `${worker}  ${paint(options, 'yellow', '⋯')} ${v(p.tool_name)} running${input ? `: ${v(input)}` : ''}\n`;
+    }
+    // The detail of the detailed view only.
+    case 'session.created':
+    case 'session.resumed':
+    case 'session.ended': {
+      if (!options.detailed) return '';
+      const what = event.type.slice('session.'.length);
+      const model = p.initial_active_model ?? '';
+      return `${worker}${paint(options, 'dim', `session ${what}${model ? ` (${v(model)})` : ''}${p.disposition ? ` (${v(p.disposition)})` : ''}`)}\n`;
+    }
+    case 'llm.call_started':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  model call → ${v(p.model)} (~${p.estimated_input_tokens} tokens in)`)}\n`;
+    case 'llm.call_completed':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  model call done: ${p.input_tokens} in, ${p.output_tokens} out, ${p.latency_ms} ms, $${Number(p.cost_usd).toFixed(6)} (${v(p.stop_reason)})`)}\n`;
+    case 'tool.input_invalid':
+      if (!options.detailed) return '';
+      return `${worker}  ${paint(options, 'red', `✗ invalid input for ${v(p.tool_name)}`)}: ${v((p.validation_errors ?? []).join('; '))}\n`;
     case 'tool.completed':
       // success: false is a tool that ran to the end and reported failure (a command's non-zero exit).
       return p.success === false
@@ -215,6 +240,21 @@ function blockStart(state: ConversationState, p: WireEvent['payload']): { first:
 function rejectionOf(c: ChainEntry): string {
   const said = /cannot serve \((.+)\)$/.exec(String(c.reason ?? ''))?.[1];
   return said ?? c.validation_failure ?? c.policy;
+}
+
+/** What a tool call acts on, in a line: its command or path, else its input as short JSON. */
+function inputSummary(input: Record<string, unknown> | null): string {
+  if (input === null) return '';
+  for (const key of ['command', 'path', 'task']) {
+    if (typeof input[key] === 'string') return shorten(String(input[key]));
+  }
+  const json = JSON.stringify(input);
+  return json === '{}' ? '' : shorten(json);
+}
+
+function shorten(text: string): string {
+  const line = text.replaceAll('\n', ' ⏎ ');
+  return line.length > 120 ? `${line.slice(0, 119)}…` : line;
 }
 
 /** `1 tool`, `2 tools`, `2 retries`. */

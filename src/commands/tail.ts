@@ -1,12 +1,12 @@
 import { type ClientFailure, MetisClient } from '../client/client.js';
-import { liveTextWriter } from '../client/live-text.js';
+import { liveTextWriter, wantsColor } from '../client/live-text.js';
 import { type ConversationState, initialState, reduce } from '../client/reducer.js';
-import { visibleJson } from '../client/visible-text.js';
+import { visibleJson, visibleText } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
 import { STREAMING } from '../core/events/streaming.js';
-import { serverUrl, tokenFrom, unauthorized } from './api-request.js';
+import { apiRequest, type ServerTarget, unauthorized } from './api-request.js';
 import { serverTarget } from './server-target.js';
 
 export interface TailOptions {
@@ -68,7 +68,10 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
     failFast: true,
   });
   process.once('SIGINT', () => client.close());
-  const writeText = liveTextWriter(sessionId, { serverUrl: url });
+  // `--types` asks for particular events: show whatever of them arrives.
+  const detailed = options.preset === 'full' || options.types !== undefined;
+  const writeText = liveTextWriter(sessionId, { serverUrl: url, detailed });
+  const color = wantsColor(process.stdout, process.env);
   let state: ConversationState = initialState;
   for await (const item of client) {
     if (item.kind === 'frame') state = reduce(state, item.frame);
@@ -78,8 +81,43 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
       continue;
     }
     writeText(item, state);
+    const event = item.kind === 'frame' && item.frame.type === 'event' ? item.frame.event : null;
+    if (event?.type === 'turn.started' && event.session_id === sessionId && event.turn_id) {
+      // The event carries only a hash of the message (bus §6.2): the text is in the session's messages.
+      const said = await userMessageOf({ url, token }, sessionId, event.turn_id);
+      if (said !== null) process.stdout.write(`${paint('you', color)}: ${visibleText(said)}\n`);
+    }
   }
   throwIfFailed(client, url, token);
+}
+
+/** The text of the user's message that started `turnId`, or null when it cannot be read. */
+async function userMessageOf(
+  target: ServerTarget,
+  sessionId: string,
+  turnId: string,
+): Promise<string | null> {
+  try {
+    const { messages } = await apiRequest(
+      target,
+      'GET',
+      `/sessions/${encodeURIComponent(sessionId)}/messages?limit=5`,
+    );
+    const message = (
+      messages as { role: string; turn_id: string | null; content: { type: string; text?: string }[] }[]
+    ).find((m) => m.role === 'user' && m.turn_id === turnId);
+    if (message === undefined) return null;
+    return message.content
+      .filter((b) => b.type === 'text')
+      .map((b) => b.text ?? '')
+      .join('');
+  } catch {
+    return null;
+  }
+}
+
+function paint(text: string, color: boolean): string {
+  return color ? `\u001b[1m${text}\u001b[22m` : text;
 }
 
 /** A client that stopped on its own (refused handshake, fatal subscribe error) fails the command. */
