@@ -7,7 +7,7 @@ import { silentLogger } from '../core/logger.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import type { TraceQuery } from '../plugins/define-plugin.js';
 import type { PluginStatus } from '../plugins/plugin-host.js';
-import { serverUrl, tokenFrom } from './api-request.js';
+import { serverUrl, tokenFrom, unauthorized } from './api-request.js';
 import { configuredUrl } from './server-target.js';
 import { table } from './text-table.js';
 
@@ -28,13 +28,25 @@ interface ConfiguredPlugin {
   readonly filter: Record<string, string[] | null>;
 }
 
-/** The running server's plugins, or null when nothing answers there (or it has no `/plugins`). */
+/**
+ * The running server's plugins, or null when nothing answers there (or it has no `/plugins`).
+ * @throws MetisError when a server answers but refuses the token: that is not "no server"
+ */
 async function fetchRunning(url: string, token: string | null): Promise<PluginStatus[] | null> {
+  let response: Response;
   try {
-    const response = await fetch(`${url}/plugins`, {
+    response = await fetch(`${url}/plugins`, {
       headers: token ? { authorization: `Bearer ${token}` } : {},
       signal: AbortSignal.timeout(3000),
     });
+  } catch {
+    return null;
+  }
+  if (response.status === 401) {
+    const body = (await response.json().catch(() => ({}))) as { error?: { message?: string } };
+    throw unauthorized(url, token ?? undefined, body.error?.message ?? 'unauthorized');
+  }
+  try {
     if (!response.ok) return null;
     const body = (await response.json()) as { plugins?: PluginStatus[] };
     return Array.isArray(body.plugins) ? body.plugins : null;

@@ -49,3 +49,15 @@ describe("client commands use the config's server section (issue 17 obs. 7 and 9
     expect(result.stderr).toMatch(/^error: cannot read config: YAML Error in .*\.metisrc\.yaml/m);
   }, 30_000);
 });
+
+describe('metis plugins against a server that refuses the token (issue 17 obs. 9)', () => {
+  it('says the token is missing, not that no server runs', async () => {
+    const token = 'a-long-enough-test-token-1234';
+    const t = await startTestServer({}, { bearerToken: token });
+    const result = await metisIn(tempDir(), ['plugins', '--url', t.url]);
+    expect(result.exitCode).toBe(1);
+    expect(result.stderr).toContain('(METIS_ERR_UNAUTHORIZED)');
+    expect(result.stderr).toContain(`The server at ${t.url} requires a bearer token`);
+    expect(result.stderr).not.toContain('no metis server answered');
+  }, 30_000);
+});
