@@ -1,6 +1,6 @@
 import { visibleJson, visibleText } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
-import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { apiRequest, type ServerTarget } from './api-request.js';
 import { serverTarget } from './server-target.js';
 
 export interface ConfirmOptions {
@@ -15,7 +15,7 @@ export interface ConfirmOptions {
 }
 
 /** A pending request as `GET /sessions/{id}/confirmations` lists it (docs/http-api.md). */
-interface Listed {
+export interface Listed {
   readonly session_id: string;
   readonly confirmation_request_id: string;
   readonly tool_name: string;
@@ -88,7 +88,7 @@ export async function confirmCommand(
 }
 
 /** The request in full: who asks, for what, and the whole input, each line of it indented. */
-function describe(c: Listed, attached: string): string {
+export function describe(c: Listed, attached: string): string {
   const worker = c.session_id === attached ? '' : ` (worker session ${visibleText(c.session_id)})`;
   const input = inputText(c);
   return [

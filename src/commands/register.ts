@@ -57,6 +57,21 @@ export function registerCommands(program: Command): void {
     .action(async (options) => (await import('./demo.js')).demoCommand(options));
 
   program
+    .command('chat [session]')
+    .description(
+      'talk to a session in the terminal: a prompt per message, turns streamed, approvals answered in place',
+    )
+    .option('--model <model>', 'pin this model for the session (provider:name)')
+    .addOption(urlOption())
+    .addOption(tokenOption())
+    .addOption(clientConfigOption())
+    .addHelpText(
+      'after',
+      '\nWithout a session a new one starts; with one, its last messages are shown first.\nAt the prompt: /model [model], /cancel, /help, /exit (or Ctrl-D, Esc). During a turn: Ctrl-C\ncancels it, a second Ctrl-C leaves. Needs a terminal; scripts use `metis send --follow`.',
+    )
+    .action(async (session, options) => (await import('./chat.js')).chatCommand(session, options));
+
+  program
     .command('tail <session>')
     .description('follow a session live; survives server restarts; Ctrl-C never cancels anything')
     .addOption(new Option('--preset <name>', 'chat (default) or full').choices(['chat', 'full']))

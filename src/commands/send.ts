@@ -3,7 +3,7 @@ import { liveTextWriter } from '../client/live-text.js';
 import { initialState } from '../client/reducer.js';
 import { visibleJson } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
-import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { apiRequest, type ServerTarget } from './api-request.js';
 import { serverTarget } from './server-target.js';
 import { failureError } from './tail.js';
 

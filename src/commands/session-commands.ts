@@ -1,5 +1,5 @@
 import { MetisError } from '../core/errors.js';
-import { apiRequest, type ServerTarget, serverUrl, tokenFrom } from './api-request.js';
+import { apiRequest, type ServerTarget } from './api-request.js';
 import { serverTarget } from './server-target.js';
 import { table } from './text-table.js';
 
