@@ -6,7 +6,7 @@ import { type ConversationState, initialState } from '../client/reducer.js';
 import { visibleText } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget } from './api-request.js';
-import { askApproval } from './approval-prompt.js';
+import { answeringInPlace } from './in-place-approvals.js';
 import { serverTarget, type TargetOptions } from './server-target.js';
 import { failureError } from './tail.js';
 
@@ -115,14 +115,7 @@ function cancelTurn(target: ServerTarget, sessionId: string, turnId: string) {
  */
 async function runTurn(target: ServerTarget, sessionId: string, message: string): Promise<void> {
   const write = liveTextWriter(sessionId, { serverUrl: target.url });
-  let asking: Promise<void> | null = null;
-  const held: [ClientItem, ConversationState][] = [];
-  const show = (item: ClientItem, state: ConversationState) => {
-    // Each turn connects anew: "connected" would repeat before every answer; trouble is still shown.
-    if (item.kind === 'status' && item.status !== 'reconnecting') return;
-    if (asking !== null) held.push([item, state]);
-    else write(item, state);
-  };
+  const approvals = answeringInPlace(write, target, sessionId);
   let turnId: string | null = null;
   let cancelling = false;
   const onInterrupt = () => {
@@ -146,26 +139,16 @@ async function runTurn(target: ServerTarget, sessionId: string, message: string)
         turnId = id;
       },
       render: (item: ClientItem, state: ConversationState) => {
-        const event = item.kind === 'frame' && item.frame.type === 'event' ? item.frame.event : null;
-        if (event?.type === 'tool.confirmation_requested' && asking === null) {
-          // The prompt shows the request itself; the rendered line with `metis confirm` is not needed.
-          const requestId = String(event.payload.confirmation_request_id);
-          asking = askApproval(target, sessionId, requestId)
-            .catch((error: unknown) => log.error(visibleText((error as Error).message)))
-            .then(() => {
-              asking = null;
-              for (const [heldItem, heldState] of held.splice(0)) write(heldItem, heldState);
-            });
-          return;
-        }
-        show(item, state ?? initialState);
+        // Each turn connects anew: "connected" would repeat before every answer; trouble still shows.
+        if (item.kind === 'status' && item.status !== 'reconnecting') return;
+        approvals.render(item, state ?? initialState);
       },
     });
   } catch (error) {
     log.error(visibleText(failureMessage(error, target)));
   } finally {
     process.off('SIGINT', onInterrupt);
-    await asking;
+    await approvals.settled();
   }
 }
 

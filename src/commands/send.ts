@@ -4,6 +4,7 @@ import { initialState } from '../client/reducer.js';
 import { visibleJson } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget } from './api-request.js';
+import { answeringInPlace, canAskInPlace } from './in-place-approvals.js';
 import { serverTarget } from './server-target.js';
 import { failureError } from './tail.js';
 
@@ -49,7 +50,10 @@ export async function sendCommand(
     return;
   }
   const id = sessionId;
-  const writeText = liveTextWriter(id, { serverUrl: target.url });
+  const liveText = liveTextWriter(id, { serverUrl: target.url });
+  // On a terminal a question is asked in place; in a pipe the `metis confirm` line is printed.
+  const approvals = canAskInPlace(options.json) ? answeringInPlace(liveText, target, id) : null;
+  const writeText = approvals?.render ?? liveText;
   const interrupts = new InterruptHandler(target, id, options.detach === true);
   const result = await followTurn({
     ...target,
@@ -68,7 +72,10 @@ export async function sendCommand(
     .catch((error: unknown) => {
       throw followError(error, target);
     })
-    .finally(() => interrupts.stop());
+    .finally(async () => {
+      interrupts.stop();
+      await approvals?.settled();
+    });
   if (result.status === 'cancelled') process.exitCode = 3;
   if (result.status === 'failed') process.exitCode = 1;
 }

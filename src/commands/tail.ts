@@ -7,6 +7,7 @@ import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
 import { STREAMING } from '../core/events/streaming.js';
 import { apiRequest, type ServerTarget, unauthorized } from './api-request.js';
+import { answeringInPlace, canAskInPlace } from './in-place-approvals.js';
 import { serverTarget } from './server-target.js';
 
 export interface TailOptions {
@@ -70,7 +71,12 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
   process.once('SIGINT', () => client.close());
   // `--types` asks for particular events: show whatever of them arrives.
   const detailed = options.preset === 'full' || options.types !== undefined;
-  const writeText = liveTextWriter(sessionId, { serverUrl: url, detailed });
+  const liveText = liveTextWriter(sessionId, { serverUrl: url, detailed });
+  // On a terminal a question is asked in place; in a pipe the `metis confirm` line is printed.
+  const approvals = canAskInPlace(options.json)
+    ? answeringInPlace(liveText, { url, token }, sessionId)
+    : null;
+  const writeText = approvals?.render ?? liveText;
   const color = wantsColor(process.stdout, process.env);
   let state: ConversationState = initialState;
   for await (const item of client) {

@@ -1,64 +1,7 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { HAS_SCRIPT, KEY, metisInPty } from '../helpers/pty.js';
 import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
-
-const ROOT = join(import.meta.dirname, '../..');
-const ENTRY = join(ROOT, 'test/helpers/cli-entry.ts');
-// biome-ignore lint/suspicious/noControlCharactersInRegex: terminal escape sequences
-const ANSI = /\u001b\[[0-9;?]*[A-Za-z]|\u001b\][^\u0007]*\u0007|\r/g;
-
-const KEY = { enter: '\r', down: '\u001b[B', ctrlC: '\u0003', ctrlD: '\u0004' };
-
-/**
- * `metis chat` in a real pseudo-terminal (util-linux `script`), driven by keystrokes as a user types
- * them: raw-mode prompts read the keys, and Ctrl-C during a turn reaches metis as SIGINT from the
- * terminal's line discipline.
- */
-function chatInPty(args: readonly string[]) {
-  const command = `stty cols 120 rows 40; exec "${process.execPath}" --import tsx "${ENTRY}" chat ${args.join(' ')}`;
-  const child: ChildProcess = spawn('script', ['-q', '-e', '-c', command, '/dev/null'], {
-    cwd: ROOT,
-    stdio: ['pipe', 'pipe', 'pipe'],
-    env: {
-      ...process.env,
-      METIS_HOME: tempDir(),
-      TERM: 'xterm-256color',
-      NO_COLOR: '1',
-      METIS_URL: '',
-      METIS_TOKEN: '',
-    },
-  });
-  onTestFinished(() => {
-    if (child.exitCode === null) child.kill('SIGKILL');
-  });
-  let screen = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
-    screen += chunk.toString().replace(ANSI, '');
-  });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return {
-    screen: () => screen,
-    type: (keys: string) => child.stdin!.write(keys),
-    exited,
-    async waitFor(text: string | RegExp, after = 0, timeoutMs = 20_000): Promise<number> {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const rest = screen.slice(after);
-        const at = typeof text === 'string' ? rest.indexOf(text) : rest.search(text);
-        if (at >= 0) return after + at;
-        if (Date.now() > deadline) throw new Error(`no ${String(text)} on screen:\n${screen.slice(-3000)}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    },
-  };
-}
-
-/** `script` (util-linux, essential on Debian) gives the chat its pseudo-terminal. */
-const HAS_SCRIPT = spawnSync('script', ['--version']).status === 0;
-if (!HAS_SCRIPT)
-  console.warn('skipping the metis chat terminal test: no `script` command (util-linux) on this machine');
 
 describe('metis chat (issue 17)', () => {
   it.skipIf(!HAS_SCRIPT)(
@@ -68,7 +11,7 @@ describe('metis chat (issue 17)', () => {
         tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' },
         scripted: { slow_token_delay_ms: 20 },
       });
-      const chat = chatInPty(['--url', t.url]);
+      const chat = metisInPty(['chat', '--url', t.url]);
       let at = await chat.waitFor('◆  you');
       const sessionId = /metis chat · (sess_\w+) \(new\)/.exec(chat.screen())![1]!;
 
@@ -112,4 +55,47 @@ describe('metis chat (issue 17)', () => {
     expect(result.stderr).toContain('metis chat needs a terminal');
     expect(result.stderr).toContain('metis send <session> "message" --follow');
   }, 30_000);
+});
+
+describe('approvals answered in place by send --follow and tail (issue 17)', () => {
+  it.skipIf(!HAS_SCRIPT)(
+    'on a terminal, send --follow asks; the answer runs the tool',
+    async () => {
+      const t = await startTestServer({
+        tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' },
+      });
+      const sessionId = await t.createSession();
+      const send = metisInPty(['send', sessionId, '"run: echo in-place"', '--follow', '--url', t.url]);
+      let at = await send.waitFor('Let shell run?');
+      expect(send.screen()).toContain('echo in-place');
+      expect(send.screen()).not.toContain('metis confirm');
+      send.type(KEY.enter); // "Allow once"
+      at = await send.waitFor('■ turn done', at);
+      expect(send.screen()).toContain('confirmation allow');
+      expect(await send.exited).toBe(0);
+    },
+    60_000,
+  );
+
+  it.skipIf(!HAS_SCRIPT)(
+    'on a terminal, tail asks too; Deny refuses the tool',
+    async () => {
+      const t = await startTestServer({
+        tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' },
+      });
+      const sessionId = await t.createSession();
+      const tail = metisInPty(['tail', sessionId, '--url', t.url]);
+      await tail.waitFor(`session ${sessionId}`);
+      await t.submit(sessionId, 'run: echo never');
+      const at = await tail.waitFor('Let shell run?');
+      tail.type(`${KEY.down}${KEY.down}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      tail.type(KEY.enter); // "Deny"
+      await tail.waitFor('confirmation deny', at);
+      await tail.waitFor('■ turn', at);
+      tail.type(KEY.ctrlC);
+      expect(await tail.exited).toBe(0);
+    },
+    60_000,
+  );
 });
