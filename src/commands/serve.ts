@@ -1,6 +1,6 @@
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
-import { createLogger } from '../core/logger.js';
+import { createServiceLogger, logFormatFor } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
 import { bearerTokenFromEnv, type ServerAuth } from '../core/server/local-token.js';
 import { CONFORMANCE_WARNING, startService } from '../core/server/serve.js';
@@ -79,7 +79,7 @@ async function serve(options: ServeOptions): Promise<void> {
   }
   bearerTokenFromEnv(); // a weak token in the environment is refused before anything starts
   const dbPath = resolveDbPath(options.db ?? config.storage.database);
-  const logger = createLogger({ level: process.env.METIS_LOG_LEVEL ?? 'info' });
+  const logger = createServiceLogger(process.env.METIS_LOG_LEVEL ?? 'info', logFormatFor(process.stderr));
   const faults = options.fault ?? [];
   if (faults.length > 0 && !options.conformance) {
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--fault: only with --conformance');

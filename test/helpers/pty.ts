@@ -15,7 +15,7 @@ export const KEY = { enter: '\r', down: '\u001b[B', ctrlC: '\u0003', ctrlD: '\u0
  * them: raw-mode prompts read the keys, and Ctrl-C during a turn reaches metis as SIGINT from the
  * terminal's line discipline.
  */
-export function metisInPty(args: readonly string[]) {
+export function metisInPty(args: readonly string[], env: Record<string, string> = {}) {
   const command = `stty cols 120 rows 40; exec "${process.execPath}" --import tsx "${ENTRY}" ${args.join(' ')}`;
   const child: ChildProcess = spawn('script', ['-q', '-e', '-c', command, '/dev/null'], {
     cwd: ROOT,
@@ -27,6 +27,7 @@ export function metisInPty(args: readonly string[]) {
       NO_COLOR: '1',
       METIS_URL: '',
       METIS_TOKEN: '',
+      ...env,
     },
   });
   onTestFinished(() => {
