@@ -70,7 +70,7 @@ describe('POST /sessions', () => {
     const unservable = await t.request('POST', '/sessions', { model: 'nope:x' });
     expectError(unservable, 400, 'METIS_ERR_INVALID_MODEL');
     expect(unservable.body.error.message).toMatch(
-      /^model: "nope:x" cannot serve turns: its provider is not configured/,
+      /^model: "nope:x" cannot serve turns: no provider "nope" in the config \(providers: .*scripted.*\)$/,
     );
     expect((await t.request('GET', '/sessions')).body.sessions).toEqual([]);
   });

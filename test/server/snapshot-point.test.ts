@@ -28,11 +28,14 @@ async function until(condition: () => boolean, what: string, timeoutMs = 15_000)
  */
 async function snapshotAsTurnEnds(faults: FaultSwitches = {}) {
   const t = await startTestServer(
-    { scripted: { slow_token_delay_ms: 10, slow_tokens: 40 }, pricing: { 'scripted:*': PRICE } },
+    { scripted: { slow_token_delay_ms: 10, slow_tokens: 150 }, pricing: { 'scripted:*': PRICE } },
     { faults },
   );
   const sessionId = await t.createSession();
   const { client: observer } = await subscribe(t, sessionId, { snapshot: false });
+  // A first turn, paid and over: the snapshot's spend must count it, and only it.
+  const first = await t.submit(sessionId, 'hello');
+  await waitForEvents(observer, (e) => e.type === 'turn.completed' && e.turn_id === first);
   const turnId = await t.submit(sessionId, 'slow: rivers');
   await waitForEvents(observer, (e) => e.type === 'text.delta' && e.turn_id === turnId, 3);
   const lock = await holdWriteLockInChild(t.context.dbPath, 20_000);
@@ -64,13 +67,16 @@ describe('a snapshot is consistent as of its snapshot_at_event_id (issue 14 obs.
     expect(complete.id <= at).toBe(true);
     expect(callCompleted.id > at).toBe(true);
     expect(snapshot.session).toMatchObject({
-      turn_count: 1,
+      turn_count: 2,
       current_turn_id: turnId,
       current_turn_status: 'in_flight',
     });
-    // The call is paid by the event that says so, after the snapshot: not twice.
+    // The call is paid by the event that says so, after the snapshot: not twice. The first turn's is in.
+    const firstCost = observed.find((e) => e.type === 'llm.call_completed' && e.turn_id !== turnId)!.payload
+      .cost_usd;
     expect(callCompleted.payload.cost_usd).toBeGreaterThan(0);
-    expect(snapshot.session.cost_so_far_usd).toBe(0);
+    expect(firstCost).toBeGreaterThan(0);
+    expect(snapshot.session.cost_so_far_usd).toBeCloseTo(firstCost, 10);
     // The answer is in the snapshot once, and none of its streamed events follows it.
     const messageId = complete.payload.message_id;
     expect(snapshot.messages.filter((m: { id: string }) => m.id === messageId)).toHaveLength(1);

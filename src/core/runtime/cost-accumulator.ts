@@ -1,6 +1,10 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
+import type { CountedCost } from '../store/session-as-of.js';
 import { COST_EVENT_TYPES } from '../store/session-store.js';
+
+/** Counted amounts kept per session: far more than lie between a snapshot point and now. */
+const RECENT_PER_SESSION = 64;
 
 /**
  * Keeps each session's running cost (bus §5.4 built-in subscriber, fast path) for snapshots. Worker
@@ -11,6 +15,11 @@ export class CostAccumulator {
   private readonly costs = new Map<string, number>();
   /** Per session, the id of the newest cost event counted (or stored when seeded): see `counted`. */
   private readonly upTo = new Map<string, string>();
+  /**
+   * Per session, the newest counted amounts with their event ids: a snapshot takes back those after
+   * its point, which may not be stored yet (store/session-as-of.ts).
+   */
+  private readonly recent = new Map<string, { id: string; amount: number }[]>();
   private handle: SubscriptionHandle | null = null;
 
   attach(bus: EventBus): void {
@@ -26,6 +35,13 @@ export class CostAccumulator {
         if (Number.isFinite(amount))
           this.costs.set(event.session_id, (this.costs.get(event.session_id) ?? 0) + amount);
         this.upTo.set(event.session_id, event.id);
+        let recent = this.recent.get(event.session_id);
+        if (recent === undefined) {
+          recent = [];
+          this.recent.set(event.session_id, recent);
+        }
+        recent.push({ id: event.id, amount: Number.isFinite(amount) ? amount : 0 });
+        if (recent.length > RECENT_PER_SESSION) recent.shift();
       },
     });
   }
@@ -44,8 +60,12 @@ export class CostAccumulator {
    * The unrounded running cost and the id of the newest event it counts, so that a snapshot can derive
    * the cost as of another id from the few stored cost events between the two (store/session-as-of.ts).
    */
-  counted(sessionId: string): { readonly costUsd: number; readonly upTo: string | null } {
-    return { costUsd: this.costs.get(sessionId) ?? 0, upTo: this.upTo.get(sessionId) ?? null };
+  counted(sessionId: string): CountedCost {
+    return {
+      costUsd: this.costs.get(sessionId) ?? 0,
+      upTo: this.upTo.get(sessionId) ?? null,
+      recent: this.recent.get(sessionId) ?? [],
+    };
   }
 
   /**

@@ -18,6 +18,8 @@ const COST_OF_ROW = `CASE type WHEN 'llm.call_completed' THEN json_extract(paylo
 export interface CountedCost {
   readonly costUsd: number;
   readonly upTo: string | null;
+  /** The newest counted amounts, oldest first: those after a point may not be stored yet. */
+  readonly recent: readonly { readonly id: string; readonly amount: number }[];
 }
 
 /**
@@ -69,12 +71,17 @@ function costAsOf(db: Db, sessionId: string, atId: string, counted: CountedCost)
           )
           .pluck()
           .get(sessionId, after, upTo)) as number;
-  if (counted.upTo === atId) return counted.costUsd;
   // Nothing counted yet: the stored events up to the point are all there is.
   if (counted.upTo === null) return between(null, atId);
-  return counted.upTo > atId
-    ? counted.costUsd - between(atId, counted.upTo)
-    : counted.costUsd + between(counted.upTo, atId);
+  // Behind the point: add what is stored between (all of it is, up to a released point).
+  if (counted.upTo <= atId) return counted.costUsd + between(counted.upTo, atId);
+  // Ahead of it: take back what was counted after the point, from memory (it may still wait for its
+  // commit), when the memory reaches back to the point; else count the stored events up to it.
+  const oldest = counted.recent[0];
+  if (oldest === undefined || oldest.id > atId) return between(null, atId);
+  let after = 0;
+  for (const entry of counted.recent) if (entry.id > atId) after += entry.amount;
+  return counted.costUsd - after;
 }
 
 /** The newest stored event of these sessions before `beforeId`, or null. */
