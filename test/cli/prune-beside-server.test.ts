@@ -25,7 +25,14 @@ async function traffic(url: string, workspace: string, done: () => boolean): Pro
     const client = await openClient(handshake.body.ws_url as string);
     await subscribeOn(client, { filter: 'preset:full', since: null, snapshot: true });
     for (let i = 0; i < 4 && !done(); i += 1) {
-      const submitted = await request(url, 'POST', `/sessions/${sessionId}/turns`, { message: `hello ${i}` });
+      // A prune batch holds the write lock: on a loaded machine a submit may meet it for longer than the
+      // server waits, and is answered 503 with Retry-After, as documented. A client retries.
+      let submitted = await request(url, 'POST', `/sessions/${sessionId}/turns`, { message: `hello ${i}` });
+      for (let retry = 0; submitted.status === 503 && retry < 10; retry += 1) {
+        expect(submitted.body.error.code).toBe('METIS_ERR_STORAGE_BUSY');
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+        submitted = await request(url, 'POST', `/sessions/${sessionId}/turns`, { message: `hello ${i}` });
+      }
       expect(submitted.status).toBe(202);
       await waitForType(client, 'turn.completed', i + 1, 30_000);
       turns += 1;
