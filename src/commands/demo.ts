@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { followTurn } from '../client/follow-turn.js';
 import { liveTextWriter } from '../client/live-text.js';
-import { visibleText } from '../client/visible-text.js';
+import { visibleJson, visibleText } from '../client/visible-text.js';
 import { MetisConfigSchema } from '../core/config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { startService } from '../core/server/serve.js';
@@ -12,6 +12,8 @@ import { apiRequest } from './api-request.js';
 export interface DemoOptions {
   message?: string;
   keep?: boolean;
+  /** The turn's frames as JSON lines (as `send --follow --json`), instead of the human view. */
+  json?: boolean;
 }
 
 /**
@@ -41,17 +43,22 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
   };
   process.once('exit', removeOnExit);
   try {
-    console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
+    if (!options.json) console.log(`metis demo: embedded server on ${service.url} (database in ${home})\n`);
     const { session_id: sessionId } = await apiRequest(target, 'POST', '/sessions', {});
     const message = options.message ?? 'think: time';
-    console.log(`you: ${visibleText(message)}`);
+    if (!options.json) console.log(`you: ${visibleText(message)}`);
+    const writeText = liveTextWriter(sessionId, { serverUrl: service.url });
     await followTurn({
       url: service.url,
       token: target.token,
       sessionId,
       message,
-      render: liveTextWriter(sessionId, { serverUrl: service.url }),
+      render: (item, state) => {
+        if (!options.json) writeText(item, state);
+        else if (item.kind === 'frame') process.stdout.write(`${visibleJson(JSON.stringify(item.frame))}\n`);
+      },
     });
+    if (options.json) return;
     console.log(`
 Try next:
   metis serve                                  # a server on 127.0.0.1:8421 with the scripted model

@@ -54,6 +54,7 @@ export function registerCommands(program: Command): void {
     .description('run an embedded server on a temporary database and watch one scripted turn live')
     .option('--message <text>', 'the message to send (default "think: time": thinks, calls a tool, answers)')
     .option('--keep', 'keep the temporary database instead of deleting it')
+    .option('--json', "print the turn's frames as JSON lines (as send --follow --json)")
     .action(async (options) => (await import('./demo.js')).demoCommand(options));
 
   program

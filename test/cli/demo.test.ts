@@ -82,4 +82,24 @@ describe('metis demo', () => {
     expect(home!.startsWith(join(tmp, 'metis-demo-'))).toBe(true);
     expect(existsSync(join(home!, 'metis.db'))).toBe(true);
   }, 60_000);
+
+  it('--json prints the frames as JSON lines, one per line, and nothing else; the turn completes', async () => {
+    const { tmp, exitCode, stdout, stderr } = await runDemo(['--json', '--message', 'hello']);
+    expect(exitCode, stderr).toBe(0);
+    const frames = stdout
+      .trim()
+      .split('\n')
+      .map(
+        (line) =>
+          JSON.parse(line) as {
+            type: string;
+            event?: { type: string; payload: { final_content?: unknown } };
+          },
+      );
+    expect(frames[0]!.type).toBe('subscribe_ack');
+    const types = frames.filter((f) => f.type === 'event').map((f) => f.event!.type);
+    expect(types).toContain('message.complete');
+    expect(types.at(-1)).toBe('turn.completed');
+    expect(readdirSync(tmp).filter((name) => name.startsWith('metis-demo-'))).toEqual([]);
+  }, 60_000);
 });
