@@ -8,6 +8,7 @@ import { resolveDbPath } from '../core/store/paths.js';
 import type { TraceQuery } from '../plugins/define-plugin.js';
 import type { PluginStatus } from '../plugins/plugin-host.js';
 import { serverUrl, tokenFrom, unauthorized } from './api-request.js';
+import { probe } from './probe.js';
 import { configuredUrl } from './server-target.js';
 import { table } from './text-table.js';
 
@@ -35,10 +36,7 @@ interface ConfiguredPlugin {
 async function fetchRunning(url: string, token: string | null): Promise<PluginStatus[] | null> {
   let response: Response;
   try {
-    response = await fetch(`${url}/plugins`, {
-      headers: token ? { authorization: `Bearer ${token}` } : {},
-      signal: AbortSignal.timeout(3000),
-    });
+    response = await probe(`${url}/plugins`, token ? { authorization: `Bearer ${token}` } : {});
   } catch {
     return null;
   }
@@ -65,7 +63,10 @@ const OFFLINE_STORE: TraceQuery = new Proxy({} as TraceQuery, {
  * The plugins config names, checked as `metis serve` would (module, export, options) and created, not
  * started, to learn each one's filter and dispatch path.
  */
-async function configured(config: MetisConfig, configPath: string | null): Promise<ConfiguredPlugin[]> {
+export async function configured(
+  config: MetisConfig,
+  configPath: string | null,
+): Promise<ConfiguredPlugin[]> {
   const { loadPlugins } = await import('../plugins/load-plugins.js');
   const { createInstance } = await import('../plugins/plugin-host.js');
   const dataDir = dirname(resolveDbPath(config.storage.database));

@@ -73,6 +73,16 @@ export function registerCommands(program: Command): void {
     .action(async (session, options) => (await import('./chat.js')).chatCommand(session, options));
 
   program
+    .command('doctor')
+    .description(
+      'check that metis serve can run here: config, database, port, provider keys and addresses, plugins',
+    )
+    .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
+    .option('--json', 'print { ok, checks: [{ name, status, detail, hint }] }')
+    .addHelpText('after', '\nExit status: 0 ready (warnings allowed), 1 a problem would stop metis serve.')
+    .action(async (options) => (await import('./doctor.js')).doctorCommand(options));
+
+  program
     .command('tail <session>')
     .description('follow a session live; survives server restarts; Ctrl-C never cancels anything')
     .addOption(new Option('--preset <name>', 'chat (default) or full').choices(['chat', 'full']))

@@ -1,0 +1,148 @@
+import { accessSync, constants, existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname } from 'node:path';
+import type { MetisConfig } from '../core/config/schema.js';
+import { isMetisError } from '../core/errors.js';
+import { resolveProviders } from '../core/runtime/models/providers.js';
+import { openDatabase, schemaVersionOf } from '../core/store/database.js';
+import { describeLockOwner, lockOwner } from '../core/store/lock.js';
+import { resolveDbPath } from '../core/store/paths.js';
+import { SCHEMA_VERSION } from '../core/store/schema.js';
+import { probe } from './probe.js';
+import { configuredUrl } from './server-target.js';
+
+/** One finding: `problem` fails the doctor (exit 1); `warn` is worth knowing and fails nothing. */
+export interface Check {
+  readonly name: string;
+  readonly status: 'ok' | 'warn' | 'problem';
+  readonly detail: string;
+  readonly hint?: string;
+}
+
+/** Why a probe failed, in a word: the socket error's code, else the message. */
+function probeFailure(error: Error): string {
+  const cause = error.cause as { code?: string; message?: string } | undefined;
+  return cause?.code ?? cause?.message ?? error.message;
+}
+
+/** The database: where it is, that it opens with this metis's schema, and who holds it. */
+export function checkDatabase(config: MetisConfig): Check {
+  const path = resolveDbPath(config.storage.database);
+  if (!existsSync(path)) {
+    let folder = dirname(path);
+    while (!existsSync(folder) && dirname(folder) !== folder) folder = dirname(folder);
+    try {
+      accessSync(folder, constants.W_OK);
+      return { name: 'database', status: 'ok', detail: `${path} (not created yet; ${folder} is writable)` };
+    } catch {
+      return {
+        name: 'database',
+        status: 'problem',
+        detail: `${path} cannot be created: ${folder} is not writable`,
+        hint: 'Set storage.database (or METIS_HOME) to a folder you can write.',
+      };
+    }
+  }
+  try {
+    const db = openDatabase(path, { readonly: true });
+    const version = schemaVersionOf(db);
+    db.close();
+    const owner = lockOwner(path);
+    const holder = owner === null ? '' : `; held by ${describeLockOwner(owner)}`;
+    if (version !== SCHEMA_VERSION)
+      return {
+        name: 'database',
+        status: 'problem',
+        detail: `${path} has schema version ${version}, this metis reads ${SCHEMA_VERSION}`,
+        hint: 'Open it once with `metis serve` to migrate it, or restore a backup made by this version.',
+      };
+    accessSync(path, constants.W_OK);
+    return { name: 'database', status: 'ok', detail: `${path} (schema ${version}${holder})` };
+  } catch (error) {
+    return {
+      name: 'database',
+      status: 'problem',
+      detail: `${path}: ${(error as Error).message}`,
+      ...(isMetisError(error) && error.hint ? { hint: error.hint } : {}),
+    };
+  }
+}
+
+/** The server's address: free to listen on, or already a metis server's. */
+export async function checkPort(config: MetisConfig): Promise<Check> {
+  const { host, port } = config.server;
+  const where = `${host}:${port}`;
+  const free = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
+    const probe = createServer();
+    probe.once('error', (error: NodeJS.ErrnoException) => resolve(error));
+    probe.listen(port, host, () => probe.close(() => resolve(null)));
+  });
+  if (free === null) return { name: 'port', status: 'ok', detail: `${where} is free for metis serve` };
+  if (free.code === 'EADDRINUSE') {
+    const url = configuredUrl(config);
+    const answer = await probe(`${url}/healthz`).catch(() => null);
+    if (answer?.ok) return { name: 'port', status: 'ok', detail: `a metis server already runs at ${url}` };
+    return {
+      name: 'port',
+      status: 'problem',
+      detail: `${where} is in use by another program`,
+      hint: 'Set server.port in the config (or pass --port to metis serve).',
+    };
+  }
+  return {
+    name: 'port',
+    status: 'problem',
+    detail: `cannot listen on ${where}: ${free.code ?? free.message}`,
+    hint: 'Use an address of this machine (server.host) and a port above 1023.',
+  };
+}
+
+/**
+ * Each provider: its key where one is needed, and, for those that can serve (a key, or none needed),
+ * whether its API answers at all. A provider without its key is a problem only when the default model
+ * needs it; otherwise it is simply not in use.
+ */
+export async function checkProviders(
+  config: MetisConfig,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Check[]> {
+  const defaultProvider = config.runtime.default_model.slice(0, config.runtime.default_model.indexOf(':'));
+  const checks: Check[] = [];
+  for (const provider of resolveProviders(config.runtime, env)) {
+    const name = `provider ${provider.name}`;
+    const needed = provider.name === defaultProvider;
+    if (provider.requiresKey && provider.apiKey === null) {
+      checks.push({
+        name,
+        status: needed ? 'problem' : 'warn',
+        detail: `no API key (${provider.keySource ?? 'none configured'})${needed ? `; the default model ${config.runtime.default_model} needs it` : '; not usable until set'}`,
+        hint: provider.keySource?.startsWith('$')
+          ? `export ${provider.keySource.slice(1)}=… before metis serve`
+          : 'Set its api_key or api_key_env in the config.',
+      });
+      continue;
+    }
+    const baseUrl = provider.baseUrl ?? defaultBaseUrl(provider.kind, provider.name);
+    if (baseUrl === null) continue;
+    const reached = await probe(baseUrl)
+      .then(() => null)
+      .catch((error: Error) => probeFailure(error));
+    checks.push(
+      reached === null
+        ? { name, status: 'ok', detail: `${baseUrl} answers` }
+        : {
+            name,
+            status: needed ? 'problem' : 'warn',
+            detail: `${baseUrl} does not answer (${reached})`,
+            hint: 'Is the server running, and is base_url right? (metis config show prints it)',
+          },
+    );
+  }
+  return checks;
+}
+
+function defaultBaseUrl(kind: string, name: string): string | null {
+  if (kind === 'anthropic') return 'https://api.anthropic.com';
+  if (name === 'openai') return 'https://api.openai.com/v1';
+  return null;
+}
