@@ -15,6 +15,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'store', load: async () => (await import('./store.js')).benchStore },
   { name: 'stream', load: async () => (await import('./stream.js')).benchStream },
   { name: 'snapshot', load: async () => (await import('./snapshot.js')).benchSnapshot },
+  { name: 'stream-archive', load: async () => (await import('./stream-archive.js')).benchStreamArchive },
 ];
 
 interface Args {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { ServerOptions } from '../../src/core/server/server.js';
 import {
   closedWithin,
   ofType,
@@ -195,18 +196,30 @@ describe('a socket that has not subscribed yet is never closed for it (issue 14 
   }, 60_000);
 });
 
-describe('an early socket whose accept cursor fell out of memory', () => {
-  it('a live subscribe is a subscribe_error cursor_expired the client acts on, not a close; snapshot: true then works', async () => {
-    const t = await startTestServer({}, { stream: { maxQueueEvents: 20 } });
+describe('an early socket that subscribes after many messages', () => {
+  const earlySocketAfterSixTurns = async (options: ServerOptions) => {
+    const t = await startTestServer({}, { stream: { maxQueueEvents: 20 }, ...options });
     const sessionId = await t.createSession();
     const { client: control } = await subscribe(t, sessionId, { snapshot: false });
     const early = await t.attach(sessionId);
-    // More finished messages than the server keeps deltas for in memory (4), and more events than the bound.
+    // More finished messages than memory keeps deltas for (4), and more events than the early bound.
     for (let i = 0; i < 6; i += 1) {
       const turnId = await t.submit(sessionId, `turn ${i}`);
       await waitForEvents(control, (e) => e.type === 'turn.completed' && e.turn_id === turnId);
     }
     const reply = await subscribeReply(early, { filter: 'preset:full', since: null, snapshot: false });
+    return { control, early, reply };
+  };
+
+  it('a live subscribe replays everything since accept, deltas from the stream archive included', async () => {
+    const { control, early, reply } = await earlySocketAfterSixTurns({});
+    expect(reply).toMatchObject({ type: 'subscribe_ack', replay_event_count: control.events().length });
+    expect(await sync(early)).toBe(true);
+    expect(early.events()).toEqual(control.events());
+  });
+
+  it('memory only (fault short-stream-window): a subscribe_error cursor_expired the client acts on, not a close; snapshot: true then works', async () => {
+    const { early, reply } = await earlySocketAfterSixTurns({ faults: { shortStreamWindow: true } });
     expect(reply).toMatchObject({ type: 'subscribe_error', code: 'cursor_expired' });
     expect(reply.message).toMatch(/snapshot: true/);
     const { snapshot } = await subscribeOn(early, { snapshot: true });

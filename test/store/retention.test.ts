@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { monotonicFactory } from 'ulid';
 import { describe, expect, it } from 'vitest';
 import { isMetisError } from '../../src/core/errors.js';
 import { microsToIso } from '../../src/core/events/clock.js';
@@ -106,6 +107,29 @@ describe('trace prune (retention)', () => {
     expect(second).toMatchObject({ rows_deleted: 0, batches: 0, rows_audit_exempt: 2, by_type: {} });
     const swept = sweptPayloads(dbPath);
     expect(swept.map((p) => p.rows_deleted)).toEqual([7, 0]);
+  });
+
+  it('archived streaming events older than retention go too; newer ones stay', async () => {
+    const { dbPath } = await seeded();
+    const db = openDatabase(dbPath);
+    const insert = db.prepare(
+      'INSERT INTO stream_events (session_id, id, timestamp_us, event_json) VALUES (?, ?, ?, ?)',
+    );
+    const archived = (sessionId: string, ageDays: number) => {
+      const ms = Date.now() - ageDays * 86_400_000;
+      const id = `evt_${monotonicFactory()(ms)}`;
+      insert.run(sessionId, id, ms * 1000, JSON.stringify({ id, type: 'text.delta' }));
+      return id;
+    };
+    archived('sess_old', 120);
+    archived('sess_old', 100);
+    const kept = [archived('sess_old', 80), archived('sess_new', 0)];
+    db.close();
+
+    await purgeOldEvents({ dbPath, days: 90 });
+    const after = openDatabase(dbPath, { readonly: true });
+    expect(after.prepare('SELECT id FROM stream_events ORDER BY id').pluck().all()).toEqual(kept);
+    after.close();
   });
 
   it('--dry-run reports what would go and changes nothing', async () => {

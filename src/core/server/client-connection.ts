@@ -178,7 +178,11 @@ export class ClientConnection implements StreamTarget {
     if (bufferHasAll || !wantsStreaming(filter) || !this.deps.hub.recent.droppedAfter(sessionIds, since)) {
       return null;
     }
-    return 'Streaming events after this cursor are no longer kept in memory. Reconnect with snapshot: true.';
+    const window = this.deps.hub.recent.window;
+    if (window === null)
+      return 'Streaming events after this cursor are no longer kept in memory. Reconnect with snapshot: true.';
+    const minutes = Math.round(window.minAgeMs / 60_000);
+    return `Streaming events after this cursor are past the resume window (each session keeps those of the last ${minutes} minutes or its newest ${window.minEvents.toLocaleString('en-US')}, whichever is more). Reconnect with snapshot: true.`;
   }
 
   /**
@@ -227,12 +231,20 @@ export class ClientConnection implements StreamTarget {
     // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
     // inside the replay, not after it.
     const buffered = this.buffer.filter((event) => event.id > since && this.carries(event, resolved));
-    const live = unionById(hub.recent.after(sessionIds, since), buffered).filter(matches);
+    const streamed = wantsStreaming(resolved)
+      ? hub.recent.after(sessionIds, since === '' ? null : since, options.replayCap + 1)
+      : [];
+    const live = unionById(streamed, buffered).filter(matches);
     // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
     const frames = mergeReplay(rows, live);
     return {
       frames,
-      tooLarge: own.tooLarge || questions.tooLarge || frames.length > options.replayCap,
+      // More streaming events than the cap were read (the archive stops there): the replay would be short.
+      tooLarge:
+        own.tooLarge ||
+        questions.tooLarge ||
+        frames.length > options.replayCap ||
+        streamed.length > options.replayCap,
     };
   }
 

@@ -29,6 +29,8 @@ export interface FaultSwitches {
   readonly snapshotHidesPartial?: boolean;
   /** A pending confirmation is left out of the snapshot's events (only in `pending_confirmations`). */
   readonly snapshotHidesConfirmation?: boolean;
+  /** Streaming events kept only in memory, for the last 4 finished messages, as before issue 14. */
+  readonly shortStreamWindow?: boolean;
 }
 
 export const FAULT_NAMES = {
@@ -45,6 +47,7 @@ export const FAULT_NAMES = {
   'snapshot-live-state': 'snapshotLiveState',
   'snapshot-hides-partial': 'snapshotHidesPartial',
   'snapshot-hides-confirmation': 'snapshotHidesConfirmation',
+  'short-stream-window': 'shortStreamWindow',
 } as const satisfies Record<string, keyof FaultSwitches>;
 
 export type FaultName = keyof typeof FAULT_NAMES;

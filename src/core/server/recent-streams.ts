@@ -1,4 +1,6 @@
 import type { MetisEvent } from '../events/envelope.js';
+import { newEventId } from '../events/ids.js';
+import type { StreamArchive, StreamWindow } from './stream-archive.js';
 
 interface SessionStreams {
   events: MetisEvent[];
@@ -9,16 +11,23 @@ interface SessionStreams {
 }
 
 /**
- * Streaming events are never persisted, so the server keeps those of in-flight and recently finished
- * messages in memory: a client that reconnects mid-message gets the deltas it missed too (DESIGN.md
- * invariant 6). Per session it keeps every message still streaming plus the last few finished ones.
+ * The streaming events a replay needs (DESIGN.md invariant 6). In memory: every message still
+ * streaming plus the last few finished ones per session, enough for a snapshot and most reconnects.
+ * Behind it, when given, the archive (stream-archive.ts): the session's whole resume window, in the
+ * database, surviving a restart; a replay from further back than memory reaches reads it.
  */
 export class RecentStreams {
   private readonly sessions = new Map<string, SessionStreams>();
+  /** An id minted at construction: every event with a greater id was created by this process. */
+  private readonly bornAfter = newEventId();
 
-  constructor(private readonly keepFinished = 4) {}
+  constructor(
+    private readonly archive: StreamArchive | null = null,
+    private readonly keepFinished = 4,
+  ) {}
 
   add(event: MetisEvent): void {
+    this.archive?.record(event);
     let streams = this.sessions.get(event.session_id);
     if (streams === undefined) {
       streams = { events: [], finished: [], droppedUpTo: null };
@@ -45,14 +54,28 @@ export class RecentStreams {
    */
   droppedAfter(sessionIds: ReadonlySet<string>, afterId: string): boolean {
     for (const sessionId of sessionIds) {
+      if (this.archive !== null) {
+        if (this.archive.missingAfter(sessionId, afterId)) return true;
+        continue;
+      }
       const dropped = this.sessions.get(sessionId)?.droppedUpTo ?? null;
       if (dropped !== null && dropped > afterId) return true;
     }
     return false;
   }
 
-  /** Kept streaming events of these sessions with an id greater than `afterId`, in id order. */
-  after(sessionIds: ReadonlySet<string>, afterId: string | null): MetisEvent[] {
+  /**
+   * Kept streaming events of these sessions with an id greater than `afterId`, in id order: from
+   * memory when it reaches back that far, else from the archive (at most `limit` per session).
+   */
+  after(sessionIds: ReadonlySet<string>, afterId: string | null, limit?: number): MetisEvent[] {
+    if (this.archive !== null && !this.memoryReaches(sessionIds, afterId))
+      return this.archive.after(sessionIds, afterId, limit);
+    return this.inMemoryAfter(sessionIds, afterId);
+  }
+
+  /** The streaming events of these sessions in memory with an id greater than `afterId`, in id order. */
+  inMemoryAfter(sessionIds: ReadonlySet<string>, afterId: string | null): MetisEvent[] {
     const out: MetisEvent[] = [];
     for (const sessionId of sessionIds) {
       const streams = this.sessions.get(sessionId);
@@ -60,6 +83,29 @@ export class RecentStreams {
       for (const event of streams.events) if (afterId === null || event.id > afterId) out.push(event);
     }
     return out.sort((a, b) => (a.id < b.id ? -1 : 1));
+  }
+
+  /**
+   * Whether memory holds every streaming event of these sessions after `afterId`: the cursor is from
+   * this process's lifetime (memory saw every event created since), and nothing after it was evicted.
+   */
+  private memoryReaches(sessionIds: ReadonlySet<string>, afterId: string | null): boolean {
+    if (afterId === null || afterId < this.bornAfter) return false;
+    for (const sessionId of sessionIds) {
+      const dropped = this.sessions.get(sessionId)?.droppedUpTo ?? null;
+      if (dropped !== null && dropped > afterId) return false;
+    }
+    return true;
+  }
+
+  /** How far back a replay can reach past memory (the archive's resume window), or null: memory only. */
+  get window(): StreamWindow | null {
+    return this.archive?.window ?? null;
+  }
+
+  /** The server is stopping: what the archive holds in memory goes to the writer now. */
+  close(): void {
+    this.archive?.close();
   }
 
   /** Streaming events of a message that has started and not completed, if any. */

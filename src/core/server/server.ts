@@ -17,6 +17,7 @@ import type { FaultSwitches } from './faults.js';
 import { createApi } from './http-api.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { checkRequest, isLoopbackBind, type SecurityOptions } from './security.js';
+import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
 import { StreamHub } from './stream-hub.js';
 
 export interface ServerOptions {
@@ -29,6 +30,8 @@ export interface ServerOptions {
   readonly authThrottle?: Partial<AuthThrottleOptions>;
   readonly allowedOrigins?: readonly string[];
   readonly stream?: Partial<StreamOptions>;
+  /** How much of each session's streaming events a reconnect can replay (stream-archive.ts). */
+  readonly streamWindow?: Partial<StreamWindow>;
   readonly attachTokenTtlMs?: number;
   readonly faults?: FaultSwitches;
   readonly logger?: Logger;
@@ -111,7 +114,10 @@ export async function startServer(
   trace.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
   const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
   const sequencer = new EventSequencer(trace.bus, trace.writer, runtime.streaming);
-  const hub = new StreamHub(sequencer, runtime.sessions);
+  const archive = options.faults?.shortStreamWindow
+    ? null
+    : new StreamArchive(trace.db, { ...DEFAULT_STREAM_WINDOW, ...options.streamWindow });
+  const hub = new StreamHub(sequencer, runtime.sessions, archive);
   const tokens = new AttachTokens(options.attachTokenTtlMs);
   const connections = new Set<ClientConnection>();
   const metrics = new ServerMetrics({

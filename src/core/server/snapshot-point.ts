@@ -72,7 +72,7 @@ function eventBefore(
   beforeId: string,
 ): string | null {
   let newest = storedEventBefore(db, sessionIds, beforeId);
-  for (const event of recent.after(new Set(sessionIds), newest)) {
+  for (const event of recent.inMemoryAfter(new Set(sessionIds), newest)) {
     if (event.id >= beforeId) break;
     newest = event.id;
   }

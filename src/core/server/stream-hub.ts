@@ -3,6 +3,7 @@ import { MAX_DELEGATION_DEPTH } from '../runtime/session-lineage.js';
 import type { SessionStore } from '../store/session-store.js';
 import type { EventSequencer } from './event-sequencer.js';
 import { RecentStreams } from './recent-streams.js';
+import type { StreamArchive } from './stream-archive.js';
 import { encodeTextFrame } from './wire-frame.js';
 
 /**
@@ -29,7 +30,7 @@ export interface StreamTarget {
  * clients get it.
  */
 export class StreamHub {
-  readonly recent = new RecentStreams();
+  readonly recent: RecentStreams;
   private readonly targets = new Map<string, Set<StreamTarget>>();
   private readonly parentOf = new Map<string, string | null>();
   private readonly detach: () => void;
@@ -37,7 +38,9 @@ export class StreamHub {
   constructor(
     readonly sequencer: EventSequencer,
     private readonly sessions: SessionStore,
+    archive: StreamArchive | null = null,
   ) {
+    this.recent = new RecentStreams(archive);
     this.detach = sequencer.onRelease((event) => this.route(event));
   }
 
@@ -70,6 +73,7 @@ export class StreamHub {
 
   close(): void {
     this.detach();
+    this.recent.close();
   }
 
   /** Delivers an event that did not come through the sequencer: only the `--conformance` hooks use it. */

@@ -17,6 +17,8 @@ import { verifyBeforeDelete } from './gap-detector.js';
  */
 const MIN_PAUSE_MS = 2;
 const MAX_PAUSE_MS = 50;
+/** Sessions whose archived streaming events one transaction prunes. */
+const STREAM_SESSIONS_PER_BATCH = 50;
 
 export interface PurgeProgress {
   readonly deleted: number;
@@ -135,5 +137,25 @@ export async function sweep(
     if (rows.length < batchSize) break;
     await sleep(Math.min(MAX_PAUSE_MS, Math.max(MIN_PAUSE_MS, heldMs)));
   }
+  await sweepStreamArchive(db, p.bound);
   return { deleted, batches, byType };
+}
+
+/**
+ * The stream archive (server/stream-archive.ts) keeps each session's newest streaming events whatever
+ * their age; past retention they go too. No replay needs them: a cursor older than the oldest event
+ * kept is refused as expired anyway. One session per statement, over the primary key's range.
+ */
+async function sweepStreamArchive(db: Db, bound: string): Promise<void> {
+  const sessions = db.prepare('SELECT DISTINCT session_id FROM stream_events').pluck().all() as string[];
+  const deleteOld = db.prepare('DELETE FROM stream_events WHERE session_id = ? AND id < ?');
+  const runBatch = db.transaction((batch: readonly string[]) => {
+    for (const sessionId of batch) deleteOld.run(sessionId, bound);
+  });
+  for (let start = 0; start < sessions.length; start += STREAM_SESSIONS_PER_BATCH) {
+    const started = performance.now();
+    runBatch.immediate(sessions.slice(start, start + STREAM_SESSIONS_PER_BATCH));
+    const heldMs = performance.now() - started;
+    await sleep(Math.min(MAX_PAUSE_MS, Math.max(MIN_PAUSE_MS, heldMs)));
+  }
 }

@@ -145,6 +145,26 @@ export const MIGRATIONS: readonly string[] = [
     created_at_us INTEGER NOT NULL
   );
   `,
+  // 5 (issue 14): streaming events are never in `events`, but a client that reconnects must get the
+  // deltas it missed, after a restart too. The recent ones of each session are kept here (at least the
+  // last 10 minutes or the newest 10,000, whichever is more; server/stream-archive.ts prunes the rest).
+  `
+  CREATE TABLE IF NOT EXISTS stream_events (
+    session_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    timestamp_us INTEGER NOT NULL,
+    event_json TEXT NOT NULL,
+    PRIMARY KEY (session_id, id)
+  ) WITHOUT ROWID;
+  -- Per session, the id before which streaming events may be missing (pruned, or from before this
+  -- table existed): a replay from a cursor older than it cannot bring every delta, and says so.
+  CREATE TABLE IF NOT EXISTS stream_horizon (
+    session_id TEXT PRIMARY KEY,
+    before_id TEXT NOT NULL
+  ) WITHOUT ROWID;
+  INSERT OR IGNORE INTO stream_horizon (session_id, before_id)
+    SELECT session_id, max(id) FROM events GROUP BY session_id;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
