@@ -102,6 +102,30 @@ describe('metis conformance run', () => {
       'cursor_expired',
     ],
     ['json-only-liveness', ['protocol_pong_liveness', 'heartbeat'], ['protocol_pong_liveness'], 'heartbeat'],
+    [
+      'snapshot-live-state',
+      ['snapshot_as_of_its_id', 'cursor_expired'],
+      ['snapshot_as_of_its_id'],
+      'cursor_expired',
+    ],
+    [
+      'snapshot-hides-partial',
+      ['snapshot_mid_answer', 'cursor_expired'],
+      ['snapshot_mid_answer'],
+      'cursor_expired',
+    ],
+    [
+      'snapshot-hides-confirmation',
+      ['snapshot_pending_confirmation', 'cursor_expired'],
+      ['snapshot_pending_confirmation'],
+      'cursor_expired',
+    ],
+    [
+      'short-stream-window',
+      ['resume_window', 'snapshot_mid_answer'],
+      ['resume_window'],
+      'snapshot_mid_answer',
+    ],
   ];
   for (const [fault, only, mustFail, mustPass] of faults) {
     it(`the suite catches the ${fault} fault`, async () => {

@@ -1,6 +1,7 @@
 import { cancelChecks } from './checks-cancel.js';
 import { cancelAnswerChecks } from './checks-cancel-answers.js';
 import { frameChecks } from './checks-frames.js';
+import { snapshotPointChecks } from './checks-snapshot-point.js';
 import { type Check, streamChecks } from './checks-stream.js';
 import { invariantChecks, transportChecks } from './checks-transport.js';
 import { CheckContext, CheckFailure, type CheckOutcome, type ConformanceInfo } from './context.js';
@@ -12,6 +13,7 @@ export const ALL_CHECKS: readonly Check[] = [
   ...cancelAnswerChecks,
   ...transportChecks,
   ...frameChecks,
+  ...snapshotPointChecks,
   ...invariantChecks,
 ];
 

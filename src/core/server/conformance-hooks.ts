@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import Database from 'better-sqlite3';
 import { z } from 'zod';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newEventId } from '../events/ids.js';
@@ -18,6 +19,7 @@ const FloodBody = z.strictObject({
   count: z.number().int().min(1).max(100_000),
 });
 const UnknownBody = z.strictObject({ session_id: z.string().min(1) });
+const StallBody = z.strictObject({ ms: z.number().int().min(0).max(30_000) });
 
 /** A catalog type with a small payload, to fill a session's trace quickly. */
 const FLOOD_PAYLOAD = {
@@ -36,8 +38,12 @@ const FLOOD_PAUSE_MS = 10;
  *   GET  /_conformance          the settings the suite can rely on (heartbeat ms, queue bound, replay cap)
  *   POST /_conformance/flood    {session_id, count}: store `count` events in a session (replay_too_large)
  *   POST /_conformance/unknown  {session_id}: stream an event of a type no catalog has (forward compat)
+ *   POST /_conformance/stall-storage  {ms}: hold the database's write lock for `ms` from another
+ *                                connection, as a backup or a prune would: commits wait, the loop runs on;
+ *                                `ms: 0` lets a stall go now
  */
 export function conformanceRoutes(trace: TraceContext, settings: ConformanceSettings): ExtraRoute {
+  let releaseStall: (() => void) | null = null;
   return async function conformanceRoute(
     request: IncomingMessage,
     response: ServerResponse,
@@ -52,7 +58,7 @@ export function conformanceRoutes(trace: TraceContext, settings: ConformanceSett
           max_queue_events: settings.maxQueueEvents,
           replay_cap: settings.replayCap,
           faults: settings.faults,
-          hooks: ['flood', 'unknown'],
+          hooks: ['flood', 'unknown', 'stall-storage'],
         });
         return true;
       }
@@ -93,6 +99,13 @@ export function conformanceRoutes(trace: TraceContext, settings: ConformanceSett
         sendJson(response, 200, { event_id: id });
         return true;
       }
+      if (path === '/_conformance/stall-storage' && request.method === 'POST') {
+        const body = validate(StallBody, await readJson(request));
+        releaseStall?.();
+        releaseStall = body.ms === 0 ? null : holdWriteLock(trace.dbPath, body.ms);
+        sendJson(response, 200, { stalled_ms: body.ms });
+        return true;
+      }
       sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no conformance hook ${path}`);
       return true;
     } catch (error) {
@@ -106,4 +119,20 @@ export function conformanceRoutes(trace: TraceContext, settings: ConformanceSett
       return true;
     }
   };
+}
+
+/** Takes the write lock from a second connection and lets it go after `ms`; returns a release. */
+function holdWriteLock(dbPath: string, ms: number): () => void {
+  const holder = new Database(dbPath);
+  holder.pragma('busy_timeout = 1000');
+  holder.exec('BEGIN IMMEDIATE');
+  const release = () => {
+    clearTimeout(timer);
+    if (!holder.open) return;
+    holder.exec('COMMIT');
+    holder.close();
+  };
+  const timer = setTimeout(release, ms);
+  timer.unref();
+  return release;
 }
