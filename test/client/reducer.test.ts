@@ -256,11 +256,33 @@ describe('reducer: focused behaviour', () => {
     expect(reduce(reduce(loaded, resolved), snapshot).confirmations.conf_1!.status).toBe('allow');
   });
 
-  it("a snapshot taken mid-message carries the message's events so far; the deltas continue it", () => {
+  it('attached mid-message: the message starts after the snapshot, and the client builds it whole', () => {
     const frames = traceFrames('attach-mid-message');
     const at = frames.findIndex((f) => f.type === 'snapshot');
-    const snapshot = frames[at]!;
-    const inFlight = snapshot.in_flight_events as any[];
+    expect(frames[at]!.in_flight_events).toEqual([]);
+    const start = frames.findIndex(isEvent('message.start'));
+    expect(start).toBeGreaterThan(at);
+    const final = run(frames);
+    expect(final.mismatches).toBe(0);
+    expect(final.messages.find((m) => m.id === frames[start]!.event.payload.message_id)!.status).toBe(
+      'complete',
+    );
+  });
+
+  it("a snapshot whose in_flight_events carry a message's events so far (when the replay is too large); the deltas continue it", () => {
+    // The attach-mid-message trace as a server sends it when the replay after the point would be too
+    // large: the message's first events ride in the snapshot, and the stream goes on after them.
+    const recorded = traceFrames('attach-mid-message');
+    const at = recorded.findIndex((f) => f.type === 'snapshot');
+    const start = recorded.findIndex(isEvent('message.start'));
+    const cut = start + 7; // message.start and six deltas
+    const inFlight = recorded.slice(start, cut).map((f) => f.event);
+    const snapshot = {
+      ...recorded[at]!,
+      in_flight_events: inFlight,
+      snapshot_at_event_id: inFlight.at(-1).id,
+    };
+    const frames = [...recorded.slice(0, at), snapshot, ...recorded.slice(cut)];
     expect(inFlight[0].type).toBe('message.start');
     const afterSnapshot = run(frames.slice(0, at + 1));
     const streaming = afterSnapshot.messages.find((m) => m.id === inFlight[0].payload.message_id)!;

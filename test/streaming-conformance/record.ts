@@ -264,7 +264,10 @@ const SCENARIOS: Record<string, Scenario> = {
     return { rig, lines: client.raw, sessions: [sessionId] };
   },
 
-  /** A client attaches while a message streams: the snapshot carries the message's events so far. */
+  /**
+   * A client attaches while a message streams: the snapshot is taken before the message's model call
+   * started, and the call's events (message.start and the deltas so far) follow it (issue 14 obs. 2).
+   */
   'attach-mid-message': async () => {
     const rig = await startRig({ scripted: { slow_token_delay_ms: 10, slow_tokens: 30 } });
     const sessionId = await rig.createSession();
@@ -275,8 +278,9 @@ const SCENARIOS: Record<string, Scenario> = {
     await rig.context.flush();
     await client.barrier();
     client.close();
-    const snapshot = client.frames.find((f) => f.type === 'snapshot')!;
-    if ((snapshot.in_flight_events as unknown[]).length < 6) throw new Error('attached too late');
+    // Six deltas had streamed before the attach (slowTurnSixDeltasIn): the message must start after it.
+    if (!client.events().some((e) => e.type === 'message.start'))
+      throw new Error('the message did not start after the snapshot');
     return { rig, lines: client.raw, sessions: [sessionId] };
   },
 
