@@ -77,7 +77,9 @@ async function snapshotMidAnswer(ctx: CheckContext): Promise<string> {
     textOf(observer.events(), messageId),
     textOf(late.events(), messageId),
   );
-  return `${observer.events().filter((e) => e.type === 'text.delta').length} deltas, all of them after the snapshot`;
+  const deltas = (client: WireClient) =>
+    client.events().filter((e) => e.type === 'text.delta' && e.payload.message_id === messageId).length;
+  return `the late client got ${deltas(late)} of the answer's ${deltas(observer)} deltas, message.start first`;
 }
 
 async function snapshotPendingConfirmation(ctx: CheckContext): Promise<string> {
