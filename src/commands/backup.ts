@@ -1,5 +1,6 @@
 import { backupDatabase } from '../core/store/backup.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
+import { withSpinner } from './progress.js';
 
 export interface BackupOptions extends DatabaseOptions {
   json?: boolean;
@@ -15,5 +16,15 @@ export function printRecord(record: object, json: boolean | undefined): void {
 }
 
 export async function backupCommand(dest: string, options: BackupOptions): Promise<void> {
-  printRecord(backupDatabase({ dbPath: (await databaseFrom(options)).dbPath, dest }), options.json);
+  const { dbPath } = await databaseFrom(options);
+  const result = await withSpinner(
+    `backing up ${dbPath}`,
+    () => backupDatabase({ dbPath, dest }),
+    (done) => `backed up ${done.event_count.toLocaleString('en-US')} events (${megabytes(done.bytes)})`,
+  );
+  printRecord(result, options.json);
+}
+
+function megabytes(bytes: number): string {
+  return `${(bytes / 1_048_576).toFixed(1)} MB`;
 }

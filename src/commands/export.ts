@@ -31,6 +31,10 @@ export async function exportCommand(options: ExportOptions): Promise<void> {
     query,
     outPath: options.out,
     onProgress: ({ exported }) => progress.update(exported),
-  }).finally(() => progress.finish());
+  }).catch((error: unknown) => {
+    progress.fail('export stopped');
+    throw error;
+  });
+  progress.finish();
   console.error(`exported ${count} event${count === 1 ? '' : 's'} to ${path}`);
 }

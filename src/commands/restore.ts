@@ -1,6 +1,7 @@
 import { restoreDatabase } from '../core/store/restore.js';
 import { printRecord } from './backup.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
+import { withSpinner } from './progress.js';
 
 export interface RestoreOptions extends DatabaseOptions {
   force?: boolean;
@@ -8,10 +9,11 @@ export interface RestoreOptions extends DatabaseOptions {
 }
 
 export async function restoreCommand(src: string, options: RestoreOptions): Promise<void> {
-  const result = restoreDatabase({
-    src,
-    dbPath: (await databaseFrom(options)).dbPath,
-    force: options.force ?? false,
-  });
+  const { dbPath } = await databaseFrom(options);
+  const result = await withSpinner(
+    `checking ${src} and restoring it`,
+    () => restoreDatabase({ src, dbPath, force: options.force ?? false }),
+    () => `restored ${dbPath}`,
+  );
   printRecord(result, options.json);
 }

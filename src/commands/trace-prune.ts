@@ -49,7 +49,11 @@ export async function tracePruneCommand(options: TracePruneOptions): Promise<voi
     days,
     dryRun: options.dryRun ?? false,
     onProgress: ({ deleted, total }) => progress.update(deleted, total),
-  }).finally(() => progress.finish());
+  }).catch((error: unknown) => {
+    progress.fail('prune stopped');
+    throw error;
+  });
+  progress.finish(`deleted ${result.rows_deleted.toLocaleString('en-US')} events`);
   if (options.json) console.log(JSON.stringify(result, null, 2));
   else printHuman(result, days);
 }
