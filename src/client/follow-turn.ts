@@ -8,6 +8,8 @@ export interface FollowOptions {
   readonly sessionId: string;
   readonly message: string;
   readonly model?: string;
+  /** Stop following after this long (FollowTimeoutError); the turn goes on on the server. */
+  readonly timeoutMs?: number;
   /** Called once the server accepted the message, with the id of the turn it started. */
   readonly onSubmitted?: (turnId: string) => void;
   /** Called with each item and the state after it, to render. */
@@ -26,6 +28,17 @@ export class FollowTurnError extends Error {
   ) {
     super(message ?? failure?.message ?? 'the connection ended before the turn finished');
     this.name = 'FollowTurnError';
+  }
+}
+
+/** `timeoutMs` passed before the turn ended; the turn (when submitted) goes on on the server. */
+export class FollowTimeoutError extends Error {
+  constructor(
+    readonly turnId: string | null,
+    readonly timeoutMs: number,
+  ) {
+    super(`stopped following after ${timeoutMs / 1000} s`);
+    this.name = 'FollowTimeoutError';
   }
 }
 
@@ -75,6 +88,14 @@ export async function followTurn(
   let connects = 0;
   let lostTimer: NodeJS.Timeout | null = null;
   let lost = false;
+  let timedOut = false;
+  const deadline =
+    options.timeoutMs === undefined
+      ? null
+      : setTimeout(() => {
+          timedOut = true;
+          client.close();
+        }, options.timeoutMs).unref(); // the socket keeps the process alive; this never should
   for await (const item of client) {
     if (item.kind === 'status' && item.status === 'connected') connects += 1;
     if (item.kind === 'status' && item.status === 'connected' && connects > 1 && turnId !== null) {
@@ -126,6 +147,8 @@ export async function followTurn(
     }
   }
   if (lostTimer !== null) clearTimeout(lostTimer);
+  if (deadline !== null) clearTimeout(deadline);
+  if (timedOut && status === null) throw new FollowTimeoutError(turnId, options.timeoutMs ?? 0);
   if (lost && status === null) {
     throw new FollowTurnError(
       null,

@@ -91,6 +91,7 @@ export function registerCommands(program: Command): void {
     .option('--no-snapshot', 'start live, without the snapshot of the session')
     .option('--workers', "include the session's worker sessions")
     .option('--json', 'print one frame per line (for jq)')
+    .option('--timeout <duration>', 'stop after this long (90, 90s, 5m, 1h) and exit 0')
     .addOption(urlOption())
     .addOption(tokenOption())
     .addOption(clientConfigOption())
@@ -104,12 +105,16 @@ export function registerCommands(program: Command): void {
     .option('--follow', 'stream the turn until it ends')
     .option('--json', 'print JSON (ids, or frames with --follow)')
     .option('--detach', 'with --follow: Ctrl-C stops following and leaves the turn running')
+    .option(
+      '--timeout <duration>',
+      'with --follow: stop following after this long (90, 90s, 5m, 1h); exit 124, the turn goes on',
+    )
     .addOption(urlOption())
     .addOption(tokenOption())
     .addOption(clientConfigOption())
     .addHelpText(
       'after',
-      '\nWith --follow, Ctrl-C cancels the turn and shows its end; a second Ctrl-C (or the first with\n--detach) stops following and leaves the turn to the server.\n\nExit status with --follow: 0 the turn completed, 1 it failed (its last model call failed, or no\nmodel could serve it), 3 it was cancelled, 130 interrupted (the turn goes on).',
+      '\nWith --follow, Ctrl-C cancels the turn and shows its end; a second Ctrl-C (or the first with\n--detach) stops following and leaves the turn to the server.\n\nExit status with --follow: 0 the turn completed, 1 it failed (its last model call failed, or no\nmodel could serve it), 3 it was cancelled, 124 --timeout passed first, 130 interrupted (the turn\ngoes on in both).',
     )
     .action(async (session, message, options) =>
       (await import('./send.js')).sendCommand(session, message, options),

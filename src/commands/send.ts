@@ -1,9 +1,10 @@
-import { FollowTurnError, followTurn } from '../client/follow-turn.js';
+import { FollowTimeoutError, FollowTurnError, followTurn } from '../client/follow-turn.js';
 import { liveTextWriter } from '../client/live-text.js';
 import { initialState } from '../client/reducer.js';
 import { visibleJson } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget } from './api-request.js';
+import { parseFollowTimeout } from './follow-timeout.js';
 import { answeringInPlace, canAskInPlace } from './in-place-approvals.js';
 import { serverTarget } from './server-target.js';
 import { failureError } from './tail.js';
@@ -17,6 +18,7 @@ export interface SendOptions {
   config?: string;
   json?: boolean;
   detach?: boolean;
+  timeout?: string;
 }
 
 /** `metis send <session> "message"`, or `metis send --new "message"` to start a session. */
@@ -25,6 +27,7 @@ export async function sendCommand(
   second: string | undefined,
   options: SendOptions,
 ): Promise<void> {
+  const timeoutMs = parseFollowTimeout(options.timeout);
   const target: ServerTarget = await serverTarget(options);
   const message = options.new ? first : second;
   if (!message)
@@ -60,6 +63,7 @@ export async function sendCommand(
     sessionId: id,
     message,
     model: options.model,
+    timeoutMs,
     onSubmitted: (turnId) => interrupts.following(turnId),
     render: (item, state) => {
       if (options.json) {
@@ -70,7 +74,7 @@ export async function sendCommand(
     },
   })
     .catch((error: unknown) => {
-      throw followError(error, target);
+      throw followError(error, target, id);
     })
     .finally(async () => {
       interrupts.stop();
@@ -81,7 +85,17 @@ export async function sendCommand(
 }
 
 /** The CLI error for a follow that failed: the server refused the client, or refused the turn. */
-function followError(error: unknown, target: ServerTarget): unknown {
+function followError(error: unknown, target: ServerTarget, sessionId: string): unknown {
+  if (error instanceof FollowTimeoutError) {
+    const turn = error.turnId === null ? 'the message was not sent' : `turn ${error.turnId} goes on`;
+    return new MetisError(
+      'METIS_ERR_FOLLOW_TIMEOUT',
+      `stopped following after ${error.timeoutMs / 1000} s (--timeout); ${turn}`,
+      error.turnId === null
+        ? {}
+        : { hint: `Follow it: metis tail ${sessionId}   Stop it: metis cancel ${sessionId}` },
+    );
+  }
   if (error instanceof FollowTurnError) {
     return error.failure === null
       ? new MetisError('METIS_ERR_REQUEST_FAILED', error.message)

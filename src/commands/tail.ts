@@ -7,6 +7,7 @@ import { CATALOG } from '../core/events/catalog/index.js';
 import { PRESETS } from '../core/events/presets.js';
 import { STREAMING } from '../core/events/streaming.js';
 import { apiRequest, type ServerTarget, unauthorized } from './api-request.js';
+import { parseFollowTimeout } from './follow-timeout.js';
 import { answeringInPlace, canAskInPlace } from './in-place-approvals.js';
 import { serverTarget } from './server-target.js';
 
@@ -20,6 +21,7 @@ export interface TailOptions {
   url?: string;
   token?: string;
   config?: string;
+  timeout?: string;
 }
 
 export function filterFrom(options: TailOptions) {
@@ -69,6 +71,15 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
     failFast: true,
   });
   process.once('SIGINT', () => client.close());
+  const timeoutMs = parseFollowTimeout(options.timeout);
+  let timedOut = false;
+  const deadline =
+    timeoutMs === undefined
+      ? null
+      : setTimeout(() => {
+          timedOut = true;
+          client.close();
+        }, timeoutMs).unref();
   // `--types` asks for particular events: show whatever of them arrives.
   const detailed = options.preset === 'full' || options.types !== undefined;
   const liveText = liveTextWriter(sessionId, { serverUrl: url, detailed });
@@ -94,7 +105,9 @@ export async function tailCommand(sessionId: string, options: TailOptions): Prom
       if (said !== null) process.stdout.write(`${paint('you', color)}: ${visibleText(said)}\n`);
     }
   }
-  throwIfFailed(client, url, token);
+  if (deadline !== null) clearTimeout(deadline);
+  if (timedOut && !options.json) process.stderr.write(`stopped after ${timeoutMs! / 1000} s (--timeout)\n`);
+  if (!timedOut) throwIfFailed(client, url, token);
 }
 
 /** The text of the user's message that started `turnId`, or null when it cannot be read. */

@@ -121,6 +121,12 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'The plugin failed while loading or starting; see the message, or remove it from `plugins` in config.',
   },
+  // 124 as timeout(1) reports a command it stopped: a script tells "gave up" from "failed".
+  METIS_ERR_FOLLOW_TIMEOUT: {
+    status: 504,
+    exitCode: 124,
+    hint: 'The turn goes on on the server: `metis tail <session>` follows it, `metis cancel <session>` stops it.',
+  },
   METIS_ERR_SERVER_UNREACHABLE: {
     status: 503,
     exitCode: 1,
