@@ -1,11 +1,9 @@
 import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { createRuntime } from '../../src/core/runtime/runtime.js';
-import { startServer } from '../../src/core/server/server.js';
+import { describe, expect, it } from 'vitest';
 import { ofType, subscribe, sync, waitForEvents } from '../helpers/protocol.js';
-import { testRuntimeConfig } from '../helpers/runtime-config.js';
 import { startTestServer, type TestClient, type TestServer } from '../helpers/server.js';
-import { tempDir, tempTraceContext } from '../helpers/tmp.js';
+import { serverOnFile } from '../helpers/server-on-file.js';
+import { tempDir } from '../helpers/tmp.js';
 
 /**
  * Issue 14 observation 6: streaming §6.5 makes cancel idempotent, so a second cancel of a turn that
@@ -90,18 +88,7 @@ describe('a second cancel of the same turn is a no-op, not an error (§6.5)', ()
   it('a turn that ended before a restart is found in the store: 202 already_ended over HTTP and in the runtime', async () => {
     const dbPath = join(tempDir(), 'metis.db');
     const workspace = tempDir('metis-ws-');
-    const open = async () => {
-      const context = tempTraceContext({ dbPath });
-      const runtime = createRuntime({ bus: context.bus, db: context.db, config: testRuntimeConfig({}) });
-      const server = await startServer(runtime, context, { port: 0 });
-      const stop = async () => {
-        await server.close();
-        await runtime.close();
-        await context.close();
-      };
-      onTestFinished(stop);
-      return { runtime, server, stop };
-    };
+    const open = () => serverOnFile(dbPath);
     const before = await open();
     const session = before.runtime.createSession({ workspacePath: workspace });
     const { turnId, done } = before.runtime.submitTurn(session.id, 'hello');

@@ -1,13 +1,11 @@
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { renderSpecOnly } from '../../src/client/conformance/spec-render.js';
-import { createRuntime } from '../../src/core/runtime/runtime.js';
-import { startServer } from '../../src/core/server/server.js';
 import { subscribe, subscribeOn, waitForEvents } from '../helpers/protocol.js';
-import { testRuntimeConfig } from '../helpers/runtime-config.js';
 import { openClient, startTestServer, type TestClient } from '../helpers/server.js';
-import { tempDir, tempTraceContext } from '../helpers/tmp.js';
+import { serverOnFile } from '../helpers/server-on-file.js';
+import { tempDir } from '../helpers/tmp.js';
 
 /**
  * Issue 14: a client written from the spec alone (src/client/conformance/spec-render.ts: snapshot
@@ -123,18 +121,7 @@ describe('a spec-only client attached at any point renders right (issue 14)', ()
   it('after a restart: the snapshot alone is the whole screen', async () => {
     const dbPath = join(tempDir(), 'metis.db');
     const workspace = tempDir('metis-ws-');
-    const open = async () => {
-      const context = tempTraceContext({ dbPath });
-      const runtime = createRuntime({ bus: context.bus, db: context.db, config: testRuntimeConfig({}) });
-      const server = await startServer(runtime, context, { port: 0 });
-      const stop = async () => {
-        await server.close();
-        await runtime.close();
-        await context.close();
-      };
-      onTestFinished(stop);
-      return { runtime, server, stop };
-    };
+    const open = () => serverOnFile(dbPath);
     const before = await open();
     const session = before.runtime.createSession({ workspacePath: workspace });
     for (const message of ['think: tides', 'time', 'hello'])

@@ -1,13 +1,12 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { createRuntime } from '../../src/core/runtime/runtime.js';
-import { type ServerOptions, startServer } from '../../src/core/server/server.js';
+import { describe, expect, it } from 'vitest';
+import type { ServerOptions } from '../../src/core/server/server.js';
 import { MIGRATIONS } from '../../src/core/store/schema.js';
 import { subscribe, subscribeReply, sync, waitForEvents } from '../helpers/protocol.js';
-import { testRuntimeConfig } from '../helpers/runtime-config.js';
 import { openClient, startTestServer, type TestClient, type TestServer } from '../helpers/server.js';
-import { tempDir, tempTraceContext } from '../helpers/tmp.js';
+import { serverOnFile } from '../helpers/server-on-file.js';
+import { tempDir } from '../helpers/tmp.js';
 
 /**
  * Issue 14 obs. 3: a cursor seconds or minutes old resumes with every delta it missed (streaming
@@ -27,18 +26,7 @@ async function runTurn(
 
 /** A server on a given database file, reopened on the same file by calling it again. */
 async function serverOn(dbPath: string, workspace: string, options: ServerOptions = {}) {
-  const context = tempTraceContext({ dbPath });
-  const runtime = createRuntime({ bus: context.bus, db: context.db, config: testRuntimeConfig({}) });
-  const server = await startServer(runtime, context, { port: 0, ...options });
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    await server.close();
-    await runtime.close();
-    await context.close();
-  };
-  onTestFinished(stop);
+  const { context, server, stop } = await serverOnFile(dbPath, { server: options });
   const request = async (method: string, path: string, body?: unknown) => {
     const response = await fetch(`${server.url}${path}`, {
       method,
