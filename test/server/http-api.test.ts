@@ -434,6 +434,20 @@ describe('health, unknown routes and methods', () => {
     expect((await t.request('GET', `/sessions/${sessionId}`)).body.active_model).toBe('scripted:demo');
   });
 
+  it('a 405 names the methods the path takes in Allow (RFC 9110 §15.5.6)', async () => {
+    const t = await startTestServer();
+    const sessionId = await t.createSession();
+    const allow = async (method: string, path: string) => {
+      const response = await fetch(`${t.url}${path}`, { method });
+      expect(response.status).toBe(405);
+      return response.headers.get('allow');
+    };
+    expect(await allow('DELETE', '/sessions')).toBe('GET, POST');
+    expect(await allow('POST', '/healthz')).toBe('GET');
+    expect(await allow('GET', `/sessions/${sessionId}/model`)).toBe('PUT');
+    expect(await allow('PUT', '/metrics')).toBe('GET, HEAD');
+  });
+
   it('sends JSON with no-store and nosniff on every answer', async () => {
     const t = await startTestServer();
     const response = await fetch(`${t.url}/healthz`);

@@ -8,7 +8,7 @@ import type { TraceContext } from '../store/trace-context.js';
 import type { AttachTokens } from './attach-tokens.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
 import type { FaultSwitches } from './faults.js';
-import { HttpError, readJson, sendError, sendJson, validate } from './http-util.js';
+import { HttpError, readJson, sendError, sendJson, sendMethodNotAllowed, validate } from './http-util.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
 
@@ -195,11 +195,11 @@ export function createApi(context: ApiContext) {
     const path = url.pathname;
     try {
       if (await context.extraRoutes?.(request, response, path)) return;
-      let pathMatched = false;
+      const allowed: string[] = [];
       for (const [method, pattern, handler] of routes) {
         const match = pattern.exec(path);
         if (!match) continue;
-        pathMatched = true;
+        allowed.push(method);
         if (method !== request.method) continue;
         let params: string[];
         try {
@@ -212,13 +212,7 @@ export function createApi(context: ApiContext) {
         sendJson(response, status, body);
         return;
       }
-      if (pathMatched)
-        sendError(
-          response,
-          405,
-          'METIS_ERR_METHOD_NOT_ALLOWED',
-          `${request.method} is not allowed on ${path}`,
-        );
+      if (allowed.length > 0) sendMethodNotAllowed(response, request.method, path, allowed);
       else sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no route ${path}`);
     } catch (error) {
       if (error instanceof HttpError) return sendError(response, error.status, error.code, error.message);

@@ -43,11 +43,29 @@ const RETRY_AFTER_SECONDS: Readonly<Record<string, number>> = {
   METIS_ERR_BUS_OVERFLOW: 1,
 };
 
-export function sendError(response: ServerResponse, status: number, code: string, message: string): void {
+export function sendError(
+  response: ServerResponse,
+  status: number,
+  code: string,
+  message: string,
+  extraHeaders: Record<string, string> = {},
+): void {
   const retryAfter = RETRY_AFTER_SECONDS[code];
   const headers: Record<string, string> =
-    retryAfter === undefined ? {} : { 'retry-after': String(retryAfter) };
+    retryAfter === undefined ? { ...extraHeaders } : { ...extraHeaders, 'retry-after': String(retryAfter) };
   sendJson(response, status, { error: { code, message } }, headers);
+}
+
+/** A 405 with the `Allow` header RFC 9110 §15.5.6 requires: the methods the path does take. */
+export function sendMethodNotAllowed(
+  response: ServerResponse,
+  method: string | undefined,
+  path: string,
+  allowed: readonly string[],
+): void {
+  sendError(response, 405, 'METIS_ERR_METHOD_NOT_ALLOWED', `${method} is not allowed on ${path}`, {
+    allow: [...new Set(allowed)].sort().join(', '),
+  });
 }
 
 /** Reads a JSON body: `application/json` only (415), at most 1 MiB (413), valid JSON (400). */

@@ -4,7 +4,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
 import type { TraceWriter } from '../store/trace-writer.js';
 import type { CloseCause, ReplayOutcome, StreamCounters } from './client-connection.js';
-import { sendError } from './http-util.js';
+import { sendMethodNotAllowed } from './http-util.js';
 import { registerEventSeries } from './metrics-series.js';
 import { EventTally } from './metrics-tally.js';
 
@@ -158,12 +158,7 @@ export class ServerMetrics implements StreamCounters {
   /** `GET /metrics` (and HEAD) in the Prometheus text format; any other method is a 405. */
   async respond(request: IncomingMessage, response: ServerResponse): Promise<void> {
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      sendError(
-        response,
-        405,
-        'METIS_ERR_METHOD_NOT_ALLOWED',
-        `${request.method} is not allowed on /metrics`,
-      );
+      sendMethodNotAllowed(response, request.method, '/metrics', ['GET', 'HEAD']);
       return;
     }
     const text = await this.registry.metrics();
