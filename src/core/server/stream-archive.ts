@@ -28,6 +28,7 @@ const MAX_WAITING = 50_000;
  */
 const FLUSH_EVERY_MS = 20;
 const FLUSH_AT_EVENTS = 2_000;
+const PRUNE_SESSIONS_PER_FLUSH = 32;
 
 /**
  * The streaming events of each session's resume window, in the `stream_events` table (schema 5), so a
@@ -170,9 +171,11 @@ export class StreamArchive {
 
   /** Drops what falls out of every touched session's window, inside the writer's commit like the rows. */
   prune(): void {
-    this.lastPrune = nowMicros();
-    const sessions = [...this.touched];
-    this.touched.clear();
+    // A bounded share per transaction: each session costs an index walk of up to `minEvents` rows, and
+    // a restart puts every archived session in `touched`. The rest wait for the next flush.
+    const sessions = [...this.touched].slice(0, PRUNE_SESSIONS_PER_FLUSH);
+    for (const sessionId of sessions) this.touched.delete(sessionId);
+    if (this.touched.size === 0) this.lastPrune = nowMicros();
     const cutoffUs = nowMicros() - this.window.minAgeMs * 1000;
     const run = () => {
       for (const sessionId of sessions) {
