@@ -15,6 +15,7 @@
 import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { Server as SioServer } from 'socket.io';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { microsToIso, nowMicros } from '../../src/core/events/clock.js';
@@ -26,7 +27,7 @@ import { BENCH_EVENT_TYPE, benchInput, benchPayload } from './store-fixtures.js'
 import { type Handlers, serveRpc } from './stream-ipc.js';
 import { deltaText, nowNs, type WireTarget } from './stream-wire.js';
 
-type Mode = 'metis' | 'ws' | 'sio';
+type Mode = 'metis' | 'ws' | 'wsc' | 'sio';
 
 /** Deltas per assistant message: the metis server keeps in-flight messages' deltas for replay. */
 const DELTAS_PER_MESSAGE = 1_000;
@@ -46,8 +47,8 @@ interface Emitter {
 
 const mode = process.argv[2] as Mode;
 const dir = process.argv[3]!;
-if (!['metis', 'ws', 'sio'].includes(mode) || dir === undefined) {
-  throw new Error('usage: stream-server.ts <metis|ws|sio> <dir>');
+if (!['metis', 'ws', 'wsc', 'sio'].includes(mode) || dir === undefined) {
+  throw new Error('usage: stream-server.ts <metis|ws|wsc|sio> <dir>');
 }
 
 const immediate = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -168,16 +169,27 @@ async function startMetis(): Promise<Emitter> {
   };
 }
 
-/** The bare `ws` server: subscribe gets an ack, `replay` gets the prepared frames, deltas go to all. */
-async function startBareWs(): Promise<Emitter> {
+/**
+ * The bare `ws` server: subscribe gets an ack, `replay` gets the prepared frames, deltas go to all.
+ * `corked`: each client's frames of one event-loop turn leave in one socket write (cork, send each,
+ * uncork at the end of the turn), the coalescing metis does; else one write per frame.
+ */
+async function startBareWs(corked: boolean): Promise<Emitter> {
   const http = createServer((_request, response) => {
     response.writeHead(404).end();
   });
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_PAYLOAD, perMessageDeflate: false });
   const subscribed = new Set<WebSocket>();
+  const socketOf = new Map<WebSocket, Duplex>();
   let replayFrames: string[] = [];
+  let uncorkScheduled = false;
+  const uncorkAll = () => {
+    uncorkScheduled = false;
+    for (const socket of socketOf.values()) while (socket.writableCorked > 0) socket.uncork();
+  };
   http.on('upgrade', (request, socket, head) => {
     wss.handleUpgrade(request, socket, head, (ws) => {
+      socketOf.set(ws, socket);
       ws.on('message', (data) => {
         const text = String(data);
         if (text === 'replay') {
@@ -187,7 +199,10 @@ async function startBareWs(): Promise<Emitter> {
         subscribed.add(ws);
         ws.send('{"type":"subscribe_ack"}');
       });
-      ws.on('close', () => subscribed.delete(ws));
+      ws.on('close', () => {
+        subscribed.delete(ws);
+        socketOf.delete(ws);
+      });
     });
   });
   const base = await listen(http);
@@ -197,13 +212,23 @@ async function startBareWs(): Promise<Emitter> {
   let message = 0;
   let inMessage = 0;
   const target: WireTarget = { kind: 'ws', url: `${base.replace('http', 'ws')}/` };
+  const sendCorked = (ws: WebSocket, frame: string) => {
+    const socket = socketOf.get(ws);
+    if (socket !== undefined && socket.writableCorked === 0) socket.cork();
+    ws.send(frame);
+    if (!uncorkScheduled) {
+      uncorkScheduled = true;
+      setImmediate(uncorkAll);
+    }
+  };
   return {
     target,
     newSession: async () => target,
     emit: (seq) => {
       const event = deltaEvent(sessionId, turnId, parentId, `msg_bench_${message}`, seq);
       const frame = `{"type":"event","event":${JSON.stringify(event)}}`;
-      for (const ws of subscribed) ws.send(frame);
+      if (corked) for (const ws of subscribed) sendCorked(ws, frame);
+      else for (const ws of subscribed) ws.send(frame);
       inMessage += 1;
       if (inMessage === DELTAS_PER_MESSAGE) {
         message += 1;
@@ -281,7 +306,11 @@ async function startSocketIo(): Promise<Emitter> {
 }
 
 const emitter =
-  mode === 'metis' ? await startMetis() : mode === 'ws' ? await startBareWs() : await startSocketIo();
+  mode === 'metis'
+    ? await startMetis()
+    : mode === 'sio'
+      ? await startSocketIo()
+      : await startBareWs(mode === 'wsc');
 let seq = 0;
 
 const handlers: Handlers = {
