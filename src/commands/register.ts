@@ -1,4 +1,4 @@
-import { type Command, Option } from 'commander';
+import { Argument, type Command, Option } from 'commander';
 import { FAULT_NAMES } from '../core/server/faults.js';
 import { registerStoreCommands } from './register-store.js';
 
@@ -138,6 +138,20 @@ export function registerCommands(program: Command): void {
     .addOption(clientConfigOption())
     .action(async (session, turn, options) =>
       (await import('./session-commands.js')).cancelCommand(session, turn, options),
+    );
+
+  program
+    .command('feedback <session>')
+    .description('rate a turn (--turn) or the whole session: recorded as feedback.explicit')
+    .addArgument(new Argument('<rating>', 'up or down').choices(['up', 'down']))
+    .option('--turn <turn>', 'the turn rated (it must have ended); without it, the session')
+    .option('--comment <text>', 'a comment kept with the rating (recorded as private)')
+    .option('--json', 'print { event_id, scope, rating }')
+    .addOption(urlOption())
+    .addOption(tokenOption())
+    .addOption(clientConfigOption())
+    .action(async (session, rating, options) =>
+      (await import('./feedback.js')).feedbackCommand(session, rating, options),
     );
 
   program

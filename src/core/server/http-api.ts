@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { isMetisError, MetisError } from '../errors.js';
+import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { CANCEL_REASONS } from '../runtime/turn-runner.js';
 import { asStorageError } from '../store/storage-errors.js';
@@ -30,6 +31,11 @@ const ConfirmBody = z.strictObject({
     .optional(),
 });
 const ModelBody = z.strictObject({ model: modelId });
+const FeedbackBody = z.strictObject({
+  rating: z.enum(['thumbs_up', 'thumbs_down']),
+  turn_id: z.string().min(1).optional(),
+  comment: z.string().min(1).max(4_000).optional(),
+});
 const MessagesQuery = z.strictObject({
   before: z.string().min(1).optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
@@ -172,6 +178,25 @@ export function createApi(context: ApiContext) {
         const body = validate(ConfirmBody, await readJson(request));
         runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once', null, body.input_hash);
         return [200, { confirmation_request_id: requestId, decision: body.decision }];
+      },
+    ],
+    [
+      'POST',
+      /^\/sessions\/([^/]+)\/feedback$/,
+      async (request, [id]) => {
+        const body = validate(FeedbackBody, await readJson(request));
+        runtime.getSession(id!);
+        assertStorageWritable(trace);
+        // The rated turn's end may still wait for its commit: let it land before looking it up.
+        await untilCommitted(trace, null, context.commitWaitMs);
+        const event = recordExplicitFeedback(trace.bus, trace.db, {
+          sessionId: id!,
+          rating: body.rating,
+          turnId: body.turn_id ?? null,
+          comment: body.comment ?? null,
+        });
+        await untilCommitted(trace, event, context.commitWaitMs);
+        return [201, { event_id: event.id, scope: event.payload.scope, rating: body.rating }];
       },
     ],
     [
