@@ -48,7 +48,12 @@ function rawGet(url: string, headers: Record<string, string>): Promise<{ status:
 
 describe('GET /metrics', () => {
   it('counts real turns by outcome, model calls, tokens and cost by model, and every emitted event as committed', async () => {
-    const t = await startTestServer({ scripted: { slow_token_delay_ms: 5, slow_tokens: 400 } });
+    // No cool-down: the auth failure below takes the scripted provider out of routing, and the
+    // cancelled turn after it must still run.
+    const t = await startTestServer({
+      scripted: { slow_token_delay_ms: 5, slow_tokens: 400 },
+      provider_health: { cooldown_seconds: 0 },
+    });
     const sessionId = await t.createSession();
     const { client } = await subscribe(t, sessionId);
     for (const message of ['hello', 'time', 'slow: a short answer'])

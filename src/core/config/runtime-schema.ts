@@ -134,6 +134,16 @@ export const RuntimeConfigSchema = z.strictObject({
     .positive()
     .default(24 * 3600 * 1000),
   shell_timeout_ms: z.number().int().positive().default(120_000),
+  /** When a provider or model stops being routed to, and when it is tried again (docs/configuration.md). */
+  provider_health: z
+    .strictObject({
+      degraded_failures: z.number().int().positive().default(3),
+      window_seconds: z.number().int().positive().default(60),
+      consecutive_failures: z.number().int().positive().default(5),
+      failing_models: z.number().int().min(2).default(2),
+      cooldown_seconds: z.number().nonnegative().default(30),
+    })
+    .prefault({}),
   scripted: z
     .strictObject({
       token_delay_ms: z.number().int().nonnegative().default(15),

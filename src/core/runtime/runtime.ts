@@ -16,6 +16,7 @@ import { CostAccumulator } from './cost-accumulator.js';
 import { Delegations } from './delegations.js';
 import type { ConversationMessage } from './model-adapter.js';
 import { ModelRegistry } from './models/model-registry.js';
+import { ProviderHealth } from './provider-health.js';
 import { isSelfOrAncestor, selfAndDescendants } from './session-lineage.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { ToolDispatcher } from './tool-dispatcher.js';
@@ -108,6 +109,7 @@ export class Runtime {
   readonly models: ModelRegistry;
   readonly confirmations = new ConfirmationBroker();
   readonly costs = new CostAccumulator();
+  readonly health: ProviderHealth;
   private readonly bus: EventBus;
   private readonly logger: Logger;
   private readonly runner: TurnRunner;
@@ -125,6 +127,8 @@ export class Runtime {
     this.streaming = options.streaming ?? new StreamingChannel();
     this.sessions = new SessionStore(options.db);
     this.models = new ModelRegistry(this.config);
+    this.health = new ProviderHealth(this.config.provider_health);
+    this.models.health = this.health;
     this.beforeToolExecute = options.beforeToolExecute;
     const writer = writerOf(options.db);
     if (writer !== undefined) {
@@ -169,6 +173,7 @@ export class Runtime {
     const dispatcher = new ToolDispatcher(tools, this.config, this.sessions, this.confirmations, this.logger);
     this.runner = new TurnRunner(this.config, this.models, dispatcher, this.sessions, this.logger);
     this.costs.attach(this.bus);
+    this.health.attach(this.bus);
   }
 
   /** Creates a session and emits `session.created`. */
@@ -365,6 +370,7 @@ export class Runtime {
     }
     await Promise.all(pending);
     this.costs.detach(this.bus);
+    this.health.detach(this.bus);
   }
 
   /**

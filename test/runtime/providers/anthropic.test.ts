@@ -380,7 +380,13 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
     ]);
     const { outcome, events } = await turn(ctx, 'Say hello');
     expect(outcome.status).toBe('failed');
-    expect(shape(events)).toEqual([...HEAD, ...FAILED_TAIL]);
+    // An auth error takes the provider out of routing (bus §6.4), announced after the turn's events.
+    expect(shape(events)).toEqual([...HEAD, ...FAILED_TAIL, 'routing.provider_unavailable']);
+    expect(one(events, 'routing.provider_unavailable')).toMatchObject({
+      provider: 'anthropic',
+      scope: 'provider_wide',
+      trigger_reason: 'auth_error',
+    });
     const failed = one(events, 'llm.call_failed');
     expect(failed).toMatchObject({
       model: MODEL,

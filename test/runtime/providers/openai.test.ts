@@ -353,31 +353,42 @@ describe('openai adapter through the openai SDK against a replay server', () => 
   });
 
   it('HTTP errors map to auth and context_overflow without retries', async () => {
-    const ctx = await setup([
-      {
-        status: 401,
-        json: {
-          error: {
-            message: `Incorrect API key provided: ${KEY}`,
-            type: 'invalid_request_error',
-            code: 'invalid_api_key',
+    // No cool-down: the auth error's outage would otherwise keep the second call from being made.
+    const config = (url: string): RuntimeConfigInput => ({
+      default_model: MODEL,
+      providers: { openai: { base_url: `${url}/v1`, api_key: KEY } },
+      pricing: { 'openai:*': PRICE },
+      provider_health: { cooldown_seconds: 0 },
+    });
+    const ctx = await setup(
+      [
+        {
+          status: 401,
+          json: {
+            error: {
+              message: `Incorrect API key provided: ${KEY}`,
+              type: 'invalid_request_error',
+              code: 'invalid_api_key',
+            },
           },
         },
-      },
-      {
-        status: 400,
-        json: {
-          error: {
-            message: "This model's maximum context length is 128000 tokens.",
-            type: 'invalid_request_error',
-            code: 'context_length_exceeded',
+        {
+          status: 400,
+          json: {
+            error: {
+              message: "This model's maximum context length is 128000 tokens.",
+              type: 'invalid_request_error',
+              code: 'context_length_exceeded',
+            },
           },
         },
-      },
-    ]);
+      ],
+      {},
+      config,
+    );
     const first = await turn(ctx, 'Hello');
     expect(first.outcome.status).toBe('failed');
-    expect(shape(first.events)).toEqual([...HEAD, ...FAILED_TAIL]);
+    expect(shape(first.events)).toEqual([...HEAD, ...FAILED_TAIL, 'routing.provider_unavailable']);
     const auth = one(first.events, 'llm.call_failed');
     expect(auth).toMatchObject({ provider: 'openai', error_class: 'auth', retry_count: 0 });
     expect(auth.error_message_redacted).not.toContain(KEY);
@@ -386,6 +397,7 @@ describe('openai adapter through the openai SDK against a replay server', () => 
     expect(shape(second.events)).toEqual([
       ...HEAD,
       ...FAILED_TAIL,
+      'routing.provider_unavailable',
       'turn.started',
       'route.decided',
       'llm.call_started',

@@ -1,5 +1,6 @@
 import type { RuntimeConfig } from '../../config/runtime-schema.js';
 import type { ModelAdapter, ModelValidationFailure } from '../model-adapter.js';
+import type { ProviderHealth } from '../provider-health.js';
 import { registerConfiguredProviders } from './providers.js';
 import { ScriptedModel } from './scripted.js';
 
@@ -15,6 +16,8 @@ export type ModelResolution =
 export class ModelRegistry {
   private readonly factories = new Map<string, (model: string) => ModelAdapter>();
   private readonly unavailable = new Set<string>();
+  /** What the calls made so far say of each provider's health: an outage makes routing reject it. */
+  health: ProviderHealth | null = null;
 
   constructor(config: RuntimeConfig) {
     registerConfiguredProviders(this, config);
@@ -47,6 +50,8 @@ export class ModelRegistry {
       };
     }
     if (this.unavailable.has(provider)) return { ok: false, failure: 'provider_unavailable' };
+    const outage = this.health?.unroutable(model) ?? null;
+    if (outage !== null) return { ok: false, failure: 'provider_unavailable', detail: outage };
     const adapter = factory(model);
     const failure = adapter.validate?.(model) ?? null;
     return failure === null
