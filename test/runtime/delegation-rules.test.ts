@@ -23,11 +23,11 @@ function plannerModel(input: Record<string, unknown>): ModelAdapter {
     async *stream(request: ModelRequest): AsyncGenerator<AdapterChunk, AdapterResult, void> {
       if (request.messages.at(-1)!.role === 'tool') {
         yield { kind: 'text', index: 0, text: 'done' };
-        return { stop_reason: 'end_turn', usage: USAGE, request_id: 'r2' };
+        return { stop_reason: 'end_turn', usage: USAGE, provider_request_id: 'r2' };
       }
       yield { kind: 'tool_use_start', index: 0, tool_use_id: 'tu_planner_1', tool_name: 'delegate' };
       yield { kind: 'tool_use_end', index: 0, tool_use_id: 'tu_planner_1', final_input: input };
-      return { stop_reason: 'tool_use', usage: USAGE, request_id: 'r1' };
+      return { stop_reason: 'tool_use', usage: USAGE, provider_request_id: 'r1' };
     },
   };
 }
@@ -186,7 +186,7 @@ function failsAfterFirstCall(): ModelAdapter {
       }
       yield { kind: 'tool_use_start', index: 0, tool_use_id: 'tu_worker_1', tool_name: 'current_time' };
       yield { kind: 'tool_use_end', index: 0, tool_use_id: 'tu_worker_1', final_input: {} };
-      return { stop_reason: 'tool_use', usage: USAGE, request_id: 'w1' };
+      return { stop_reason: 'tool_use', usage: USAGE, provider_request_id: 'w1' };
     },
   };
 }

@@ -94,8 +94,8 @@ export interface TokenUsage {
 export interface AdapterResult {
   readonly stop_reason: StopReason;
   readonly usage: TokenUsage;
-  /** Provider-issued request id, for cross-referencing logs. */
-  readonly request_id: string;
+  /** The provider's own id of the request (its `request-id` header), for its logs and support; null if none. */
+  readonly provider_request_id: string | null;
 }
 
 export interface ModelAdapter {
@@ -127,6 +127,8 @@ export class AdapterError extends Error {
     readonly errorClass: ErrorClass,
     message: string,
     readonly retryCount = 0,
+    /** The provider's id of the request that failed, when its answer carried one. */
+    readonly providerRequestId: string | null = null,
   ) {
     super(message);
     this.name = 'AdapterError';

@@ -420,6 +420,7 @@ export class TurnRunner {
         error_message_redacted: redact(adapterError.message),
         retry_count: adapterError.retryCount,
         latency_ms: Math.round(performance.now() - started),
+        provider_request_id: adapterError.providerRequestId,
       });
       return {
         kind: wasCancelled ? 'cancelled' : 'failed',
@@ -450,6 +451,7 @@ export class TurnRunner {
       produced_tool_calls: content.filter((b) => b.type === 'tool_use').length,
       produced_thinking_blocks: content.filter((b) => b.type === 'thinking' || b.type === 'redacted_thinking')
         .length,
+      provider_request_id: result.provider_request_id,
     });
     return {
       kind: 'completed',

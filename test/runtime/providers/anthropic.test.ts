@@ -43,7 +43,9 @@ const assistantRows = (ctx: Context) =>
 
 describe('anthropic adapter through @anthropic-ai/sdk against a replay server', () => {
   it('plain text: deltas, usage with cache read/creation, cost, request shape, persisted message', async () => {
-    const ctx = await setup([{ fixture: 'anthropic-text.sse' }]);
+    const ctx = await setup([
+      { fixture: 'anthropic-text.sse', headers: { 'request-id': 'req_011anthropic' } },
+    ]);
     const { outcome, events } = await turn(ctx, 'Say hello');
     expect(outcome.status).toBe('completed');
     expect(shape(events)).toEqual([
@@ -76,6 +78,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
       ...usage,
       model: MODEL,
       provider: 'anthropic',
+      provider_request_id: 'req_011anthropic', // the provider's, beside metis's own on llm.call_started
       stop_reason: 'end_turn',
       produced_tool_calls: 0,
       produced_thinking_blocks: 0,
@@ -376,6 +379,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
       {
         status: 401,
         json: { type: 'error', error: { type: 'authentication_error', message: `invalid x-api-key ${KEY}` } },
+        headers: { 'request-id': 'req_011denied' },
       },
     ]);
     const { outcome, events } = await turn(ctx, 'Say hello');
@@ -391,6 +395,7 @@ describe('anthropic adapter through @anthropic-ai/sdk against a replay server', 
     expect(failed).toMatchObject({
       model: MODEL,
       provider: 'anthropic',
+      provider_request_id: 'req_011denied',
       error_class: 'auth',
       retry_count: 0,
     });

@@ -44,10 +44,12 @@ const rows = (ctx: Context) =>
 
 describe('openai adapter through the openai SDK against a replay server', () => {
   it('plain text: deltas, include_usage usage with cached tokens, cost, request shape, persisted message', async () => {
-    const ctx = await setup([{ fixture: 'openai-text.sse' }]);
+    const ctx = await setup([{ fixture: 'openai-text.sse', headers: { 'x-request-id': 'req_openai_1' } }]);
     const { outcome, events } = await turn(ctx, 'Say hello');
     expect(outcome.status).toBe('completed');
     expect(shape(events)).toEqual(TEXT_TURN);
+    expect(one(events, 'llm.call_completed').provider_request_id).toBe('req_openai_1');
+    expect(one(events, 'llm.call_started').request_id).toMatch(/^req_[0-9A-Z]{26}$/);
     expect(one(events, 'llm.call_started')).toMatchObject({ model: MODEL, provider: 'openai' });
     expect(texts(events, 'text.delta')).toEqual(['Hello', ' from', ' GPT.']);
     // prompt_tokens 130 of which 100 cached: input (uncached) 30, cached 100.

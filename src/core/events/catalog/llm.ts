@@ -35,6 +35,9 @@ export const llmCallCompleted = defineEventType({
     stop_reason: StopReasonSchema,
     produced_tool_calls: nonNegativeInt,
     produced_thinking_blocks: nonNegativeInt,
+    // Additive (§4.5): the provider's own request id; llm.call_started.request_id is metis's, minted
+    // before the request is sent (docs/decisions.md "The provider's request id").
+    provider_request_id: additive(z.string().min(1).max(200)),
     gateway_key_id: additive(z.string()),
     inbound_shape: additive(z.enum(['openai', 'anthropic'])),
     user_id: additive(z.string()),
@@ -68,6 +71,7 @@ export const llmCallFailed = defineEventType({
     error_message_redacted: z.string(),
     retry_count: nonNegativeInt,
     latency_ms: nonNegativeInt,
+    provider_request_id: additive(z.string().min(1).max(200)),
   }),
   sensitivity: 'pseudonymous',
   actors: ['agent'],

@@ -147,7 +147,6 @@ export class AnthropicAdapter implements ModelAdapter {
 
     const blocks = new Map<number, OpenBlock>();
     let nextIndex = 0;
-    let messageId: string | null = null;
     let stopReason: StopReason = 'end_turn';
     let stopped = false;
     const usage = {
@@ -175,7 +174,6 @@ export class AnthropicAdapter implements ModelAdapter {
     for await (const event of stream) {
       switch (event.type) {
         case 'message_start':
-          messageId = event.message.id;
           takeUsage(event.message.usage);
           break;
         case 'content_block_start': {
@@ -255,7 +253,7 @@ export class AnthropicAdapter implements ModelAdapter {
     // The SDK ends the iteration quietly when the request is aborted.
     if (signal.aborted) throw new AdapterError('cancelled', 'the request was cancelled');
     if (!stopped) throw new StreamIncompleteError('the stream ended before message_stop');
-    return { stop_reason: stopReason, usage, request_id: requestId ?? messageId ?? newId('req') };
+    return { stop_reason: stopReason, usage, provider_request_id: requestId ?? null };
   }
 }
 

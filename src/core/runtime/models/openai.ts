@@ -141,7 +141,6 @@ export class OpenAIAdapter implements ModelAdapter {
     let nextIndex = 0;
     let textIndex: number | null = null;
     let thinkingIndex: number | null = null;
-    let completionId: string | null = null;
     let finishReason: string | null = null;
     const calls = new Map<number, ToolCallState>();
     const usage = {
@@ -152,7 +151,6 @@ export class OpenAIAdapter implements ModelAdapter {
     };
 
     for await (const chunk of stream) {
-      completionId ??= chunk.id ?? null;
       if (chunk.usage) {
         const cached = chunk.usage.prompt_tokens_details?.cached_tokens ?? 0;
         usage.input_tokens = Math.max(0, (chunk.usage.prompt_tokens ?? 0) - cached);
@@ -226,7 +224,7 @@ export class OpenAIAdapter implements ModelAdapter {
     return {
       stop_reason: stopReasonOf(finishReason, madeCalls),
       usage,
-      request_id: requestId ?? completionId ?? newId('req'),
+      provider_request_id: requestId ?? null,
     };
   }
 }

@@ -67,7 +67,8 @@ export async function* streamWithRetries(options: {
         !yielded && failure.retryable && retries < policy.maxRetries
           ? retryDelayMs(retries, failure.retryAfterMs, policy)
           : null;
-      if (delay === null) throw new AdapterError(failure.errorClass, failure.message, retries);
+      if (delay === null)
+        throw new AdapterError(failure.errorClass, failure.message, retries, providerRequestIdOf(error));
       try {
         await sleep(delay, undefined, { signal });
       } catch {
@@ -79,4 +80,10 @@ export async function* streamWithRetries(options: {
       await attempt.return(undefined as never).catch(() => undefined);
     }
   }
+}
+
+/** The provider's request id on an SDK error (both SDKs call it `requestID`), if the answer had one. */
+function providerRequestIdOf(error: unknown): string | null {
+  const id = (error as { requestID?: unknown } | null)?.requestID;
+  return typeof id === 'string' && id.length > 0 ? id : null;
 }

@@ -122,7 +122,7 @@ export class ScriptedModel implements ModelAdapter {
         cached_input_tokens: 0,
         cache_creation_input_tokens: 0,
       },
-      request_id: requestId,
+      provider_request_id: requestId,
     };
   }
 
