@@ -14,6 +14,7 @@ import type { ChildProcessRecord } from './child-process-record.js';
 import { ConfirmationBroker, type ConfirmationRequest } from './confirmations.js';
 import { CostAccumulator } from './cost-accumulator.js';
 import { Delegations } from './delegations.js';
+import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
 import type { ConversationMessage } from './model-adapter.js';
 import { ModelRegistry } from './models/model-registry.js';
 import { ProviderHealth } from './provider-health.js';
@@ -85,6 +86,8 @@ interface LiveSession {
    * before its events are in the store, where older turns and those of earlier processes are found.
    */
   readonly endedTurnIds: string[];
+  /** What the implicit feedback heuristics remember of the session (none for workers). */
+  readonly feedback: FeedbackMemory | null;
   inactivityTimer: NodeJS.Timeout | null;
   ended: boolean;
 }
@@ -203,6 +206,7 @@ export class Runtime {
       turnCount: 0,
       turn: null,
       endedTurnIds: [],
+      feedback: options.parentSessionId == null ? new FeedbackMemory() : null,
       inactivityTimer: null,
       ended: false,
     };
@@ -241,15 +245,17 @@ export class Runtime {
     }
     if (options.model) assertModelId(options.model, 'model');
     const state: TurnState = { turnId: newId('turn'), controller: new AbortController(), cancelReason: null };
-    const done = this.runTurn(
-      session,
-      message,
-      options.model ?? null,
-      null,
-      state,
-      undefined,
-      this.startGate,
-    );
+    // A retry or a "no, actually…" judges the turn before; said once this turn has started.
+    const signal = session.feedback?.onMessage(state.turnId, message) ?? null;
+    const gate = this.startGate;
+    const startGate =
+      signal === null
+        ? gate
+        : async (turnStartedId: string) => {
+            emitSignal(this.bus, session.id, signal, turnStartedId);
+            await gate?.(turnStartedId);
+          };
+    const done = this.runTurn(session, message, options.model ?? null, null, state, undefined, startGate);
     return { turnId: state.turnId, done };
   }
 
@@ -318,6 +324,9 @@ export class Runtime {
   setStickyModel(sessionId: string, model: string): SessionInfo {
     assertConfiguredModel(this.models, model, 'model');
     const session = this.require(sessionId);
+    const swap =
+      session.turn === null ? (session.feedback?.onModelSwap(session.activeModel, model) ?? null) : null;
+    if (swap !== null) emitSignal(this.bus, session.id, swap, null);
     session.stickyModel = model;
     session.activeModel = model;
     this.sessions.setStickyModel(sessionId, model);
@@ -334,12 +343,18 @@ export class Runtime {
     // The cost accumulator is a bus subscriber: let it see the calls emitted since the last dispatch
     // (a worker is ended right after its turn), or total_cost_usd would leave them out.
     this.bus.dispatchNow();
-    new TurnEvents(this.bus, this.streaming, sessionId, null, false).emit('session.ended', null, {
-      disposition,
-      turn_count: session.turnCount,
-      total_cost_usd: this.costs.costOf(sessionId),
-      duration_seconds: Math.max(0, nowMicros() - session.createdAtUs) / 1_000_000,
-    });
+    const ended = new TurnEvents(this.bus, this.streaming, sessionId, null, false).emit(
+      'session.ended',
+      null,
+      {
+        disposition,
+        turn_count: session.turnCount,
+        total_cost_usd: this.costs.costOf(sessionId),
+        duration_seconds: Math.max(0, nowMicros() - session.createdAtUs) / 1_000_000,
+      },
+    );
+    const signal = session.feedback?.onSessionEnd(disposition) ?? null;
+    if (signal !== null) emitSignal(this.bus, sessionId, signal, ended.id);
   }
 
   getSession(sessionId: string): SessionInfo {
@@ -423,12 +438,15 @@ export class Runtime {
           wallTimeSeconds: 0,
         };
       })
-      .finally(() => {
+      .then((outcome) => {
         clearTimeout(timer);
         session.turn = null;
         session.endedTurnIds.push(state.turnId);
         if (session.endedTurnIds.length > REMEMBERED_ENDED_TURNS) session.endedTurnIds.shift();
+        if (session.feedback !== null)
+          session.feedback.lastEnded = { turnId: state.turnId, status: outcome.status, model: outcome.model };
         this.touch(session);
+        return outcome;
       });
     return entry.done;
   }
@@ -487,6 +505,7 @@ export class Runtime {
       turnCount: this.sessions.turnCount(stored.id),
       turn: null,
       endedTurnIds: [],
+      feedback: stored.parent_session_id === null ? new FeedbackMemory() : null,
       inactivityTimer: null,
       ended: stored.status === 'ended',
     };
