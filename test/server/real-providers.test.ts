@@ -25,6 +25,8 @@ interface Provider {
   readonly toolAnswer: string;
   /** Whether the tool-use recording streams text before its tool use, as the scripted model does. */
   readonly toolPreface: boolean;
+  /** The header the provider names its request by (on every answer, as the real APIs send it). */
+  readonly requestIdHeader: string;
 }
 
 const PROVIDERS: readonly Provider[] = [
@@ -36,6 +38,7 @@ const PROVIDERS: readonly Provider[] = [
     toolUse: 'anthropic-tool-use.sse',
     toolAnswer: 'anthropic-tool-answer.sse',
     toolPreface: true,
+    requestIdHeader: 'request-id',
   },
   {
     name: 'openai',
@@ -45,6 +48,7 @@ const PROVIDERS: readonly Provider[] = [
     toolUse: 'openai-tool-call.sse',
     toolAnswer: 'openai-tool-answer.sse',
     toolPreface: false,
+    requestIdHeader: 'x-request-id',
   },
 ];
 
@@ -186,7 +190,9 @@ describe.each(PROVIDERS)('real $name provider through the server against a repla
     const reference = await startTestServer();
     const scripted = await wireTurn(reference, 'hello there');
 
-    const replay = await startReplayServer([{ fixture: p.text }]);
+    const replay = await startReplayServer([
+      { fixture: p.text, headers: { [p.requestIdHeader]: 'req_replay_1' } },
+    ]);
     const t = await providerServer(p, replay);
     const real = await wireTurn(t, 'Say hello');
     expect(replay.requests).toHaveLength(1);
@@ -243,7 +249,10 @@ describe.each(PROVIDERS)('real $name provider through the server against a repla
     const reference = await startTestServer();
     const scripted = await wireTurn(reference, 'read: notes.txt');
 
-    const replay = await startReplayServer([{ fixture: p.toolUse }, { fixture: p.toolAnswer }]);
+    const replay = await startReplayServer([
+      { fixture: p.toolUse, headers: { [p.requestIdHeader]: 'req_replay_1' } },
+      { fixture: p.toolAnswer, headers: { [p.requestIdHeader]: 'req_replay_2' } },
+    ]);
     const t = await providerServer(p, replay);
     const real = await wireTurn(t, 'What do my notes say?');
     expect(replay.requests).toHaveLength(2);
