@@ -141,6 +141,30 @@ export function registerCommands(program: Command): void {
     );
 
   program
+    .command('init')
+    .description(
+      'write a commented metis.config.yaml: asks for the provider, model, key variable and plugins',
+    )
+    .addOption(
+      new Option('--provider <name>', 'the models metis calls (default scripted: built in, no key)').choices([
+        'scripted',
+        'anthropic',
+        'openai',
+        'ollama',
+        'openai-compatible',
+      ]),
+    )
+    .option('--model <name>', "the model's name at the provider, without the provider: prefix")
+    .option('--key-env <variable>', 'the environment variable that holds the API key (never the key itself)')
+    .option('--base-url <url>', "ollama and openai-compatible: the server's /v1 URL")
+    .option('--plugin <name...>', 'plugins to load: jsonl-sink, webhook, otel or a module path')
+    .option('--yes', 'ask nothing: the flags given, defaults for the rest (needed without a terminal)')
+    .option('--force', 'replace an existing file')
+    .option('--out <file>', 'where to write (default ./metis.config.yaml)')
+    .option('--json', 'print { path, provider, model, keyEnv, baseUrl, plugins, key_env_set }')
+    .action(async (options) => (await import('./init.js')).initCommand(options));
+
+  program
     .command('feedback <session>')
     .description('rate a turn (--turn) or the whole session: recorded as feedback.explicit')
     .addArgument(new Argument('<rating>', 'up or down').choices(['up', 'down']))
