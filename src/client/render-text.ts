@@ -137,6 +137,29 @@ export function renderItem(
     case 'llm.call_completed':
       if (!options.detailed) return '';
       return `${worker}${paint(options, 'dim', `  model call done: ${p.input_tokens} in, ${p.output_tokens} out, ${p.latency_ms} ms, $${Number(p.cost_usd).toFixed(6)} (${v(p.stop_reason)})`)}\n`;
+    case 'provider.degraded':
+      if (!options.detailed) return '';
+      return `${worker}  ${paint(options, 'yellow', `! ${v(p.provider)} degraded: ${p.recent_failure_count} failures in ${p.window_seconds} s`)}\n`;
+    case 'routing.provider_unavailable': {
+      if (!options.detailed) return '';
+      const what =
+        p.scope === 'provider_wide' ? `provider ${v(p.provider)}` : v((p.models_affected ?? []).join(', '));
+      return `${worker}  ${paint(options, 'red', `✗ ${what} out of routing (${v(p.trigger_reason)})`)}\n`;
+    }
+    case 'routing.provider_recovered': {
+      if (!options.detailed) return '';
+      const what =
+        p.scope === 'provider_wide' ? `provider ${v(p.provider)}` : v((p.models_recovered ?? []).join(', '));
+      return `${worker}  ${paint(options, 'green', `✓ ${what} back in routing after ${Math.round(Number(p.downtime_seconds))} s`)}\n`;
+    }
+    case 'feedback.explicit': {
+      if (!options.detailed) return '';
+      const rated = p.scope === 'turn' ? `turn ${v(p.subject_turn_id)}` : 'the session';
+      return `${worker}${paint(options, 'dim', `  ${p.rating === 'thumbs_up' ? '👍' : '👎'} ${rated}${p.comment ? `: ${v(p.comment)}` : ''}`)}\n`;
+    }
+    case 'feedback.implicit':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  signal: ${v(p.type)} of turn ${v(p.subject_turn_id)} (confidence ${p.confidence})`)}\n`;
     case 'tool.input_invalid':
       if (!options.detailed) return '';
       return `${worker}  ${paint(options, 'red', `✗ invalid input for ${v(p.tool_name)}`)}: ${v((p.validation_errors ?? []).join('; '))}\n`;
