@@ -28,6 +28,8 @@ export const RoutingRuleSchema = z.strictObject({
   model: modelId,
 });
 
+export type RoutingRule = z.output<typeof RoutingRuleSchema>;
+
 /**
  * One model provider (docs/providers.md). `kind` picks the SDK; `anthropic` and `openai` are built in
  * (see BUILT_IN_PROVIDERS) and may be configured without it. The key is read from the environment
@@ -68,6 +70,13 @@ export const RuntimeConfigSchema = z.strictObject({
   /** Per-workspace default models, keyed by absolute workspace path. */
   workspace_models: z.record(z.string(), modelId).default({}),
   routing_rules: z.array(RoutingRuleSchema).default([]),
+  /**
+   * The routing rules from their own file (YAML or JSON: `rules: [...]`), re-read when it changes;
+   * `routing_rules` apply until it first loads (runtime/routing-policy.ts).
+   */
+  routing_policy_file: z.string().min(1).nullable().default(null),
+  /** How often the policy file is checked for changes. */
+  routing_policy_poll_ms: z.number().int().min(10).max(60_000).default(1_000),
   /**
    * Every field has its own default and the object is prefaulted with `{}`, so a partial object (one
    * tier only) is merged over the defaults; unknown keys are still errors.

@@ -1,5 +1,5 @@
 import { routingPattern } from '../config/routing-pattern.js';
-import type { RuntimeConfig } from '../config/runtime-schema.js';
+import type { RoutingRule, RuntimeConfig } from '../config/runtime-schema.js';
 import type { ModelValidationFailure } from './model-adapter.js';
 import type { ModelRegistry } from './models/model-registry.js';
 
@@ -67,9 +67,10 @@ export function decideRoute(
   input: RouteInput,
   config: RuntimeConfig,
   models: ModelRegistry,
+  rules: readonly RoutingRule[] = config.routing_rules,
 ): RouteDecision | NoRoute {
   const started = performance.now();
-  const candidates = candidatesFor(input, config);
+  const candidates = candidatesFor(input, config, rules);
   const chain: ChainEntry[] = [];
   let winner = -1;
   ROUTING_POLICIES.forEach((policy, index) => {
@@ -109,9 +110,13 @@ export function decideRoute(
   return { chosen_model: chain[winner]!.candidate_model!, winner_index: winner, elapsed_ms, chain };
 }
 
-function candidatesFor(input: RouteInput, config: RuntimeConfig): Record<RoutingPolicy, Candidate> {
+function candidatesFor(
+  input: RouteInput,
+  config: RuntimeConfig,
+  rules: readonly RoutingRule[],
+): Record<RoutingPolicy, Candidate> {
   // RE2, not RegExp: a rule's match time is linear in the message whatever its pattern (issue 12).
-  const rule = config.routing_rules.find((r) => routingPattern(r.match).test(input.messageText));
+  const rule = rules.find((r) => routingPattern(r.match).test(input.messageText));
   const workspaceModel = config.workspace_models[input.workspacePath] ?? null;
   return {
     per_message_override: input.overrideModel
@@ -128,7 +133,7 @@ function candidatesFor(input: RouteInput, config: RuntimeConfig): Record<Routing
         ? { model: rule.model, reason: `message matches rule "${rule.name}"`, rule_name: rule.name }
         : {
             model: null,
-            reason: config.routing_rules.length ? 'no rule matches the message' : 'no rules configured',
+            reason: rules.length ? 'no rule matches the message' : 'no rules configured',
           },
     pattern: { model: null, reason: 'pattern routing is not implemented in metis' },
     delegate_request: input.delegateModel

@@ -18,6 +18,7 @@ import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
 import type { ConversationMessage } from './model-adapter.js';
 import { ModelRegistry } from './models/model-registry.js';
 import { ProviderHealth } from './provider-health.js';
+import { RoutingPolicy } from './routing-policy.js';
 import { isSelfOrAncestor, selfAndDescendants } from './session-lineage.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { ToolDispatcher } from './tool-dispatcher.js';
@@ -117,7 +118,8 @@ export class Runtime {
   private readonly logger: Logger;
   private readonly runner: TurnRunner;
   private readonly live = new Map<string, LiveSession>();
-  private readonly routingPolicyVersion: string;
+  /** The routing rules in effect and their version (runtime.routing_policy_file, re-read on change). */
+  readonly routing: RoutingPolicy;
   private readonly beforeToolExecute?: () => Promise<void>;
   /** A user's turn waits for its `turn.started` to be stored before it calls a model (see TurnRequest). */
   private readonly startGate?: (turnStartedId: string) => Promise<void>;
@@ -137,14 +139,7 @@ export class Runtime {
     if (writer !== undefined) {
       this.startGate = (id) => writer.whenCommitted(id, DEFAULT_COMMIT_WAIT_MS);
     }
-    this.routingPolicyVersion = sha256(
-      JSON.stringify([
-        this.config.default_model,
-        this.config.workspace_models,
-        this.config.routing_rules,
-        this.config.worker_tiers,
-      ]),
-    );
+    this.routing = new RoutingPolicy(this.config, this.bus);
     const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>
         this.createSession({
@@ -174,7 +169,14 @@ export class Runtime {
       ...(options.tools ?? []),
     ];
     const dispatcher = new ToolDispatcher(tools, this.config, this.sessions, this.confirmations, this.logger);
-    this.runner = new TurnRunner(this.config, this.models, dispatcher, this.sessions, this.logger);
+    this.runner = new TurnRunner(
+      this.config,
+      this.models,
+      dispatcher,
+      this.sessions,
+      this.logger,
+      () => this.routing.rules,
+    );
     this.costs.attach(this.bus);
     this.health.attach(this.bus);
   }
@@ -223,7 +225,7 @@ export class Runtime {
       workspace_path: workspacePath,
       workspace_hash: session.workspaceHash,
       initial_active_model: model,
-      routing_policy_version: this.routingPolicyVersion,
+      routing_policy_version: this.routing.version,
     });
     this.touch(session);
     return this.info(session);
@@ -385,6 +387,7 @@ export class Runtime {
     }
     await Promise.all(pending);
     this.costs.detach(this.bus);
+    this.routing.close();
     this.health.detach(this.bus);
   }
 
@@ -528,7 +531,7 @@ export class Runtime {
       workspace_path: session.workspacePath,
       parent_session_id: session.parentSessionId,
       active_model: session.activeModel,
-      routing_policy_version: this.routingPolicyVersion,
+      routing_policy_version: this.routing.version,
       turn_count: session.turnCount,
       cost_so_far_usd: this.costs.costOf(session.id),
       current_turn_id: session.turn?.state.turnId ?? null,

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { RuntimeConfig } from '../config/runtime-schema.js';
+import type { RoutingRule, RuntimeConfig } from '../config/runtime-schema.js';
 import { newId } from '../events/ids.js';
 import type { SessionStore } from '../store/session-store.js';
 import { MessageBuilder } from './message-builder.js';
@@ -124,6 +124,8 @@ export class TurnRunner {
     private readonly dispatcher: ToolDispatcher,
     private readonly sessions: SessionStore,
     private readonly logger: Logger,
+    /** The routing rules in effect now (a policy file can change them while the server runs). */
+    private readonly routingRules: () => readonly RoutingRule[] = () => config.routing_rules,
   ) {}
 
   /**
@@ -197,6 +199,7 @@ export class TurnRunner {
       },
       this.config,
       this.models,
+      this.routingRules(),
     );
     // Empty only on the no-route path below, where no model serves the turn.
     const model = route.chosen_model ?? '';

@@ -1,0 +1,84 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { MetisEvent } from '../../src/core/events/envelope.js';
+import { startRuntime } from '../helpers/runtime.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/**
+ * Issue 18 point 2: the routing rules from their own file, re-read while the runtime runs; a file that
+ * does not load is reported with every error and the last good rules stay (bus §6.4).
+ */
+
+const POLL_MS = 20;
+
+async function until(condition: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 200 && !condition(); i += 1) await new Promise((resolve) => setTimeout(resolve, 10));
+  if (!condition()) throw new Error(`timed out waiting for ${what}`);
+}
+
+function harness(initial: string, name = 'policy.yaml') {
+  const path = join(tempDir(), name);
+  writeFileSync(path, initial);
+  const h = startRuntime({ routing_policy_file: path, routing_policy_poll_ms: POLL_MS });
+  const session = h.runtime.createSession({ workspacePath: h.workspace });
+  const chosenFor = async (message: string) => {
+    const { turnId, done } = h.runtime.submitTurn(session.id, message);
+    await h.settle(done);
+    const decided = h.frames.find((e) => e.type === 'route.decided' && e.turn_id === turnId)!;
+    return decided.payload.chosen_model as string;
+  };
+  const invalid = (): MetisEvent[] => h.frames.filter((e) => e.type === 'routing.policy_invalid');
+  return { h, path, session, chosenFor, invalid };
+}
+
+describe('a routing policy file', () => {
+  it('its rules route; an edit takes effect without a restart, and the version follows it', async () => {
+    const { h, path, session, chosenFor } = harness(
+      'rules:\n  - { name: code, match: "\\\\bcode\\\\b", model: "scripted:coder" }\n',
+    );
+    expect(await chosenFor('write some code')).toBe('scripted:coder');
+    const before = h.runtime.getSession(session.id).routing_policy_version;
+    writeFileSync(path, 'rules:\n  - { name: poems, match: poem, model: "scripted:poet" }\n');
+    await until(() => h.runtime.routing.version !== before, 'the edit to be read');
+    expect(await chosenFor('a poem please')).toBe('scripted:poet');
+    expect(await chosenFor('write some code')).toBe('scripted:demo');
+    expect(h.runtime.getSession(session.id).routing_policy_version).not.toBe(before);
+  });
+
+  it('a broken edit emits routing.policy_invalid with every error and keeps the last good rules', async () => {
+    const { h, path, chosenFor, invalid } = harness(
+      '[{ "name": "code", "match": "code", "model": "scripted:coder" }]',
+      'policy.json',
+    );
+    const good = h.runtime.routing.version;
+    writeFileSync(
+      path,
+      '{ "rules": [{ "name": "", "match": "code", "model": "coder" }, { "name": "x", "match": "(?=ahead)", "model": "scripted:x" }] }',
+    );
+    await until(() => invalid().length > 0, 'routing.policy_invalid');
+    const [event] = invalid();
+    expect(event).toMatchObject({
+      session_id: 'system',
+      actor: 'system',
+      payload: { policy_path: path, using_last_known_good: true },
+    });
+    const errors = event!.payload.errors as string[];
+    expect(errors.length).toBeGreaterThanOrEqual(3);
+    expect(errors.join('\n')).toMatch(/rules\.0\.name/);
+    expect(errors.join('\n')).toMatch(/rules\.0\.model/);
+    expect(errors.join('\n')).toMatch(/rules\.1\.match/);
+    expect(h.runtime.routing.version).toBe(good);
+    expect(await chosenFor('more code')).toBe('scripted:coder');
+    writeFileSync(path, '{ not json');
+    await until(() => invalid().length > 1, 'the second routing.policy_invalid');
+    expect(invalid()[1]!.payload.errors).toEqual([expect.stringContaining('is not valid JSON')]);
+  });
+
+  it('a file that does not load at start: the config rules apply, reported as no last known good', async () => {
+    const { chosenFor, invalid } = harness('rules: [ { name: a } ]');
+    expect(await chosenFor('hello')).toBe('scripted:demo');
+    expect(invalid().map((e) => e.payload.using_last_known_good)).toEqual([false]);
+    expect((invalid()[0]!.payload.errors as string[]).join('\n')).toMatch(/rules\.0\.match/);
+  });
+});
