@@ -1,4 +1,5 @@
 import type { ClientItem } from './client.js';
+import { ModelWaitLine, REPLACE_LAST_LINE } from './model-wait.js';
 import type { ConversationState, WireEvent } from './reducer.js';
 import { renderItem } from './render-text.js';
 
@@ -12,8 +13,6 @@ export interface TextOutput {
   readonly columns?: number;
 }
 
-/** Moves the cursor up one line and erases it: the line printed last is replaced by what follows. */
-const REPLACE_LAST_LINE = '\u001b[1A\u001b[2K';
 // biome-ignore lint/suspicious/noControlCharactersInRegex: matches the colour codes paint() writes
 const ANSI_STYLE = /\u001b\[\d+m/g;
 
@@ -35,6 +34,9 @@ export function wantsColor(out: { readonly isTTY?: boolean }, env: NodeJS.Proces
  * still the last line on screen (nothing printed since, and it did not wrap); anywhere else, and in a
  * pipe, the result gets a line of its own, so logs keep both.
  */
+/** Events that end the wait for a model call's first output: its output, its end, or the turn's. */
+const ENDS_WAIT = /^(message\.|text\.|thinking\.|tool\.use_|llm\.call_|turn\.)/;
+
 export function liveTextWriter(
   sessionId: string,
   options: {
@@ -55,13 +57,25 @@ export function liveTextWriter(
   let runningToolOnLastLine: string | null = null;
   /** Whether the last line written is a "reconnecting…" line: the next one replaces it on a TTY. */
   let reconnectingOnLastLine = false;
+  const wait = new ModelWaitLine(out, inPlace, (text) => (color ? `\u001b[2m${text}\u001b[22m` : text));
   return (item, state) => {
+    const frameEvent =
+      item.kind === 'frame' && item.frame.type === 'event' ? (item.frame.event as WireEvent) : null;
+    if (frameEvent?.type === 'llm.call_started') wait.start(String(frameEvent.payload.model));
+    const waitOver =
+      frameEvent !== null && frameEvent.type !== 'llm.call_started' && ENDS_WAIT.test(frameEvent.type);
     const text = renderItem(item, state, sessionId, {
       color,
       serverUrl,
       detailed: options.detailed === true,
     });
-    if (text === '') return;
+    if (text === '' && !waitOver) return;
+    const erase = wait.before(waitOver);
+    if (text === '') {
+      if (erase !== '') out.write(`${erase}`);
+      return;
+    }
+    if (erase !== '') out.write(erase);
     const reconnecting = item.kind === 'status' && item.status === 'reconnecting';
     const replaceReconnecting = inPlace && reconnecting && reconnectingOnLastLine;
     reconnectingOnLastLine = reconnecting;
