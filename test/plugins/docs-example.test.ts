@@ -15,7 +15,11 @@ interface CodeBlock {
 
 /** The fenced code blocks of a markdown file, in order. */
 function codeBlocks(markdown: string): CodeBlock[] {
-  return [...markdown.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)].map((m) => ({ lang: m[1]!, code: m[2]! }));
+  // The info string may go on after the language (` ```json runnable`, test/docs/runnable-blocks.test.ts).
+  return [...markdown.matchAll(/^```(\w*)[^\n]*\n([\s\S]*?)^```$/gm)].map((m) => ({
+    lang: m[1]!,
+    code: m[2]!,
+  }));
 }
 
 /**
