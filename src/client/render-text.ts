@@ -9,6 +9,7 @@ interface ChainEntry {
   readonly candidate_model: string | null;
   readonly validation_failure: string | null;
   readonly reason?: string;
+  readonly confidence?: number | null;
 }
 
 export interface RenderOptions {
@@ -93,10 +94,32 @@ export function renderItem(
         .filter((c) => c.verdict === 'rejected')
         .map((c) => `${v(c.candidate_model)} rejected (${v(rejectionOf(c))})`);
       const route = `${worker}${paint(options, 'dim', `  route → ${v(p.chosen_model)} (${v(turn?.route_reason ?? '')})`)}\n`;
+      const advice = deferredPatternLine(p.chain as ChainEntry[] | undefined, event.session_id, options);
+      const lines = `${route}${advice ? `${worker}  ${paint(options, 'cyan', advice)}\n` : ''}`;
       return rejected.length === 0
-        ? route
-        : `${worker}  ${paint(options, 'yellow', rejected.join('; '))}\n${route}`;
+        ? lines
+        : `${worker}  ${paint(options, 'yellow', rejected.join('; '))}\n${lines}`;
     }
+    case 'route.overridden':
+      return `${worker}  ${paint(options, 'cyan', `↪ ${v(p.original_chosen_model)} → ${v(p.new_chosen_model)} (pattern recommendation applied)`)}\n`;
+    case 'pattern.override_dismissed':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  kept ${v(p.chosen_model)}; ${v(p.dismissed_pattern_model)} dismissed`)}\n`;
+    case 'pattern.matched':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  pattern chose ${v(p.chosen_model)} (${p.sample_size} similar turns, confidence ${p.confidence})`)}\n`;
+    case 'pattern.recorded':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  learned: ${v(p.primary_model)} scored ${p.success_score ?? '-'} on ${v(p.fingerprint_id)} (${p.sample_size_after} samples)`)}\n`;
+    case 'pattern.evicted':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  pattern store ${v(p.trigger)}: ${p.entries_evicted} outcomes removed, ${p.outcomes_after} kept`)}\n`;
+    case 'eval.completed':
+      if (!options.detailed) return '';
+      return `${worker}${paint(options, 'dim', `  eval of ${v(p.subject_kind)} ${v(p.subject_id)}: ${p.score} (confidence ${p.confidence}, ${v(p.judge_kind)})`)}\n`;
+    case 'eval.failed':
+      if (!options.detailed) return '';
+      return `${worker}  ${paint(options, 'red', `✗ eval of ${v(p.subject_kind)} ${v(p.subject_id)} failed (${v(p.failure_mode)}): ${v(p.error_message)}`)}\n`;
     case 'message.start':
       // The "assistant:" label waits for the first text: a message of tool calls only, or one that
       // failed before its first token, prints no empty line.
@@ -314,5 +337,21 @@ function printedAny(state: ConversationState, messageId: unknown): boolean {
   const message = state.messages.find((m) => m.id === messageId);
   return (message?.blocks ?? []).some(
     (b) => (b?.type === 'text' && b.text !== '') || (b?.type === 'thinking' && b.thinking !== ''),
+  );
+}
+
+/** A pattern recommendation deferred behind an earlier policy: what the user may apply. */
+function deferredPatternLine(
+  chain: readonly ChainEntry[] | undefined,
+  sessionId: string,
+  options: RenderOptions,
+): string | null {
+  const pattern = (chain ?? []).find((c) => c.policy === 'pattern' && c.verdict === 'deferred');
+  if (!pattern?.candidate_model) return null;
+  const confidence = typeof pattern.confidence === 'number' ? `, confidence ${pattern.confidence}` : '';
+  const why = (pattern.reason ?? '').split('; ')[0];
+  const url = options.serverUrl === undefined ? '' : ` --url ${options.serverUrl}`;
+  return v(
+    `pattern suggests ${pattern.candidate_model} (${why}${confidence}): metis route override ${sessionId}${url}`,
   );
 }

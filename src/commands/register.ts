@@ -179,6 +179,49 @@ export function registerCommands(program: Command): void {
     );
 
   program
+    .command('end <session>')
+    .description('end a session (session.ended): its turns are scored and patterns learned from them')
+    .option('--abandoned', 'record it as abandoned rather than completed')
+    .option('--json', 'print { session_id, status, disposition }')
+    .addOption(urlOption())
+    .addOption(tokenOption())
+    .addOption(clientConfigOption())
+    .action(async (session, options) => (await import('./end.js')).endCommand(session, options));
+
+  const route = program
+    .command('route')
+    .description('act on a pattern recommendation routing deferred behind a rule or your model choice');
+  for (const [action, description] of [
+    [
+      'override',
+      'apply it: the running turn goes on with the recommended model (route.overridden); only while that turn runs',
+    ],
+    ['dismiss', 'keep the chosen model (pattern.override_dismissed); until the next turn starts'],
+  ] as const) {
+    route
+      .command(`${action} <session>`)
+      .description(description)
+      .option('--json', 'print the answer as JSON')
+      .addOption(urlOption())
+      .addOption(tokenOption())
+      .addOption(clientConfigOption())
+      .action(async (session, options) =>
+        (await import('./route.js')).routeCommand(action, session, options),
+      );
+  }
+
+  program
+    .command('patterns')
+    .description('the pattern store of pattern routing')
+    .command('clear')
+    .description('forget every learned outcome (pattern.evicted, manual_clear)')
+    .option('--json', 'print { entries_evicted }')
+    .addOption(urlOption())
+    .addOption(tokenOption())
+    .addOption(clientConfigOption())
+    .action(async (options) => (await import('./route.js')).patternsClearCommand(options));
+
+  program
     .command('confirm <session> [request] [decision]')
     .description(
       'show the whole input of a tool call waiting for approval, then answer it: allow or deny ' +

@@ -76,6 +76,11 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'Wait for the current turn to finish or cancel it first.',
   },
+  METIS_ERR_NO_RECOMMENDATION: {
+    status: 409,
+    exitCode: 1,
+    hint: 'A pattern recommendation is pending only while the turn it was deferred in runs (apply) or until the next turn (dismiss); see `metis tail <session> --preset full`.',
+  },
   METIS_ERR_TURN_NOT_FOUND: {
     status: 404,
     exitCode: 1,

@@ -153,6 +153,38 @@ export const RuntimeConfigSchema = z.strictObject({
       cooldown_seconds: z.number().nonnegative().default(30),
     })
     .prefault({}),
+  /** The heuristic evaluator: scores turns and sessions at session end and on explicit feedback. */
+  evaluator: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      /** A model that grades instead of the heuristics (an LLM judge); null: the heuristic judge. */
+      judge_model: modelId.nullable().default(null),
+    })
+    .prefault({}),
+  /** Pattern routing (slot 4 of the routing chain): what similar turns did on other models. */
+  patterns: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      /** Outcomes a model needs on a fingerprint before it is compared (both sides of a comparison). */
+      min_samples: z.number().int().positive().default(3),
+      /** Score gain that makes another model better (scores are in [0, 1]). */
+      min_score_gain: z.number().min(0).max(1).default(0.1),
+      /** Cost saving (fraction) that makes another model better at an equal score. */
+      min_cost_saving: z.number().min(0).max(1).default(0.2),
+      /** Newest outcomes of a fingerprint considered (the spec's K). */
+      neighbors: z.number().int().positive().default(50),
+      /** Outcome rows above which each write says so (`pattern.evicted` soft_cap_signal). */
+      soft_cap_rows: z.number().int().positive().default(50_000),
+      /** Outcome rows above which the oldest are removed (`pattern.evicted` hard_cap_evict). */
+      hard_cap_rows: z.number().int().positive().default(100_000),
+      /** Outcomes older than this are trimmed (`pattern.evicted` age_trim). */
+      max_age_days: z.number().positive().default(90),
+    })
+    .refine((p) => p.hard_cap_rows >= p.soft_cap_rows, {
+      message: 'hard_cap_rows must be at least soft_cap_rows',
+      path: ['hard_cap_rows'],
+    })
+    .prefault({}),
   scripted: z
     .strictObject({
       token_delay_ms: z.number().int().nonnegative().default(15),

@@ -3,6 +3,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from '../store/database.js';
 import { SessionStore } from '../store/session-store.js';
+import { usdDecimal } from './pricing.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { TurnEvents } from './turn-events.js';
 
@@ -126,7 +127,7 @@ export function recoverCrashedTurns(
             worker_session_id: workerId,
             failure_mode: 'worker_error',
             error_message: STOPPED,
-            worker_total_cost_usd: decimal(sessions.storedCost(workerId)),
+            worker_total_cost_usd: usdDecimal(sessions.storedCost(workerId)),
             pricing_version: options.pricingVersion,
           });
           cutWorkers.push(workerId);
@@ -195,8 +196,4 @@ export function recoverCrashedTurns(
 
 function sum(events: readonly StoredEvent[], field: string): number {
   return events.reduce((total, e) => total + (Number(e.payload[field]) || 0), 0);
-}
-
-function decimal(value: number): string {
-  return value.toFixed(8).replace(/\.?0+$/, '') || '0';
 }

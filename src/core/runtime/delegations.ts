@@ -2,6 +2,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { newId } from '../events/ids.js';
 import type { ModelRegistry } from './models/model-registry.js';
+import { usdDecimal } from './pricing.js';
 import type { StreamingChannel } from './streaming-channel.js';
 import { type DelegateInput, WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
 import { type ToolContext, ToolError, type ToolOutput } from './tools/tool.js';
@@ -67,7 +68,7 @@ export class Delegations {
         worker_session_id: workerId,
         failure_mode: mode,
         error_message: message,
-        worker_total_cost_usd: decimal(cost),
+        worker_total_cost_usd: usdDecimal(cost),
         pricing_version: this.config.pricing_version,
       });
 
@@ -133,7 +134,7 @@ export class Delegations {
       worker_session_id: workerId,
       success: true,
       output_size_bytes: Buffer.byteLength(outcome.finalText),
-      worker_total_cost_usd: decimal(outcome.costUsd),
+      worker_total_cost_usd: usdDecimal(outcome.costUsd),
       pricing_version: this.config.pricing_version,
       turn_count: 1,
       llm_call_count: outcome.llmCalls,
@@ -163,8 +164,4 @@ export class Delegations {
 /** Why the planner's turn was cancelled, from its aborted signal (user_cancel if it does not say). */
 function cancelReasonOf(signal: AbortSignal): CancelReason {
   return isCancelReason(signal.reason) ? signal.reason : 'user_cancel';
-}
-
-function decimal(value: number): string {
-  return value.toFixed(8).replace(/\.?0+$/, '') || '0';
 }

@@ -15,3 +15,8 @@ export function costOf(model: string, usage: TokenUsage, config: RuntimeConfig):
   // Round to a millionth of a cent so sums stay stable in JSON.
   return Math.round(cost * 1e8) / 1e8;
 }
+
+/** A USD amount as the catalog's decimal string (canonical-message-format §6.4): `"0.0123"`, `"0"`. */
+export function usdDecimal(value: number): string {
+  return value.toFixed(8).replace(/\.?0+$/, '') || '0';
+}

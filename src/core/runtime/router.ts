@@ -2,6 +2,7 @@ import { routingPattern } from '../config/routing-pattern.js';
 import type { RoutingRule, RuntimeConfig } from '../config/runtime-schema.js';
 import type { ModelValidationFailure } from './model-adapter.js';
 import type { ModelRegistry } from './models/model-registry.js';
+import type { PatternAdvice, PatternAlternative } from './patterns/pattern-store.js';
 
 export const ROUTING_POLICIES = [
   'per_message_override',
@@ -23,7 +24,7 @@ export interface ChainEntry {
   reason: string;
   rule_name: string | null;
   confidence: number | null;
-  pattern_alternatives: null;
+  pattern_alternatives: PatternAlternative[] | null;
   validation_failure: ModelValidationFailure | null;
 }
 
@@ -34,6 +35,11 @@ export interface RouteInput {
   readonly workspacePath: string;
   /** The tier model a planner asked for, for a worker session's turn. */
   readonly delegateModel: string | null;
+  /**
+   * The pattern store's advice for this message, given the model the other policies would use (slot 4);
+   * absent when pattern routing is off.
+   */
+  readonly advise?: (otherwise: string) => PatternAdvice;
 }
 
 export interface RouteDecision {
@@ -41,6 +47,8 @@ export interface RouteDecision {
   readonly winner_index: number;
   readonly elapsed_ms: number;
   readonly chain: ChainEntry[];
+  /** What the pattern store advised (not part of `route.decided`: `pattern.matched` carries it). */
+  readonly pattern: PatternAdvice | null;
 }
 
 /** Every candidate was rejected: there is nothing to put in `route.decided.chosen_model`. */
@@ -48,12 +56,15 @@ export interface NoRoute {
   readonly chosen_model: null;
   readonly elapsed_ms: number;
   readonly chain: ChainEntry[];
+  readonly pattern: PatternAdvice | null;
 }
 
 interface Candidate {
   model: string | null;
   reason: string;
   rule_name?: string | null;
+  confidence?: number | null;
+  pattern_alternatives?: PatternAlternative[] | null;
 }
 
 /**
@@ -71,6 +82,8 @@ export function decideRoute(
 ): RouteDecision | NoRoute {
   const started = performance.now();
   const candidates = candidatesFor(input, config, rules);
+  const pattern = patternCandidate(input, candidates, models);
+  candidates.pattern = pattern.candidate;
   const chain: ChainEntry[] = [];
   let winner = -1;
   ROUTING_POLICIES.forEach((policy, index) => {
@@ -81,8 +94,8 @@ export function decideRoute(
       candidate_model: candidate.model,
       reason: candidate.reason,
       rule_name: candidate.rule_name ?? null,
-      confidence: null,
-      pattern_alternatives: null,
+      confidence: candidate.confidence ?? null,
+      pattern_alternatives: candidate.pattern_alternatives ?? null,
       validation_failure: null,
     };
     if (candidate.model !== null) {
@@ -106,8 +119,48 @@ export function decideRoute(
   });
   const elapsed_ms = Math.round((performance.now() - started) * 1000) / 1000;
   // The global default always has a candidate; no winner means every candidate was rejected.
-  if (winner < 0) return { chosen_model: null, elapsed_ms, chain };
-  return { chosen_model: chain[winner]!.candidate_model!, winner_index: winner, elapsed_ms, chain };
+  if (winner < 0) return { chosen_model: null, elapsed_ms, chain, pattern: pattern.advice };
+  return {
+    chosen_model: chain[winner]!.candidate_model!,
+    winner_index: winner,
+    elapsed_ms,
+    chain,
+    pattern: pattern.advice,
+  };
+}
+
+/**
+ * Slot 4: the pattern store is asked about the model the chain would otherwise use (the first other
+ * candidate that can serve); its recommendation, if any, is the pattern policy's candidate, `chose` when
+ * no earlier policy decided and `deferred` behind one that did.
+ */
+function patternCandidate(
+  input: RouteInput,
+  candidates: Record<RoutingPolicy, Candidate>,
+  models: ModelRegistry,
+): { candidate: Candidate; advice: PatternAdvice | null } {
+  if (input.delegateModel !== null)
+    return {
+      candidate: { model: null, reason: 'worker session: routed by its delegate tier' },
+      advice: null,
+    };
+  if (input.advise === undefined)
+    return { candidate: { model: null, reason: 'pattern routing is off' }, advice: null };
+  const otherwise = ROUTING_POLICIES.filter((p) => p !== 'pattern')
+    .map((p) => candidates[p].model)
+    .find((model) => model !== null && models.resolve(model).ok);
+  if (otherwise === undefined || otherwise === null)
+    return { candidate: { model: null, reason: 'no other model can serve to compare with' }, advice: null };
+  const advice = input.advise(otherwise);
+  return {
+    candidate: {
+      model: advice.model,
+      reason: advice.reason,
+      confidence: advice.confidence,
+      pattern_alternatives: advice.alternatives === null ? null : [...advice.alternatives],
+    },
+    advice,
+  };
 }
 
 function candidatesFor(
@@ -135,7 +188,8 @@ function candidatesFor(
             model: null,
             reason: rules.length ? 'no rule matches the message' : 'no rules configured',
           },
-    pattern: { model: null, reason: 'pattern routing is not implemented in metis' },
+    // Filled in by patternCandidate, which needs the other candidates first.
+    pattern: { model: null, reason: 'pattern routing is off' },
     delegate_request: input.delegateModel
       ? { model: input.delegateModel, reason: 'worker session: model of the requested tier' }
       : { model: null, reason: 'not a worker session' },

@@ -14,9 +14,15 @@ import type { ChildProcessRecord } from './child-process-record.js';
 import { ConfirmationBroker, type ConfirmationRequest } from './confirmations.js';
 import { CostAccumulator } from './cost-accumulator.js';
 import { Delegations } from './delegations.js';
+import { Evaluator } from './evaluator/evaluator.js';
+import type { Judge } from './evaluator/judge.js';
+import { LlmJudge } from './evaluator/llm-judge.js';
 import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
 import type { ConversationMessage } from './model-adapter.js';
 import { ModelRegistry } from './models/model-registry.js';
+import { fingerprintOf } from './patterns/fingerprint.js';
+import { PatternRecorder } from './patterns/pattern-recorder.js';
+import { PatternStore } from './patterns/pattern-store.js';
 import { ProviderHealth } from './provider-health.js';
 import { RoutingPolicy } from './routing-policy.js';
 import { isSelfOrAncestor, selfAndDescendants } from './session-lineage.js';
@@ -30,6 +36,8 @@ import { TurnEvents } from './turn-events.js';
 import {
   type CancelReason,
   cancelTurnState,
+  type DeferredPattern,
+  redirectTurn,
   type TurnOutcome,
   TurnRunner,
   type TurnState,
@@ -52,6 +60,8 @@ export interface RuntimeOptions {
    * (`metis serve`: the config file it loaded and its database, with the files named after it).
    */
   readonly protectedPaths?: readonly string[];
+  /** The evaluator's judge (default: the heuristic one; an LLM judge implements the same interface). */
+  readonly judge?: Judge;
 }
 
 export interface SessionInfo {
@@ -87,6 +97,8 @@ interface LiveSession {
    * before its events are in the store, where older turns and those of earlier processes are found.
    */
   readonly endedTurnIds: string[];
+  /** A pattern recommendation deferred in the latest turn, until applied, dismissed or the next turn. */
+  recommendation: (DeferredPattern & { readonly turnId: string }) | null;
   /** What the implicit feedback heuristics remember of the session (none for workers). */
   readonly feedback: FeedbackMemory | null;
   inactivityTimer: NodeJS.Timeout | null;
@@ -114,6 +126,11 @@ export class Runtime {
   readonly confirmations = new ConfirmationBroker();
   readonly costs = new CostAccumulator();
   readonly health: ProviderHealth;
+  /** Scores turns and sessions (null when `runtime.evaluator.enabled` is off). */
+  readonly evaluator: Evaluator | null;
+  /** What similar turns did on each model (null when `runtime.patterns.enabled` is off). */
+  readonly patterns: PatternStore | null;
+  private readonly patternRecorder: PatternRecorder | null;
   private readonly bus: EventBus;
   private readonly logger: Logger;
   private readonly runner: TurnRunner;
@@ -179,6 +196,26 @@ export class Runtime {
     );
     this.costs.attach(this.bus);
     this.health.attach(this.bus);
+    this.patterns = this.config.patterns.enabled ? new PatternStore(options.db, this.config.patterns) : null;
+    this.patternRecorder =
+      this.patterns === null
+        ? null
+        : new PatternRecorder(this.patterns, this.bus, options.db, this.config.pricing_version);
+    const recorder = this.patternRecorder;
+    this.evaluator = this.config.evaluator.enabled
+      ? new Evaluator({
+          bus: this.bus,
+          db: options.db,
+          logger: this.logger,
+          judge:
+            options.judge ??
+            (this.config.evaluator.judge_model === null
+              ? undefined
+              : new LlmJudge(this.config.evaluator.judge_model, this.models, this.config)),
+          onSessionScored: recorder === null ? undefined : (scored) => recorder.record(scored),
+        })
+      : null;
+    this.evaluator?.attach();
   }
 
   /** Creates a session and emits `session.created`. */
@@ -208,6 +245,7 @@ export class Runtime {
       turnCount: 0,
       turn: null,
       endedTurnIds: [],
+      recommendation: null,
       feedback: options.parentSessionId == null ? new FeedbackMemory() : null,
       inactivityTimer: null,
       ended: false,
@@ -386,6 +424,7 @@ export class Runtime {
       }
     }
     await Promise.all(pending);
+    await this.evaluator?.close();
     this.costs.detach(this.bus);
     this.routing.close();
     this.health.detach(this.bus);
@@ -406,6 +445,7 @@ export class Runtime {
     startGate?: (turnStartedId: string) => Promise<void>,
   ): Promise<TurnOutcome> {
     const timer = setTimeout(() => cancelTurnState(state, 'timeout'), this.config.turn_timeout_ms);
+    session.recommendation = null;
     const entry = { state, timer, done: undefined as unknown as Promise<TurnOutcome> };
     session.turn = entry;
     session.turnCount += 1;
@@ -425,6 +465,10 @@ export class Runtime {
         sessionAllowed: session.sessionAllowed,
         beforeToolExecute: this.beforeToolExecute,
         startGate,
+        advise: this.adviserFor(session)?.(message),
+        onDeferredPattern: (deferred) => {
+          session.recommendation = { ...deferred, turnId: state.turnId };
+        },
       })
       .catch((error: unknown): TurnOutcome => {
         this.logger.error(
@@ -452,6 +496,116 @@ export class Runtime {
         return outcome;
       });
     return entry.done;
+  }
+
+  /**
+   * Applies the pattern recommendation deferred in the running turn (bus §6.5b): `route.overridden`,
+   * parented to the turn's `route.decided` (which stays as it was), and the rest of the turn goes to the
+   * recommended model; the call in flight is cut.
+   * @throws MetisError METIS_ERR_NO_RECOMMENDATION when none is pending, or its turn is ending.
+   */
+  overrideRoute(sessionId: string): {
+    turn_id: string;
+    original_chosen_model: string;
+    new_chosen_model: string;
+  } {
+    const session = this.require(sessionId);
+    const pending = this.pendingRecommendation(session);
+    const turn = session.turn;
+    if (turn === null || turn.state.turnId !== pending.turnId || turn.state.ending || turn.state.cancelReason)
+      throw new MetisError(
+        'METIS_ERR_NO_RECOMMENDATION',
+        `turn ${pending.turnId} of session ${sessionId} has ended: an override re-dispatches a running turn; dismiss the recommendation instead, or send the message again with --model ${pending.model}`,
+      );
+    const resolution = this.models.resolve(pending.model);
+    if (!resolution.ok)
+      throw new MetisError(
+        'METIS_ERR_NO_RECOMMENDATION',
+        `the recommended model ${pending.model} cannot serve now (${resolution.failure}${resolution.detail ? `: ${resolution.detail}` : ''})`,
+      );
+    const overridden = this.bus.emit({
+      type: 'route.overridden',
+      session_id: sessionId,
+      turn_id: pending.turnId,
+      parent_event_id: pending.routeDecidedId,
+      actor: 'user',
+      payload: {
+        original_chosen_model: pending.chosenModel,
+        new_chosen_model: pending.model,
+        deferred_policy: 'pattern',
+        rule_name: pending.ruleName,
+        pattern_confidence: pending.confidence,
+      },
+    });
+    session.recommendation = null;
+    if (overridden !== null)
+      redirectTurn(turn.state, { model: pending.model, adapter: resolution.adapter, eventId: overridden.id });
+    return {
+      turn_id: pending.turnId,
+      original_chosen_model: pending.chosenModel,
+      new_chosen_model: pending.model,
+    };
+  }
+
+  /**
+   * Dismisses the pending pattern recommendation (`pattern.override_dismissed`): the turn keeps its
+   * model. Possible until the session's next turn starts.
+   * @throws MetisError METIS_ERR_NO_RECOMMENDATION when none is pending.
+   */
+  dismissRecommendation(sessionId: string): {
+    turn_id: string;
+    chosen_model: string;
+    dismissed_pattern_model: string;
+  } {
+    const session = this.require(sessionId);
+    const pending = this.pendingRecommendation(session);
+    const running = session.turn?.state.turnId === pending.turnId && session.turn.state.ending !== true;
+    this.bus.emit({
+      type: 'pattern.override_dismissed',
+      session_id: sessionId,
+      // Outside the turn once it has ended: nothing may follow its terminal event in it.
+      turn_id: running ? pending.turnId : null,
+      parent_event_id: pending.routeDecidedId,
+      actor: 'user',
+      payload: {
+        chosen_model: pending.chosenModel,
+        dismissed_pattern_model: pending.model,
+        rule_name: pending.ruleName,
+        pattern_confidence: pending.confidence,
+      },
+    });
+    session.recommendation = null;
+    return {
+      turn_id: pending.turnId,
+      chosen_model: pending.chosenModel,
+      dismissed_pattern_model: pending.model,
+    };
+  }
+
+  /** Clears the pattern store (`pattern.evicted` manual_clear in the system session). */
+  clearPatterns(): { entries_evicted: number } {
+    if (this.patterns === null || this.patternRecorder === null)
+      throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'pattern routing is off (runtime.patterns.enabled)');
+    const eviction = this.patterns.clear();
+    this.patternRecorder.evicted('system', eviction, null);
+    return { entries_evicted: eviction.entries_evicted };
+  }
+
+  private pendingRecommendation(session: LiveSession): NonNullable<LiveSession['recommendation']> {
+    if (session.recommendation === null)
+      throw new MetisError(
+        'METIS_ERR_NO_RECOMMENDATION',
+        `session ${session.id} has no pattern recommendation pending: its latest route.decided deferred none, or it was applied or dismissed`,
+      );
+    return session.recommendation;
+  }
+
+  /** The pattern store's advice for a turn of this session (workers are routed by their tier). */
+  private adviserFor(session: LiveSession) {
+    const patterns = this.patterns;
+    if (patterns === null || session.isWorker) return undefined;
+    return (message: string) => (otherwise: string, toolsInHistory: boolean) =>
+      patterns.advise(fingerprintOf(message, toolsInHistory, session.workspaceHash).key, otherwise);
   }
 
   /** Earlier complete messages of the session, as the model sees them. */
@@ -508,6 +662,7 @@ export class Runtime {
       turnCount: this.sessions.turnCount(stored.id),
       turn: null,
       endedTurnIds: [],
+      recommendation: null,
       feedback: stored.parent_session_id === null ? new FeedbackMemory() : null,
       inactivityTimer: null,
       ended: stored.status === 'ended',

@@ -17,8 +17,9 @@ import {
   type ToolSpec,
 } from './model-adapter.js';
 import type { ModelRegistry } from './models/model-registry.js';
+import type { PatternAdvice } from './patterns/pattern-store.js';
 import { costOf } from './pricing.js';
-import { decideRoute } from './router.js';
+import { decideRoute, type RouteDecision } from './router.js';
 import type { ToolDispatcher } from './tool-dispatcher.js';
 import { WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
 import type { Tool } from './tools/tool.js';
@@ -51,6 +52,41 @@ export interface TurnState {
   readonly turnId: string;
   readonly controller: AbortController;
   cancelReason: CancelReason | null;
+  /** A user override (`route.overridden`) the loop has not applied yet: the next model call uses it. */
+  redirect?: Redirect | null;
+  /** Aborts the model call in flight only (an override cuts it); the turn goes on. */
+  callAbort?: AbortController | null;
+  /** Set, synchronously, as the turn emits its terminal event: nothing can be re-dispatched after. */
+  ending?: boolean;
+}
+
+/** Where an override sends the rest of a turn. */
+export interface Redirect {
+  readonly model: string;
+  readonly adapter: ModelAdapter;
+  /** The `route.overridden` event: parent of the next `llm.call_started`. */
+  readonly eventId: string;
+}
+
+/**
+ * Re-dispatches a running turn to another model (bus §6.5b): the call in flight, if any, is cut, and the
+ * next call goes to `redirect.model`. False when the turn is already ending.
+ */
+export function redirectTurn(state: TurnState, redirect: Redirect): boolean {
+  if (state.ending === true || state.cancelReason !== null) return false;
+  state.redirect = redirect;
+  state.callAbort?.abort('route_overridden');
+  return true;
+}
+
+/** A pattern recommendation the chain deferred behind an earlier policy (the user may apply it). */
+export interface DeferredPattern {
+  readonly routeDecidedId: string;
+  readonly chosenModel: string;
+  readonly model: string;
+  readonly confidence: number;
+  /** The rule that won, when a rule did. */
+  readonly ruleName: string | null;
 }
 
 export interface TurnRequest {
@@ -74,6 +110,10 @@ export interface TurnRequest {
    * having done nothing, which is what the client's 503 says.
    */
   readonly startGate?: (turnStartedId: string) => Promise<void>;
+  /** The pattern store's advice for this turn (absent: pattern routing off, or a worker's turn). */
+  readonly advise?: (otherwise: string, toolsInHistory: boolean) => PatternAdvice;
+  /** Told when the chain deferred a pattern recommendation, so the user can apply or dismiss it. */
+  readonly onDeferredPattern?: (deferred: DeferredPattern) => void;
 }
 
 export interface TurnOutcome {
@@ -89,7 +129,7 @@ export interface TurnOutcome {
 const MAX_LLM_CALLS = 25;
 
 type CallResult =
-  | { kind: 'cancelled' | 'failed'; usage: TokenUsage; costUsd: number; text: string }
+  | { kind: 'cancelled' | 'failed' | 'redirected'; usage: TokenUsage; costUsd: number; text: string }
   | {
       kind: 'completed';
       usage: TokenUsage;
@@ -168,12 +208,13 @@ export class TurnRunner {
     const conversation: ConversationMessage[] = [...history, userMessage];
     const totals = { llmCalls: 0, toolCalls: 0, input: 0, output: 0, cost: 0 };
 
+    const toolsInHistory = history.some((m) => m.content.some((b) => b.type === 'tool_use'));
     const turnStarted = events.emit('turn.started', null, {
       user_message_hash: createHash('sha256').update(request.messageText).digest('hex'),
       user_message_text_redacted: null,
       estimated_input_tokens: estimateTokens(conversation),
       has_images: false,
-      has_tool_calls_in_history: history.some((m) => m.content.some((b) => b.type === 'tool_use')),
+      has_tool_calls_in_history: toolsInHistory,
     });
     if (historyError !== null) throw historyError;
     this.sessions.saveMessage(
@@ -196,13 +237,14 @@ export class TurnRunner {
         stickyModel: request.stickyModel,
         workspacePath: request.workspacePath,
         delegateModel: request.delegateModel,
+        advise: request.advise ? (otherwise) => request.advise!(otherwise, toolsInHistory) : undefined,
       },
       this.config,
       this.models,
       this.routingRules(),
     );
-    // Empty only on the no-route path below, where no model serves the turn.
-    const model = route.chosen_model ?? '';
+    // Empty only on the no-route path below, where no model serves the turn; an override changes it.
+    let model = route.chosen_model ?? '';
 
     const outcome = (status: TurnOutcome['status'], finalText: string): TurnOutcome => ({
       status,
@@ -214,6 +256,7 @@ export class TurnRunner {
       wallTimeSeconds: (performance.now() - startedAt) / 1000,
     });
     const cancelled = (finalText: string): TurnOutcome => {
+      state.ending = true;
       events.emit('turn.cancelled', turnStarted.id, {
         reason: state.cancelReason ?? 'user_cancel',
         partial_llm_calls: totals.llmCalls,
@@ -226,6 +269,7 @@ export class TurnRunner {
       finalText: string,
       status: TurnOutcome['status'],
     ) => {
+      state.ending = true;
       events.emit('turn.completed', turnStarted.id, {
         stop_reason: stopReason,
         llm_call_count: totals.llmCalls,
@@ -265,19 +309,34 @@ export class TurnRunner {
       );
       return completed('end_turn', '', 'failed');
     }
-    events.emit('route.decided', turnStarted.id, { ...route });
-    const adapter = resolution.adapter;
+    const decided = events.emit('route.decided', turnStarted.id, {
+      chosen_model: route.chosen_model,
+      winner_index: route.winner_index,
+      elapsed_ms: route.elapsed_ms,
+      chain: route.chain,
+    });
+    if (decided.id !== null) this.announcePattern(route, decided.id, request);
+    let adapter = resolution.adapter;
 
     let parent: string | null = turnStarted.id;
     let finalText = '';
     for (;;) {
       if (signal.aborted) return cancelled(finalText);
+      const redirect = state.redirect ?? null;
+      if (redirect !== null) {
+        state.redirect = null;
+        model = redirect.model;
+        adapter = redirect.adapter;
+        parent = redirect.eventId;
+      }
       const call = await this.callModel(adapter, model, conversation, parent, request);
       totals.llmCalls += 1;
       totals.input += call.usage.input_tokens;
       totals.output += call.usage.output_tokens;
       totals.cost += call.costUsd;
       finalText = call.text || finalText;
+      // An override cut the call, or came as it finished: the turn goes on with the new model.
+      if (call.kind === 'redirected' || (call.kind === 'completed' && state.redirect)) continue;
       if (call.kind !== 'completed') {
         return call.kind === 'cancelled' ? cancelled(finalText) : completed('end_turn', finalText, 'failed');
       }
@@ -330,6 +389,9 @@ export class TurnRunner {
     const { events, state } = request;
     const signal = state.controller.signal;
     const provider = adapter.provider;
+    const callAbort = new AbortController();
+    state.callAbort = callAbort;
+    const callSignal = AbortSignal.any([signal, callAbort.signal]);
     const started = performance.now();
     const callStarted = events.emit('llm.call_started', parent, {
       model,
@@ -360,18 +422,18 @@ export class TurnRunner {
           messages: conversation,
           tools: this.dispatcher.available(excludedFor(request)).map(toolSpecOf),
         },
-        signal,
+        callSignal,
       );
       for (;;) {
         const next = await generator.next();
         if (next.done) {
           // A cancel that came with the last chunk finds the stream finished, but message.complete is
           // not out yet: to the client it is still a cancel mid-message (§6.2.1).
-          if (signal.aborted) throw new AdapterError('cancelled', 'the turn was cancelled');
+          if (callSignal.aborted) throw new AdapterError('cancelled', 'the turn was cancelled');
           result = next.value;
           break;
         }
-        if (signal.aborted) {
+        if (callSignal.aborted) {
           await generator.return(undefined as never).catch(() => undefined);
           throw new AdapterError('cancelled', 'the turn was cancelled');
         }
@@ -385,6 +447,9 @@ export class TurnRunner {
       // Only a cancel of this turn makes it a cancelled call: an adapter that reports `cancelled` on its
       // own (its HTTP request aborted elsewhere) failed the call, and the turn ends as failed (§9.1).
       const wasCancelled = signal.aborted;
+      // Cut by an override (route.overridden): ended like a cancelled call, and the turn goes on.
+      const wasRedirected = !wasCancelled && callAbort.signal.aborted;
+      const cutShort = wasCancelled || wasRedirected;
       // Close what the client has open: tool uses without an end, then the message (§6.2.1).
       for (const open of builder.openToolUses()) {
         events.stream('tool.use_end', messageStart.id, {
@@ -403,30 +468,23 @@ export class TurnRunner {
         stop_reason: 'cancelled',
         final_content: content,
         usage,
-        ...(wasCancelled ? {} : { error_class: adapterError.errorClass }),
+        ...(cutShort ? {} : { error_class: adapterError.errorClass }),
       });
-      this.saveAssistant(
-        request,
-        messageId,
-        content,
-        wasCancelled ? 'cancelled' : 'error',
-        model,
-        usage,
-        cut.id,
-      );
-      if (!wasCancelled)
-        this.logger.warn({ model, error_class: adapterError.errorClass }, 'model call failed');
+      this.saveAssistant(request, messageId, content, cutShort ? 'cancelled' : 'error', model, usage, cut.id);
+      if (!cutShort) this.logger.warn({ model, error_class: adapterError.errorClass }, 'model call failed');
       events.emit('llm.call_failed', callStarted.id, {
         model,
         provider,
-        error_class: wasCancelled ? 'cancelled' : adapterError.errorClass,
-        error_message_redacted: redact(adapterError.message),
+        error_class: cutShort ? 'cancelled' : adapterError.errorClass,
+        error_message_redacted: wasRedirected
+          ? 'cut by route.overridden: the turn goes on with another model'
+          : redact(adapterError.message),
         retry_count: adapterError.retryCount,
         latency_ms: Math.round(performance.now() - started),
         provider_request_id: adapterError.providerRequestId,
       });
       return {
-        kind: wasCancelled ? 'cancelled' : 'failed',
+        kind: wasCancelled ? 'cancelled' : wasRedirected ? 'redirected' : 'failed',
         usage: EMPTY_USAGE,
         costUsd: 0,
         text: textOf(content),
@@ -466,6 +524,33 @@ export class TurnRunner {
       completedEventId: completed.id,
       messageId,
     };
+  }
+
+  /** `pattern.matched` when slot 4 chose; the user is told of a recommendation deferred behind a rule. */
+  private announcePattern(route: RouteDecision, decidedId: string, request: TurnRequest): void {
+    const entry = route.chain.find((c) => c.policy === 'pattern');
+    const advice = route.pattern;
+    if (entry === undefined || advice === null || advice.model === null || advice.fingerprintId === null)
+      return;
+    if (entry.verdict === 'chose') {
+      request.events.emit('pattern.matched', decidedId, {
+        fingerprint_id: advice.fingerprintId,
+        fingerprint_kind: 'structural',
+        chosen_model: route.chosen_model,
+        confidence: advice.confidence ?? 0,
+        sample_size: advice.sampleSize,
+        k_cluster_size: advice.clusterSize,
+        alternatives_count: advice.alternatives?.length ?? 0,
+      });
+    } else if (entry.verdict === 'deferred') {
+      request.onDeferredPattern?.({
+        routeDecidedId: decidedId,
+        chosenModel: route.chosen_model,
+        model: advice.model,
+        confidence: advice.confidence ?? 0,
+        ruleName: route.chain[route.winner_index]?.rule_name ?? null,
+      });
+    }
   }
 
   private saveAssistant(

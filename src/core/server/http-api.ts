@@ -36,6 +36,7 @@ const FeedbackBody = z.strictObject({
   turn_id: z.string().min(1).optional(),
   comment: z.string().min(1).max(4_000).optional(),
 });
+const EndBody = z.strictObject({ disposition: z.enum(['completed', 'abandoned']).optional() });
 const MessagesQuery = z.strictObject({
   before: z.string().min(1).optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
@@ -197,6 +198,55 @@ export function createApi(context: ApiContext) {
         });
         await untilCommitted(trace, event, context.commitWaitMs);
         return [201, { event_id: event.id, scope: event.payload.scope, rating: body.rating }];
+      },
+    ],
+    [
+      'POST',
+      /^\/sessions\/([^/]+)\/end$/,
+      async (request, [id]) => {
+        const body = validate(EndBody, await readJson(request));
+        assertStorageWritable(trace);
+        const session = runtime.getSession(id!);
+        if (session.current_turn_id !== null)
+          throw new MetisError(
+            'METIS_ERR_TURN_IN_FLIGHT',
+            `session ${id} has turn ${session.current_turn_id} in flight: cancel it or wait for it to end`,
+          );
+        const disposition = body.disposition ?? 'completed';
+        const { event } = emittedDuring(
+          trace,
+          (e) => e.type === 'session.ended' && e.session_id === id,
+          () => runtime.endSession(id!, disposition),
+        );
+        await untilCommitted(trace, event, context.commitWaitMs);
+        // Ended before: the disposition it ended with, once stored.
+        const stored =
+          event?.payload.disposition ?? runtime.sessions.getSession(id!)?.disposition ?? disposition;
+        return [200, { session_id: id, status: 'ended', disposition: stored }];
+      },
+    ],
+    [
+      'POST',
+      /^\/sessions\/([^/]+)\/route\/override$/,
+      async (_request, [id]) => {
+        assertStorageWritable(trace);
+        return [200, runtime.overrideRoute(id!)];
+      },
+    ],
+    [
+      'POST',
+      /^\/sessions\/([^/]+)\/route\/dismiss$/,
+      async (_request, [id]) => {
+        assertStorageWritable(trace);
+        return [200, runtime.dismissRecommendation(id!)];
+      },
+    ],
+    [
+      'POST',
+      /^\/patterns\/clear$/,
+      async () => {
+        assertStorageWritable(trace);
+        return [200, runtime.clearPatterns()];
       },
     ],
     [

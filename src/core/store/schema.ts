@@ -165,6 +165,30 @@ export const MIGRATIONS: readonly string[] = [
   INSERT OR IGNORE INTO stream_horizon (session_id, before_id)
     SELECT session_id, max(id) FROM events GROUP BY session_id;
   `,
+  // 6 (issue 18): the pattern store of pattern routing (runtime/patterns/pattern-store.ts). Outcomes
+  // are learnings, not a session's record: they outlive the sessions they came from (no foreign key to
+  // sessions, untouched by `trace prune`) and are bounded by their own caps and age.
+  `
+  CREATE TABLE IF NOT EXISTS pattern_fingerprints (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    features_json TEXT NOT NULL,
+    created_at_us INTEGER NOT NULL
+  );
+  CREATE TABLE IF NOT EXISTS pattern_outcomes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    fingerprint_id TEXT NOT NULL REFERENCES pattern_fingerprints(id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    score REAL,
+    cost_usd REAL NOT NULL,
+    turns INTEGER NOT NULL,
+    recorded_at_us INTEGER NOT NULL
+  );
+  CREATE INDEX IF NOT EXISTS idx_pattern_outcomes_fingerprint ON pattern_outcomes(fingerprint_id, id);
+  CREATE INDEX IF NOT EXISTS idx_pattern_outcomes_age ON pattern_outcomes(recorded_at_us);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
