@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { liveTextWriter } from '../../src/client/live-text.js';
 import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
 import { recordExplicitFeedback } from '../../src/core/runtime/explicit-feedback.js';
+import { BETTER, buildUpPatterns, PATTERN_CONFIG, until, WORSE } from '../helpers/patterns.js';
 import { startRuntime } from '../helpers/runtime.js';
 
 /**
@@ -61,5 +62,35 @@ describe('health and feedback lines', () => {
     const chat = render(frames, false);
     for (const line of ['degraded', 'out of routing', 'back in routing', '👍', 'signal:'])
       expect(chat).not.toContain(line);
+  });
+});
+
+describe('pattern routing lines', () => {
+  it('a deferred recommendation is shown with the command that applies it; the rest in the detailed view', async () => {
+    const h = startRuntime(PATTERN_CONFIG);
+    await buildUpPatterns(h);
+    const session = h.runtime.createSession({ workspacePath: h.workspace });
+    await h.settle(h.runtime.submitTurn(session.id, 'good morning').done);
+    const { turnId, done } = h.runtime.submitTurn(session.id, 'slow: tell me');
+    await until(() => h.frames.some((e) => e.type === 'text.delta' && e.turn_id === turnId), 'streaming');
+    h.runtime.overrideRoute(session.id);
+    await h.settle(done);
+    h.runtime.endSession(session.id);
+    await h.context.flush();
+    await h.runtime.evaluator!.settled();
+    await h.context.flush();
+    const frames = h.framesOf(session.id).map((event) => ({ type: 'event', event }) as Frame);
+
+    const chat = render(frames, false);
+    expect(chat).toContain(
+      `pattern suggests ${BETTER} (similar turns scored 1 on ${BETTER} (n=2) vs 0 on ${WORSE} (n=2), confidence 0.5): metis route override ${session.id}`,
+    );
+    expect(chat).toContain(`↪ ${WORSE} → ${BETTER} (pattern recommendation applied)`);
+    for (const detail of ['pattern chose', 'learned:', 'eval of']) expect(chat).not.toContain(detail);
+    const full = render(frames, true);
+    expect(full).toContain(`pattern chose ${BETTER} (2 similar turns, confidence 0.5)`);
+    expect(full).toMatch(new RegExp(`eval of turn ${turnId}: 1 \\(confidence 0\\.5, heuristic\\)`));
+    expect(full).toMatch(/eval of session sess_[0-9A-Z]+: 1 \(confidence 0\.6, heuristic\)/);
+    expect(full).toMatch(new RegExp(`learned: ${BETTER} scored 1 on fp_[0-9A-Z]+ \\(3 samples\\)`));
   });
 });

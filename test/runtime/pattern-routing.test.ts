@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { fingerprintOf } from '../../src/core/runtime/patterns/fingerprint.js';
+import {
+  BETTER,
+  buildUpPatterns as buildUp,
+  PATTERN_CONFIG as PATTERNS,
+  until,
+  WORSE,
+} from '../helpers/patterns.js';
 import { type RuntimeHarness, startRuntime } from '../helpers/runtime.js';
 
 /**
@@ -9,35 +15,6 @@ import { type RuntimeHarness, startRuntime } from '../helpers/runtime.js';
  * chooses when nothing earlier in the chain decided, defers behind a rule, and the user applies or
  * dismisses a deferred recommendation.
  */
-
-const WORSE = 'scripted:demo';
-const BETTER = 'scripted:smart';
-const PATTERNS: RuntimeConfigInput = {
-  patterns: { min_samples: 2 },
-  // Short messages that start with "slow:" go to the worse model by rule: the pattern defers behind it.
-  routing_rules: [{ name: 'slow-on-demo', match: '^slow:', model: WORSE }],
-};
-
-async function until(condition: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 500 && !condition(); i += 1) await new Promise((resolve) => setTimeout(resolve, 10));
-  if (!condition()) throw new Error(`timed out waiting for ${what}`);
-}
-
-/** One session on `model` with one turn of `message`, ended and scored: one outcome recorded. */
-async function learn(h: RuntimeHarness, model: string, message: string): Promise<void> {
-  const session = h.runtime.createSession({ workspacePath: h.workspace, model });
-  await h.settle(h.runtime.submitTurn(session.id, message).done);
-  h.runtime.endSession(session.id);
-  await h.context.flush();
-  await h.runtime.evaluator!.settled();
-  await h.context.flush();
-}
-
-/** Two failed turns on the worse model and two good ones on the better, all with one fingerprint. */
-async function buildUp(h: RuntimeHarness): Promise<void> {
-  for (let i = 0; i < 2; i += 1) await learn(h, WORSE, 'fail: server_error');
-  for (let i = 0; i < 2; i += 1) await learn(h, BETTER, 'hello there');
-}
 
 const of = (h: RuntimeHarness, type: string, turnId?: string): MetisEvent[] =>
   h.frames.filter((e) => e.type === type && (turnId === undefined || e.turn_id === turnId));
@@ -161,6 +138,8 @@ describe('pattern routing', () => {
     // The cut call ends as a cancelled call; the turn itself completes, on the new model.
     const cut = of(h, 'llm.call_failed', turnId);
     expect(cut.map((e) => e.payload.error_class)).toEqual(['cancelled']);
+    // The swap is told between the two calls: after the cut call closed, before the next started.
+    expect(cut[0]!.id < overridden[0]!.id).toBe(true);
     expect(of(h, 'turn.completed', turnId)).toHaveLength(1);
     expect(of(h, 'turn.cancelled', turnId)).toHaveLength(0);
     // Applied: nothing is pending any more.

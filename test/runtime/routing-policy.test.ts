@@ -81,4 +81,33 @@ describe('a routing policy file', () => {
     expect(invalid().map((e) => e.payload.using_last_known_good)).toEqual([false]);
     expect((invalid()[0]!.payload.errors as string[]).join('\n')).toMatch(/rules\.0\.match/);
   });
+
+  it('a rule naming a model no provider serves, or a provider out of routing, is refused with the reason', async () => {
+    const path = join(tempDir(), 'policy.yaml');
+    writeFileSync(path, 'rules:\n  - { name: ok, match: ok, model: "scripted:fine" }\n');
+    const h = startRuntime({
+      routing_policy_file: path,
+      routing_policy_poll_ms: POLL_MS,
+      provider_health: { consecutive_failures: 1, cooldown_seconds: 60 },
+    });
+    const session = h.runtime.createSession({ workspacePath: h.workspace, model: 'scripted:broken' });
+    await h.settle(h.runtime.submitTurn(session.id, 'fail: server_error').done);
+    await h.context.flush();
+    expect(h.frames.some((e) => e.type === 'routing.provider_unavailable')).toBe(true);
+    const good = h.runtime.routing.version;
+    writeFileSync(
+      path,
+      'rules:\n  - { name: a, match: a, model: "nope:model" }\n  - { name: b, match: b, model: "scripted:broken" }\n',
+    );
+    const invalid = () => h.frames.filter((e) => e.type === 'routing.policy_invalid');
+    await until(() => invalid().length > 0, 'routing.policy_invalid');
+    const errors = invalid()[0]!.payload.errors as string[];
+    expect(errors).toEqual([
+      expect.stringMatching(/^rules\.0\.model: "nope:model" cannot serve: no provider "nope" in the config/),
+      expect.stringMatching(
+        /^rules\.1\.model: "scripted:broken" names a provider out of routing: scripted:broken is unavailable/,
+      ),
+    ]);
+    expect(h.runtime.routing.version).toBe(good);
+  });
 });

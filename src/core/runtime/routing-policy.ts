@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, unwatchFile, watchFile } from 'node:fs';
 import { extname, resolve } from 'node:path';
 import { defaultLoadersSync } from 'cosmiconfig';
+import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { EventBus } from '../bus/event-bus.js';
 import { type RoutingRule, RoutingRuleSchema, type RuntimeConfig } from '../config/runtime-schema.js';
@@ -25,6 +26,11 @@ export class RoutingPolicy {
   constructor(
     private readonly config: RuntimeConfig,
     private readonly bus: EventBus,
+    private readonly options: {
+      /** Why a rule's model cannot serve (an unknown provider, one out of routing), or null. */
+      readonly modelProblem?: (model: string) => string | null;
+      readonly logger?: Logger;
+    } = {},
   ) {
     this.current = config.routing_rules;
     this.currentVersion = this.versionOf(this.current);
@@ -56,13 +62,18 @@ export class RoutingPolicy {
       this.lastGood = true;
       return true;
     }
+    const list = Array.isArray(errors) ? errors : [errors];
+    this.options.logger?.warn(
+      { policy_path: path, errors: list, using_last_known_good: this.lastGood },
+      `routing policy file not loaded: ${list.join('; ')}; ${this.lastGood ? 'the last good version stays in effect' : 'the config rules stay in effect'}`,
+    );
     this.bus.emit({
       type: 'routing.policy_invalid',
       session_id: SYSTEM_SESSION_ID,
       actor: 'system',
       payload: {
         policy_path: path,
-        errors: Array.isArray(errors) ? errors : [errors],
+        errors: list,
         using_last_known_good: this.lastGood,
       },
     });
@@ -87,8 +98,13 @@ export class RoutingPolicy {
     }
     // A bare list is the rules: checked as `rules` so every error names its place the same way.
     const checked = PolicyFileSchema.safeParse(Array.isArray(parsed) ? { rules: parsed } : parsed);
-    if (checked.success) return checked.data;
-    return checked.error.issues.map((issue) => `${issue.path.join('.') || '(file)'}: ${issue.message}`);
+    if (!checked.success)
+      return checked.error.issues.map((issue) => `${issue.path.join('.') || '(file)'}: ${issue.message}`);
+    const unusable = checked.data.rules.flatMap((rule, index) => {
+      const problem = this.options.modelProblem?.(rule.model) ?? null;
+      return problem === null ? [] : [`rules.${index}.model: "${rule.model}" ${problem}`];
+    });
+    return unusable.length > 0 ? unusable : checked.data;
   }
 
   private versionOf(rules: readonly RoutingRule[]): string {

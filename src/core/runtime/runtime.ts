@@ -156,7 +156,18 @@ export class Runtime {
     if (writer !== undefined) {
       this.startGate = (id) => writer.whenCommitted(id, DEFAULT_COMMIT_WAIT_MS);
     }
-    this.routing = new RoutingPolicy(this.config, this.bus);
+    this.routing = new RoutingPolicy(this.config, this.bus, {
+      logger: this.logger,
+      modelProblem: (model) => {
+        const resolution = this.models.resolve(model);
+        if (resolution.ok) return null;
+        if (resolution.failure === 'not_configured')
+          return `cannot serve: ${resolution.detail ?? 'its provider is not configured'}`;
+        if (resolution.failure === 'provider_unavailable')
+          return `names a provider out of routing: ${resolution.detail ?? 'unavailable'}`;
+        return null;
+      },
+    });
     const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>
         this.createSession({
@@ -499,9 +510,9 @@ export class Runtime {
   }
 
   /**
-   * Applies the pattern recommendation deferred in the running turn (bus §6.5b): `route.overridden`,
-   * parented to the turn's `route.decided` (which stays as it was), and the rest of the turn goes to the
-   * recommended model; the call in flight is cut.
+   * Applies the pattern recommendation deferred in the running turn (bus §6.5b): the call in flight is
+   * cut, then the turn emits `route.overridden`, parented to its `route.decided` (which stays as it was),
+   * and goes on with the recommended model.
    * @throws MetisError METIS_ERR_NO_RECOMMENDATION when none is pending, or its turn is ending.
    */
   overrideRoute(sessionId: string): {
@@ -523,12 +534,11 @@ export class Runtime {
         'METIS_ERR_NO_RECOMMENDATION',
         `the recommended model ${pending.model} cannot serve now (${resolution.failure}${resolution.detail ? `: ${resolution.detail}` : ''})`,
       );
-    const overridden = this.bus.emit({
-      type: 'route.overridden',
-      session_id: sessionId,
-      turn_id: pending.turnId,
-      parent_event_id: pending.routeDecidedId,
-      actor: 'user',
+    // route.overridden comes from the turn, once the call in flight is closed (TurnRunner).
+    redirectTurn(turn.state, {
+      model: pending.model,
+      adapter: resolution.adapter,
+      routeDecidedId: pending.routeDecidedId,
       payload: {
         original_chosen_model: pending.chosenModel,
         new_chosen_model: pending.model,
@@ -538,8 +548,6 @@ export class Runtime {
       },
     });
     session.recommendation = null;
-    if (overridden !== null)
-      redirectTurn(turn.state, { model: pending.model, adapter: resolution.adapter, eventId: overridden.id });
     return {
       turn_id: pending.turnId,
       original_chosen_model: pending.chosenModel,

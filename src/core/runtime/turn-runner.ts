@@ -64,8 +64,10 @@ export interface TurnState {
 export interface Redirect {
   readonly model: string;
   readonly adapter: ModelAdapter;
-  /** The `route.overridden` event: parent of the next `llm.call_started`. */
-  readonly eventId: string;
+  /** The decision overridden: parent of `route.overridden`, which parents the next `llm.call_started`. */
+  readonly routeDecidedId: string;
+  /** The `route.overridden` payload, emitted once the call in flight is closed. */
+  readonly payload: Record<string, unknown>;
 }
 
 /**
@@ -324,10 +326,12 @@ export class TurnRunner {
       if (signal.aborted) return cancelled(finalText);
       const redirect = state.redirect ?? null;
       if (redirect !== null) {
+        // Emitted here, after the cut call's message.complete and llm.call_failed, so that a client
+        // reads the swap between the two calls it separates.
         state.redirect = null;
         model = redirect.model;
         adapter = redirect.adapter;
-        parent = redirect.eventId;
+        parent = events.emit('route.overridden', redirect.routeDecidedId, redirect.payload).id;
       }
       const call = await this.callModel(adapter, model, conversation, parent, request);
       totals.llmCalls += 1;

@@ -44,6 +44,8 @@ interface Row {
 
 type MutableTurn = { -readonly [K in keyof TurnEvidence]: TurnEvidence[K] };
 
+const SESSION_SIGNALS = new Set(['accept', 'abandon']);
+
 const EVIDENCE_TYPES = [
   'turn.started',
   'turn.completed',
@@ -84,7 +86,9 @@ export function sessionEvidence(db: Db, sessionId: string): SessionEvidence {
     }
     if (row.type === 'feedback.implicit' || row.type === 'feedback.explicit') {
       const subject = (payload.subject_turn_id as string | null) ?? null;
-      const turn = subject === null ? undefined : turns.get(subject);
+      // accept and abandon name the last turn but judge the session (bus §6.9).
+      const sessionWide = row.type === 'feedback.implicit' && SESSION_SIGNALS.has(String(payload.type));
+      const turn = subject === null || sessionWide ? undefined : turns.get(subject);
       if (row.type === 'feedback.implicit') {
         const signal = { type: String(payload.type), confidence: Number(payload.confidence) };
         if (turn) turn.implicit = [...turn.implicit, signal];
