@@ -76,6 +76,11 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'Wait for the current turn to finish or cancel it first.',
   },
+  METIS_ERR_INVALID_FILTER: {
+    status: 400,
+    exitCode: 2,
+    hint: 'Use preset:chat, preset:full or event types from `metis catalog`; session_ids may only narrow the stream to the session and its workers.',
+  },
   METIS_ERR_NO_RECOMMENDATION: {
     status: 409,
     exitCode: 1,

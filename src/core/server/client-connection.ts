@@ -1,7 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import type { WebSocket } from 'ws';
 import type { EventBus } from '../bus/event-bus.js';
 import { isMetisError } from '../errors.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
@@ -26,6 +24,7 @@ import { mergeReplay, mergeRows, type ReplayFrame, unionById } from './replay-me
 import { buildSnapshot } from './snapshot.js';
 import { snapshotPoint } from './snapshot-point.js';
 import { isQuestionToUser, type StreamHub, type StreamTarget } from './stream-hub.js';
+import type { StreamTransport } from './stream-transport.js';
 import {
   compileFilter,
   type ResolvedFilter,
@@ -33,7 +32,7 @@ import {
   sessionIdsProblem,
   wantsStreaming,
 } from './subscription-filter.js';
-import { encodeTextFrame } from './wire-frame.js';
+import type { EventFrames } from './wire-frame.js';
 
 export interface StreamOptions {
   readonly maxQueueEvents: number;
@@ -102,7 +101,8 @@ function runFlushQueue(): void {
 }
 
 /**
- * One WebSocket attached to one session (streaming spec §3, §4, §8). Live events are buffered from
+ * One client attached to one session (streaming spec §3, §4, §8), over a WebSocket or an SSE response
+ * (stream-transport.ts): one subscription core under every transport. Live events are buffered from
  * accept; subscribe sends the ack, then the snapshot or the replay, then drains the buffer past what
  * was sent, so the seam has no gap and no duplicate (§3.7). Frames go through a bounded queue; a
  * client that lets it overflow is closed with 1008 and nobody else waits for it.
@@ -123,7 +123,7 @@ export class ClientConnection implements StreamTarget {
   private filter: ((event: MetisEvent) => boolean) | null = null;
   private resolved: ResolvedFilter | null = null;
   private sessionIds = new Set<string>();
-  /** Encoded WebSocket frames; event frames are shared with every other client that gets them. */
+  /** Encoded frames; event frames are shared with every other client of the transport that gets them. */
   private readonly queue: Buffer[] = [];
   private queueHead = 0;
   private queuedBytes = 0;
@@ -143,8 +143,7 @@ export class ClientConnection implements StreamTarget {
   private dropNextLive = false;
 
   constructor(
-    private readonly ws: WebSocket,
-    private readonly socket: Duplex,
+    private readonly transport: StreamTransport,
     readonly sessionId: string,
     private readonly deps: ConnectionDeps,
   ) {
@@ -152,14 +151,16 @@ export class ClientConnection implements StreamTarget {
     this.counters = deps.counters ?? NO_COUNTERS;
     this.acceptedAfterId = deps.hub.sequencer.lastReleasedId;
     deps.hub.attach(this);
-    ws.on('message', (data, isBinary) => this.onMessage(data, isBinary));
-    // A protocol pong (every WebSocket library answers protocol pings by itself) is liveness too.
-    ws.on('pong', () => {
-      if (!this.faults.jsonOnlyLiveness) this.pingNonces = [];
+    transport.listen({
+      message: (data, isBinary) => this.onMessage(data, isBinary),
+      // A protocol pong (every WebSocket library answers protocol pings by itself) is liveness too.
+      pong: () => {
+        if (!this.faults.jsonOnlyLiveness) this.pingNonces = [];
+      },
+      close: () => this.dispose('client_closed'),
+      error: (error) => deps.logger.debug({ conn: this.id, err: error.message }, `${transport.kind} error`),
+      drain: () => this.flush(),
     });
-    ws.on('close', () => this.dispose('client_closed'));
-    ws.on('error', (error) => deps.logger.debug({ conn: this.id, err: error.message }, 'websocket error'));
-    socket.on('drain', () => this.flush());
     this.heartbeat = setInterval(() => this.tick(), deps.options.heartbeatIntervalMs);
     this.heartbeat.unref();
   }
@@ -266,7 +267,8 @@ export class ClientConnection implements StreamTarget {
     return this.resolved === null || this.resolved.include_worker_sessions;
   }
 
-  deliver(event: MetisEvent, frame: () => Buffer): void {
+  deliver(event: MetisEvent, frames: EventFrames): void {
+    const frame = () => this.transport.encodeEvent(frames);
     if (this.state === 'awaiting_subscribe') {
       // The buffer of §3.7 step 1 is bounded: a client that never subscribes (or stays after a
       // subscribe_error) must not make the server hold events for it without limit. Past the bound the
@@ -325,20 +327,20 @@ export class ClientConnection implements StreamTarget {
     if (this.state === 'closed') return;
     // What is queued (the cancellations of the shutdown itself, say) goes out before the close frame:
     // the queue is bounded, so writing it past the socket's high-water mark once is fine.
-    if (this.ws.readyState === this.ws.OPEN) {
-      for (let i = this.queueHead; i < this.queue.length; i += 1) this.socket.write(this.queue[i]!);
+    if (this.transport.isOpen()) {
+      for (let i = this.queueHead; i < this.queue.length; i += 1) this.transport.write(this.queue[i]!);
     }
     this.queue.length = 0;
     this.queueHead = 0;
     this.queuedBytes = 0;
-    this.ws.close(CLOSE.serverShutdown, 'server shutting down');
+    this.transport.close(CLOSE.serverShutdown, 'server shutting down');
     this.dispose('shutdown');
   }
 
   private onMessage(data: unknown, isBinary: boolean): void {
     if (this.state === 'closed') return;
     if (isBinary) {
-      this.ws.close(CLOSE.unsupportedData, 'binary frames are not part of the protocol');
+      this.transport.close(CLOSE.unsupportedData, 'binary frames are not part of the protocol');
       this.dispose('protocol_error');
       return;
     }
@@ -400,6 +402,11 @@ export class ClientConnection implements StreamTarget {
         // §2.2's client acknowledgement: accepted, and nothing to do (docs/decisions.md "Client frames").
         return;
     }
+  }
+
+  /** Subscribes without a frame from the client: an SSE request carries its subscription in its URL. */
+  subscribeWith(frame: SubscribeFrame): void {
+    if (this.state === 'awaiting_subscribe') this.subscribe(frame);
   }
 
   private subscribe(frame: SubscribeFrame): void {
@@ -510,13 +517,14 @@ export class ClientConnection implements StreamTarget {
     // not a backlog, and must not count against the live queue's bound. Live frames queue behind them
     // until the socket drains.
     this.flush();
-    // Encoded as WebSocket frames (wire-frame.ts) and written in one piece.
-    const burst: Buffer[] = [encodeTextFrame(ack(replayFrames.length))];
-    if (snapshotFrame !== null) burst.push(encodeTextFrame(snapshotFrame));
+    // Encoded in the transport's framing and written in one piece.
+    const encode = (text: string) => this.transport.encode(text);
+    const burst: Buffer[] = [encode(ack(replayFrames.length))];
+    if (snapshotFrame !== null) burst.push(encode(snapshotFrame));
     const replayed = new Set<string>();
     for (const { id, frame: text } of replayFrames) {
       replayed.add(id);
-      burst.push(encodeTextFrame(text));
+      burst.push(encode(text));
     }
     // The seam (§3.7): what arrived since accept, minus what the snapshot or the replay covered.
     const buffered = this.buffer;
@@ -526,14 +534,14 @@ export class ClientConnection implements StreamTarget {
       if (skipUpTo !== null && event.id <= skipUpTo) continue;
       if (replayed.has(event.id) || !matches(event)) continue;
       if (!this.carries(event, resolved)) continue;
-      burst.push(encodeTextFrame(`{"type":"event","event":${JSON.stringify(event)}}`));
+      burst.push(encode(`{"type":"event","event":${JSON.stringify(event)}}`));
     }
-    this.socket.write(burst.length === 1 ? burst[0]! : Buffer.concat(burst));
+    this.transport.write(burst.length === 1 ? burst[0]! : Buffer.concat(burst));
     this.deps.bus.emit({
       type: 'bus.subscriber_registered',
       session_id: SYSTEM_SESSION_ID,
       payload: {
-        subscription_name: `ws:${this.id}:${this.sessionId}`,
+        subscription_name: `${this.subscriptionPrefix()}:${this.id}:${this.sessionId}`,
         filter: { session_ids: [...sessionIds], event_types: resolved.event_types, actors: resolved.actors },
         fast_path: true,
       },
@@ -571,6 +579,16 @@ export class ClientConnection implements StreamTarget {
 
   private subscribeError(code: string, message: string): void {
     this.send(JSON.stringify({ type: 'subscribe_error', code, message }));
+    if (!this.transport.singleSubscription) return;
+    // An SSE stream carries one subscription: the error goes out, then the stream ends.
+    this.flush();
+    this.transport.close(CLOSE.subscribeRefused, JSON.stringify({ code, message }));
+    this.dispose('protocol_error');
+  }
+
+  /** How the bus names this client's subscription: `ws:` or `sse:`, then the connection and session. */
+  private subscriptionPrefix(): string {
+    return this.transport.kind === 'websocket' ? 'ws' : 'sse';
   }
 
   private sendError(code: string, message: string): void {
@@ -583,7 +601,7 @@ export class ClientConnection implements StreamTarget {
    */
   private send(text: string, activity = true): void {
     if (this.state === 'closed') return;
-    this.enqueue(encodeTextFrame(text), activity);
+    this.enqueue(this.transport.encode(text), activity);
   }
 
   private enqueue(frame: Buffer, activity = true): void {
@@ -630,22 +648,22 @@ export class ClientConnection implements StreamTarget {
 
   /** Writes queued frames while the socket takes them; the rest waits for 'drain'. */
   private flush(): void {
-    if (this.state === 'closed' || this.ws.readyState !== this.ws.OPEN) return;
+    if (this.state === 'closed' || !this.transport.isOpen()) return;
     // 'drain' only follows a write that took the socket past its own highWaterMark: a smaller limit
     // would stop here with no 'drain' to come, and the queued frames would wait for the next send.
-    const limit = Math.max(this.deps.options.socketHighWaterMark, this.socket.writableHighWaterMark);
+    const limit = Math.max(this.deps.options.socketHighWaterMark, this.transport.writableHighWaterMark);
     if (this.queueHead >= this.queue.length) return;
     // Corking coalesces the frames of one flush into one socket write; they stay separate frames. The
     // frames are already encoded (wire-frame.ts), so they go to the socket as they are.
-    this.socket.cork();
-    while (this.queueHead < this.queue.length && this.ws.bufferedAmount < limit) {
+    this.transport.cork();
+    while (this.queueHead < this.queue.length && this.transport.bufferedAmount() < limit) {
       const frame = this.queue[this.queueHead]!;
       this.queue[this.queueHead] = NO_FRAME;
       this.queueHead += 1;
       this.queuedBytes -= frame.length;
-      this.socket.write(frame);
+      this.transport.write(frame);
     }
-    this.socket.uncork();
+    this.transport.uncork();
     if (this.queueHead === this.queue.length) {
       this.queue.length = 0;
       this.queueHead = 0;
@@ -666,12 +684,12 @@ export class ClientConnection implements StreamTarget {
    */
   private warnLag(queued: number): void {
     // Before subscribe there is nothing to shed, and after a close frame nothing may follow it.
-    if (this.state !== 'live' || this.ws.readyState !== this.ws.OPEN) return;
+    if (this.state !== 'live' || !this.transport.isOpen()) return;
     this.lagWarned = true;
     const { maxQueueEvents, maxQueueBytes } = this.deps.options;
     this.counters.lagWarning();
-    this.socket.write(
-      encodeTextFrame(
+    this.transport.write(
+      this.transport.encode(
         JSON.stringify({
           type: 'lag_warning',
           queued_events: queued,
@@ -691,14 +709,20 @@ export class ClientConnection implements StreamTarget {
     this.queue.length = 0;
     this.queueHead = 0;
     this.queuedBytes = 0;
-    this.ws.close(CLOSE.clientTooSlow, TOO_SLOW_REASON);
+    this.transport.close(CLOSE.clientTooSlow, TOO_SLOW_REASON);
     this.dispose('client_too_slow');
   }
 
   private tick(): void {
     if (this.state === 'closed') return;
+    if (!this.transport.answersPings) {
+      // Nothing can answer (SSE): a comment keeps proxies and the client's own timeout from closing it.
+      if (!this.sentSinceTick) this.transport.ping();
+      this.sentSinceTick = false;
+      return;
+    }
     if (this.pingNonces.length >= 3) {
-      this.ws.close(
+      this.transport.close(
         CLOSE.heartbeatTimeout,
         JSON.stringify({ code: 'heartbeat_timeout', message: 'three pings unanswered' }),
       );
@@ -711,7 +735,7 @@ export class ClientConnection implements StreamTarget {
       this.send(JSON.stringify({ type: 'ping', nonce }), false);
       // A WebSocket protocol ping alongside: generic clients (wscat, websocat, browsers) never answer
       // the JSON one, but their library answers this one, and its pong clears the count (§3.8).
-      if (!this.faults.jsonOnlyLiveness && this.ws.readyState === this.ws.OPEN) this.ws.ping();
+      if (!this.faults.jsonOnlyLiveness) this.transport.ping();
     }
     this.sentSinceTick = false;
   }
@@ -730,7 +754,7 @@ export class ClientConnection implements StreamTarget {
         this.deps.bus.emit({
           type: 'bus.subscriber_unregistered',
           session_id: SYSTEM_SESSION_ID,
-          payload: { subscription_name: `ws:${this.id}:${this.sessionId}`, reason },
+          payload: { subscription_name: `${this.subscriptionPrefix()}:${this.id}:${this.sessionId}`, reason },
         });
       } catch (error) {
         this.deps.logger.debug({ err: (error as Error).message }, 'could not record unsubscribe');

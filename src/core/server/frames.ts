@@ -94,6 +94,8 @@ export const CLOSE = {
   heartbeatTimeout: 4408,
   unsupportedData: 1003,
   serverShutdown: 1001,
+  /** SSE only: the subscription was refused (its `subscribe_error` event came first). */
+  subscribeRefused: 4400,
 } as const;
 
 /** Deeper nesting than this in a client frame is refused before it is validated. */

@@ -17,8 +17,10 @@ import type { FaultSwitches } from './faults.js';
 import { createApi } from './http-api.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { checkRequest, isLoopbackBind, type SecurityOptions } from './security.js';
+import { createSseRoute } from './sse-route.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
 import { StreamHub } from './stream-hub.js';
+import { WebSocketTransport } from './stream-transport.js';
 
 export interface ServerOptions {
   readonly host?: string;
@@ -129,6 +131,20 @@ export async function startServer(
     processMetrics: options.metrics?.processMetrics,
   });
   let address = '';
+  const connectionDeps = () => ({
+    hub,
+    store: trace.store,
+    runtime,
+    bus: trace.bus,
+    options: streamOptions,
+    logger,
+    faults: options.faults,
+    counters: metrics,
+  });
+  const sseRoute = createSseRoute(runtime, connectionDeps, (connection, response) => {
+    connections.add(connection);
+    response.on('close', () => connections.delete(connection));
+  });
   const extraRoutes = options.extraRoutes ?? [];
   const api = createApi({
     runtime,
@@ -138,6 +154,7 @@ export async function startServer(
     faults: options.faults,
     wsBase: () => `ws://${address}`,
     extraRoutes: async (request, response, path) => {
+      if (await sseRoute(request, response, path)) return true;
       for (const route of extraRoutes) if (await route(request, response, path, hub)) return true;
       return false;
     },
@@ -202,16 +219,11 @@ export async function startServer(
     // Authenticated by header or cookie, but the stream still needs its attach token (streaming §3.1).
     if (!attached) return refuse(401, 'Unauthorized');
     wss.handleUpgrade(request, socket, head, (ws) => {
-      const connection = new ClientConnection(ws, socket, sessionId, {
-        hub,
-        store: trace.store,
-        runtime,
-        bus: trace.bus,
-        options: streamOptions,
-        logger,
-        faults: options.faults,
-        counters: metrics,
-      });
+      const connection = new ClientConnection(
+        new WebSocketTransport(ws, socket),
+        sessionId,
+        connectionDeps(),
+      );
       connections.add(connection);
       ws.on('close', () => connections.delete(connection));
     });

@@ -4,7 +4,7 @@ import type { SessionStore } from '../store/session-store.js';
 import type { EventSequencer } from './event-sequencer.js';
 import { RecentStreams } from './recent-streams.js';
 import type { StreamArchive } from './stream-archive.js';
-import { encodeTextFrame } from './wire-frame.js';
+import { EventFrames } from './wire-frame.js';
 
 /**
  * The events that put a question to the user, or close it: a worker's reach its planner's clients even
@@ -20,8 +20,8 @@ export interface StreamTarget {
   readonly sessionId: string;
   /** Whether events of the session's workers should reach it (undecided until subscribe: yes). */
   wantsWorkers(): boolean;
-  /** `frame` builds the event's WebSocket frame once for all targets; it must not be modified. */
-  deliver(event: MetisEvent, frame: () => Buffer): void;
+  /** `frames` builds the event's frame once per transport for all targets; never modified. */
+  deliver(event: MetisEvent, frames: EventFrames): void;
 }
 
 /**
@@ -86,11 +86,7 @@ export class StreamHub {
     if (event.type === 'delegate.started') {
       this.parentOf.set(String(event.payload.worker_session_id), event.session_id);
     }
-    let frame: Buffer | null = null;
-    const serialize = () => {
-      frame ??= encodeTextFrame(`{"type":"event","event":${JSON.stringify(event)}}`);
-      return frame;
-    };
+    const serialize = new EventFrames(event);
     const direct = this.targets.get(event.session_id);
     if (direct) for (const target of direct) target.deliver(event, serialize);
     const parent = this.parentSession(event.session_id);

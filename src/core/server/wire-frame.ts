@@ -21,3 +21,42 @@ export function encodeTextFrame(text: string): Buffer {
   const [header, payload] = Sender.frame(Buffer.from(text, 'utf8'), TEXT_FRAME);
   return payload === undefined ? header! : Buffer.concat([header!, payload]);
 }
+
+/**
+ * One event's frame in each transport's encoding, each built at most once however many clients get
+ * it (the hub hands the same instance to every target).
+ */
+export class EventFrames {
+  private json: string | null = null;
+  private websocket: Buffer | null = null;
+  private sse: Buffer | null = null;
+
+  constructor(readonly event: { readonly id: string }) {}
+
+  /** The frame's JSON text, the same on every transport: `{"type":"event","event":{...}}`. */
+  text(): string {
+    this.json ??= `{"type":"event","event":${JSON.stringify(this.event)}}`;
+    return this.json;
+  }
+
+  webSocketFrame(): Buffer {
+    this.websocket ??= encodeTextFrame(this.text());
+    return this.websocket;
+  }
+
+  sseFrame(): Buffer {
+    this.sse ??= encodeSseEvent(this.text(), null, this.event.id);
+    return this.sse;
+  }
+}
+
+/**
+ * A server-sent event (WHATWG HTML §9.2): `id:` when given (what `Last-Event-ID` sends back on a
+ * reconnect), `event:` when named (an unnamed event reaches `onmessage`), then the data. JSON text has
+ * no line breaks, so it is always one `data:` line.
+ */
+export function encodeSseEvent(data: string, name: string | null, id: string | null): Buffer {
+  return Buffer.from(
+    `${id === null ? '' : `id: ${id}\n`}${name === null ? '' : `event: ${name}\n`}data: ${data}\n\n`,
+  );
+}

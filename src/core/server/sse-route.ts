@@ -1,0 +1,161 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { eventIdTime } from '../events/ids.js';
+import { isPresetName, PRESETS } from '../events/presets.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { ClientConnection, type ConnectionDeps } from './client-connection.js';
+import { describeFrameIssue, type SubscribeFrame, SubscribeFrameSchema } from './frames.js';
+import { sendError, sendMethodNotAllowed } from './http-util.js';
+import { SseTransport } from './sse-transport.js';
+import { resolveFilter, sessionIdsProblem } from './subscription-filter.js';
+
+const EVENTS_PATH = /^\/sessions\/([^/]+)\/events$/;
+/** Query parameters of the SSE stream; `token` is the access token for `EventSource` (auth-gate.ts). */
+const KNOWN_PARAMS = new Set([
+  'filter',
+  'event_types',
+  'actors',
+  'include_worker_sessions',
+  'session_ids',
+  'since',
+  'snapshot',
+  'token',
+]);
+/** How long an `EventSource` waits before it reconnects (with `Last-Event-ID`) after a dropped stream. */
+const RETRY_MS = 2_000;
+
+type Parsed =
+  | { ok: true; frame: SubscribeFrame }
+  | { ok: false; status: number; code: string; message: string };
+
+/**
+ * `GET /sessions/{id}/events`: the session's stream as server-sent events, with the subscription of a
+ * WebSocket `subscribe` frame taken from the query (docs/http-api.md "Server-sent events"). Errors found
+ * before the stream starts (a bad filter or cursor, an unknown session) are HTTP errors with a JSON
+ * body, which also stops an `EventSource` from reconnecting; those found by the subscription (a cursor
+ * past the window, a replay too large) are a named `subscribe_error` event and a `close` event.
+ */
+export function createSseRoute(
+  runtime: Runtime,
+  deps: () => ConnectionDeps,
+  track: (connection: ClientConnection, response: ServerResponse) => void,
+) {
+  return async (request: IncomingMessage, response: ServerResponse, path: string): Promise<boolean> => {
+    const match = EVENTS_PATH.exec(path);
+    if (match === null) return false;
+    if (request.method !== 'GET') {
+      sendMethodNotAllowed(response, request.method, path, ['GET']);
+      return true;
+    }
+    let sessionId: string;
+    try {
+      sessionId = decodeURIComponent(match[1]!);
+    } catch {
+      sendError(response, 400, 'METIS_ERR_INVALID_ARGUMENT', 'the session id in the path is not valid');
+      return true;
+    }
+    const url = new URL(request.url ?? '/', 'http://localhost');
+    const parsed = subscriptionOf(url.searchParams, request.headers['last-event-id']);
+    if (!parsed.ok) {
+      sendError(response, parsed.status, parsed.code, parsed.message);
+      return true;
+    }
+    if (!runtime.hasSession(sessionId)) {
+      sendError(response, 404, 'METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+      return true;
+    }
+    const scope = filterProblem(parsed.frame, sessionId, deps());
+    if (scope !== null) {
+      sendError(response, 400, 'METIS_ERR_INVALID_FILTER', scope);
+      return true;
+    }
+    response.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      // Proxies that buffer responses (nginx) would hold the events back.
+      'x-accel-buffering': 'no',
+    });
+    request.socket.setNoDelay(true);
+    response.write(`retry: ${RETRY_MS}\n\n`);
+    const connection = new ClientConnection(new SseTransport(response), sessionId, deps());
+    track(connection, response);
+    connection.subscribeWith(parsed.frame);
+    return true;
+  };
+}
+
+/** The subscription the query asks for, as the WebSocket `subscribe` frame it stands for. */
+function subscriptionOf(params: URLSearchParams, lastEventId: string | string[] | undefined): Parsed {
+  const invalid = (message: string): Parsed => ({
+    ok: false,
+    status: 400,
+    code: 'METIS_ERR_INVALID_ARGUMENT',
+    message,
+  });
+  const unknown = [...params.keys()].filter((key) => !KNOWN_PARAMS.has(key));
+  if (unknown.length > 0)
+    return invalid(
+      `unknown query parameters: ${unknown.join(', ')} (known: ${[...KNOWN_PARAMS].join(', ')})`,
+    );
+  const resumeFrom = Array.isArray(lastEventId) ? lastEventId[0] : lastEventId;
+  const since = resumeFrom?.trim() || params.get('since') || null;
+  if (since !== null) {
+    try {
+      eventIdTime(since);
+    } catch {
+      const source = resumeFrom ? 'Last-Event-ID' : 'since';
+      return invalid(`${source}: ${JSON.stringify(since)} is not an event id (evt_<ULID>)`);
+    }
+  }
+  const snapshotParam = params.get('snapshot');
+  if (snapshotParam !== null && snapshotParam !== 'true' && snapshotParam !== 'false')
+    return invalid(`snapshot: must be true or false, not ${JSON.stringify(snapshotParam)}`);
+  // A first connection gets the state; a resume (a cursor) gets what it missed.
+  const snapshot = snapshotParam === null ? since === null : snapshotParam === 'true';
+  const filter = filterOf(params);
+  if (typeof filter === 'string' && filter.startsWith('!')) return invalid(filter.slice(1));
+  const checked = SubscribeFrameSchema.safeParse({ type: 'subscribe', filter, since, snapshot });
+  if (!checked.success) return invalid(describeFrameIssue(checked.error.issues));
+  return { ok: true, frame: checked.data };
+}
+
+/**
+ * The filter: `filter` (a preset name or a JSON filter object), or the object's fields one by one
+ * (comma-separated lists), or `preset:chat`. A string starting with "!" is the problem.
+ */
+function filterOf(params: URLSearchParams): unknown {
+  const list = (key: string) =>
+    params
+      .get(key)
+      ?.split(',')
+      .map((item) => item.trim())
+      .filter(Boolean) ?? null;
+  const workers = params.get('include_worker_sessions');
+  if (workers !== null && workers !== 'true' && workers !== 'false')
+    return `!include_worker_sessions: must be true or false, not ${JSON.stringify(workers)}`;
+  const raw = params.get('filter');
+  if (raw?.trimStart().startsWith('{')) {
+    try {
+      return JSON.parse(raw);
+    } catch {
+      return '!filter: not a preset name nor valid JSON';
+    }
+  }
+  const preset = raw ?? (list('event_types') === null ? 'preset:chat' : null);
+  if (preset !== null && !isPresetName(preset))
+    return `!filter: must be "preset:chat", "preset:full" or a JSON filter object, not ${JSON.stringify(preset)}`;
+  const fields = ['actors', 'session_ids', 'include_worker_sessions'].some((key) => params.has(key));
+  if (preset !== null && !fields) return preset;
+  // A preset with other fields is its list of types with them.
+  return {
+    event_types: preset !== null ? [...PRESETS[preset]] : list('event_types'),
+    actors: list('actors'),
+    include_worker_sessions: workers === 'true',
+    session_ids: list('session_ids'),
+  };
+}
+
+function filterProblem(frame: SubscribeFrame, sessionId: string, deps: ConnectionDeps): string | null {
+  const resolution = resolveFilter(frame.filter);
+  if (!resolution.ok) return `unknown event types in filter: ${resolution.unknown.join(', ')}`;
+  return sessionIdsProblem(resolution.filter, sessionId, deps.hub.workersOf(sessionId));
+}

@@ -1,0 +1,107 @@
+import type { Duplex } from 'node:stream';
+import type { WebSocket } from 'ws';
+import { type EventFrames, encodeTextFrame } from './wire-frame.js';
+
+export interface TransportHandlers {
+  /** A frame from the client (WebSocket only: an SSE stream is one-way). */
+  message(data: unknown, isBinary: boolean): void;
+  /** A protocol-level pong: liveness. */
+  pong(): void;
+  close(): void;
+  error(error: Error): void;
+  /** The socket took what was buffered: queued frames may go on. */
+  drain(): void;
+}
+
+/**
+ * What a client connection writes its frames through (client-connection.ts): the subscription, its
+ * queue, backpressure and heartbeats are the same on every transport; only the framing, the close and
+ * the keep-alive differ.
+ */
+export interface StreamTransport {
+  readonly kind: 'websocket' | 'sse';
+  /**
+   * Whether the client answers the server's pings (WebSocket: a JSON pong, or the library's protocol
+   * pong), so that three unanswered close it. An SSE client cannot answer; a dead one is found by the
+   * writes that fail and by backpressure.
+   */
+  readonly answersPings: boolean;
+  /** Whether the transport carries one subscription only, so that a subscribe error ends it. */
+  readonly singleSubscription: boolean;
+  readonly writableHighWaterMark: number;
+  isOpen(): boolean;
+  /** Bytes written but not yet taken by the kernel. */
+  bufferedAmount(): number;
+  /** A whole frame for this JSON text. */
+  encode(text: string): Buffer;
+  /** An event's frame, shared by every client of the same transport. */
+  encodeEvent(frames: EventFrames): Buffer;
+  write(data: Buffer): void;
+  cork(): void;
+  uncork(): void;
+  /** Closes with a code and a reason (a WebSocket close frame; an SSE `close` event, then the end). */
+  close(code: number, reason: string): void;
+  /** The transport's own keep-alive: a WebSocket ping, an SSE comment. */
+  ping(): void;
+  listen(handlers: TransportHandlers): void;
+}
+
+/** A WebSocket from `ws`; frames are pre-encoded and written to its socket directly (wire-frame.ts). */
+export class WebSocketTransport implements StreamTransport {
+  readonly kind = 'websocket' as const;
+  readonly answersPings = true;
+  readonly singleSubscription = false;
+
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly socket: Duplex,
+  ) {}
+
+  get writableHighWaterMark(): number {
+    return this.socket.writableHighWaterMark;
+  }
+
+  isOpen(): boolean {
+    return this.ws.readyState === this.ws.OPEN;
+  }
+
+  bufferedAmount(): number {
+    return this.ws.bufferedAmount;
+  }
+
+  encode(text: string): Buffer {
+    return encodeTextFrame(text);
+  }
+
+  encodeEvent(frames: EventFrames): Buffer {
+    return frames.webSocketFrame();
+  }
+
+  write(data: Buffer): void {
+    this.socket.write(data);
+  }
+
+  cork(): void {
+    this.socket.cork();
+  }
+
+  uncork(): void {
+    this.socket.uncork();
+  }
+
+  close(code: number, reason: string): void {
+    this.ws.close(code, reason);
+  }
+
+  ping(): void {
+    if (this.isOpen()) this.ws.ping();
+  }
+
+  listen(handlers: TransportHandlers): void {
+    this.ws.on('message', (data, isBinary) => handlers.message(data, isBinary));
+    this.ws.on('pong', () => handlers.pong());
+    this.ws.on('close', () => handlers.close());
+    this.ws.on('error', (error) => handlers.error(error));
+    this.socket.on('drain', () => handlers.drain());
+  }
+}
