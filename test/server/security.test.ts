@@ -412,11 +412,11 @@ describe('request bodies', () => {
 });
 
 describe('CORS', () => {
-  it('sends no access-control-allow-origin header on any response', async () => {
+  it('echoes a local origin without credentials, answers its preflight, and gives other origins nothing', async () => {
     const t = await startTestServer();
     const sessionId = await t.createSession();
     const origin = 'http://localhost:3000';
-    const responses = [
+    const local = [
       await raw(t.url, 'GET', '/healthz', { headers: { origin } }),
       await raw(t.url, 'GET', '/sessions', { headers: { origin } }),
       await raw(t.url, 'GET', `/sessions/${sessionId}`, { headers: { origin } }),
@@ -429,11 +429,22 @@ describe('CORS', () => {
       await raw(t.url, 'OPTIONS', '/sessions', {
         headers: { origin, 'access-control-request-method': 'POST' },
       }),
+    ];
+    expect(local.map((r) => r.status)).toEqual([200, 200, 200, 404, 201, 415, 204]);
+    for (const response of local) {
+      expect(response.headers['access-control-allow-origin']).toBe(origin);
+      // Any local page is a loopback origin: it must bring the token itself, never ride the cookie.
+      expect(response.headers['access-control-allow-credentials']).toBeUndefined();
+    }
+    const refused = [
       await raw(t.url, 'GET', '/healthz', { headers: { origin: 'https://evil.example' } }),
+      await raw(t.url, 'OPTIONS', '/sessions', {
+        headers: { origin: 'https://evil.example', 'access-control-request-method': 'POST' },
+      }),
       await raw(t.url, 'GET', '/healthz', { headers: { host: 'evil.example' } }),
     ];
-    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 404, 201, 415, 405, 403, 403]);
-    for (const response of responses) {
+    expect(refused.map((r) => r.status)).toEqual([403, 403, 403]);
+    for (const response of refused) {
       expect(response.headers['access-control-allow-origin']).toBeUndefined();
       expect(response.headers['access-control-allow-credentials']).toBeUndefined();
     }

@@ -38,9 +38,13 @@ function normalizeOrigin(origin: string): string {
   }
 }
 
+/** Whether the origin is listed in `server.allowed_origins` (not merely a loopback origin). */
+export function isListedOrigin(origin: string, options: SecurityOptions): boolean {
+  return options.allowedOrigins.some((allowed) => normalizeOrigin(allowed) === normalizeOrigin(origin));
+}
+
 function isAllowedOrigin(origin: string, options: SecurityOptions): boolean {
-  if (options.allowedOrigins.some((allowed) => normalizeOrigin(allowed) === normalizeOrigin(origin)))
-    return true;
+  if (isListedOrigin(origin, options)) return true;
   try {
     const url = new URL(origin);
     return (url.protocol === 'http:' || url.protocol === 'https:') && isLoopbackHost(url.host);

@@ -11,12 +11,14 @@ import type { TraceContext } from '../store/trace-context.js';
 import { AttachTokens } from './attach-tokens.js';
 import { AuthGate, type GateVerdict } from './auth-gate.js';
 import type { AuthThrottleOptions } from './auth-throttle.js';
+import { createChatRoute } from './chat-route.js';
 import { ClientConnection, type StreamOptions } from './client-connection.js';
+import { allowOrigin, answerPreflight } from './cors.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { createApi } from './http-api.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
-import { checkRequest, isLoopbackBind, type SecurityOptions } from './security.js';
+import { checkRequest, isListedOrigin, isLoopbackBind, type SecurityOptions } from './security.js';
 import { createSseRoute } from './sse-route.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
 import { StreamHub } from './stream-hub.js';
@@ -141,6 +143,7 @@ export async function startServer(
     faults: options.faults,
     counters: metrics,
   });
+  const chatRoute = createChatRoute(runtime, () => hub, trace);
   const sseRoute = createSseRoute(runtime, connectionDeps, (connection, response) => {
     connections.add(connection);
     response.on('close', () => connections.delete(connection));
@@ -155,6 +158,7 @@ export async function startServer(
     wsBase: () => `ws://${address}`,
     extraRoutes: async (request, response, path) => {
       if (await sseRoute(request, response, path)) return true;
+      if (await chatRoute(request, response, path)) return true;
       for (const route of extraRoutes) if (await route(request, response, path, hub)) return true;
       return false;
     },
@@ -164,6 +168,9 @@ export async function startServer(
     { maxHeaderSize: 16 * 1024, requestTimeout: 30_000 },
     (request, response) => {
       const verdict = checkRequest(request, security);
+      const listed = request.headers.origin !== undefined && isListedOrigin(request.headers.origin, security);
+      if (verdict.ok && answerPreflight(request, response, listed)) return;
+      if (verdict.ok) allowOrigin(request, response, listed);
       const auth: GateVerdict = verdict.ok ? gate.check(request) : verdict;
       if (!auth.ok) {
         response.writeHead(auth.status, {

@@ -1,0 +1,110 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { z } from 'zod';
+import type { Runtime } from '../runtime/runtime.js';
+import type { TraceContext } from '../store/trace-context.js';
+import { assertStorageWritable } from './commit-ack.js';
+import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
+import type { StreamHub } from './stream-hub.js';
+import { followTurn } from './turn-follower.js';
+import { type UiChunk, UiMessageStreamMapper } from './ui-message-stream.js';
+
+const CHAT_PATH = '/api/chat';
+const RESUME_PATH = /^\/api\/chat\/([^/]+)\/stream$/;
+
+/** What `useChat`'s default transport posts (ai 6 `HttpChatTransport`); other fields are let through. */
+const ChatBody = z.looseObject({
+  id: z
+    .string()
+    .min(1)
+    .max(100)
+    .regex(/^[A-Za-z0-9_-]+$/, 'must be letters, digits, "_" or "-" (it names the metis session)'),
+  messages: z
+    .array(
+      z.looseObject({
+        role: z.enum(['system', 'user', 'assistant']),
+        parts: z.array(z.looseObject({ type: z.string(), text: z.string().optional() })),
+      }),
+    )
+    .min(1),
+  trigger: z.enum(['submit-message', 'regenerate-message']).optional(),
+});
+
+/**
+ * `POST /api/chat`: the AI SDK's UI message stream (docs/ai-sdk.md), so that `useChat` can use metis as
+ * its backend unchanged. The chat id is the metis session (created on first use); the last user message
+ * starts a turn (metis keeps the conversation itself, so earlier messages in the body are not replayed);
+ * the answer is that turn as UI message chunks over SSE, ending with `[DONE]`. Closing the request
+ * cancels the turn (`client_disconnect`).
+ */
+export function createChatRoute(runtime: Runtime, hub: () => StreamHub, trace: TraceContext) {
+  return async (request: IncomingMessage, response: ServerResponse, path: string): Promise<boolean> => {
+    if (RESUME_PATH.test(path)) {
+      if (request.method !== 'GET') sendMethodNotAllowed(response, request.method, path, ['GET']);
+      else {
+        // No stream is kept to resume: the transport then has nothing to reconnect to (ai 6: 204).
+        response.writeHead(204).end();
+      }
+      return true;
+    }
+    if (path !== CHAT_PATH) return false;
+    if (request.method !== 'POST') {
+      sendMethodNotAllowed(response, request.method, path, ['POST']);
+      return true;
+    }
+    const body = validate(ChatBody, await readJson(request));
+    const last = body.messages.at(-1)!;
+    const text = last.parts
+      .filter((part) => part.type === 'text')
+      .map((part) => part.text ?? '')
+      .join('');
+    if (last.role !== 'user' || text.trim() === '')
+      throw new HttpError(
+        400,
+        'METIS_ERR_INVALID_ARGUMENT',
+        'messages: the last message must be a user message with a text part',
+      );
+    assertStorageWritable(trace);
+    if (!runtime.hasSession(body.id)) runtime.createSession({ sessionId: body.id });
+    const write = (chunk: UiChunk | '[DONE]') =>
+      response.write(`data: ${typeof chunk === 'string' ? chunk : JSON.stringify(chunk)}\n\n`);
+    const mapper = new UiMessageStreamMapper(write, (toolUseId) => toolOutputOf(runtime, body.id, toolUseId));
+    const followed = followTurn(
+      runtime,
+      hub(),
+      body.id,
+      text,
+      response,
+      (event) => mapper.onEvent(event),
+      (turnId) => {
+        response.writeHead(200, {
+          'content-type': 'text/event-stream; charset=utf-8',
+          'cache-control': 'no-cache, no-transform',
+          'x-vercel-ai-ui-message-stream': 'v1',
+          'x-accel-buffering': 'no',
+        });
+        mapper.start(turnId);
+      },
+    );
+    await followed.ended;
+    if (!response.writableEnded) {
+      write('[DONE]');
+      response.end();
+    }
+    return true;
+  };
+}
+
+/** The tool's result as the model got it: the text of its `tool_result`, JSON when it parses. */
+function toolOutputOf(runtime: Runtime, sessionId: string, toolUseId: string): unknown {
+  for (const message of runtime.sessions.messages(sessionId, { limit: 10 }).reverse()) {
+    for (const block of message.content as { type: string; tool_use_id?: string; content?: string }[]) {
+      if (block.type !== 'tool_result' || block.tool_use_id !== toolUseId) continue;
+      try {
+        return JSON.parse(block.content ?? '');
+      } catch {
+        return block.content ?? null;
+      }
+    }
+  }
+  return null;
+}
