@@ -16,6 +16,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'stream', load: async () => (await import('./stream.js')).benchStream },
   { name: 'snapshot', load: async () => (await import('./snapshot.js')).benchSnapshot },
   { name: 'stream-archive', load: async () => (await import('./stream-archive.js')).benchStreamArchive },
+  { name: 'sse', load: async () => (await import('./sse.js')).benchSse },
 ];
 
 interface Args {

@@ -4,6 +4,7 @@ import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable } from './commit-ack.js';
 import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
+import { storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
 import { type UiChunk, UiMessageStreamMapper } from './ui-message-stream.js';
@@ -96,15 +97,11 @@ export function createChatRoute(runtime: Runtime, hub: () => StreamHub, trace: T
 
 /** The tool's result as the model got it: the text of its `tool_result`, JSON when it parses. */
 function toolOutputOf(runtime: Runtime, sessionId: string, toolUseId: string): unknown {
-  for (const message of runtime.sessions.messages(sessionId, { limit: 10 }).reverse()) {
-    for (const block of message.content as { type: string; tool_use_id?: string; content?: string }[]) {
-      if (block.type !== 'tool_result' || block.tool_use_id !== toolUseId) continue;
-      try {
-        return JSON.parse(block.content ?? '');
-      } catch {
-        return block.content ?? null;
-      }
-    }
+  const result = storedToolResult(runtime, sessionId, toolUseId);
+  if (result === null) return null;
+  try {
+    return JSON.parse(result.text);
+  } catch {
+    return result.text;
   }
-  return null;
 }

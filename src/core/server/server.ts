@@ -8,6 +8,7 @@ import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
+import { createAgUiRoute } from './ag-ui-route.js';
 import { AttachTokens } from './attach-tokens.js';
 import { AuthGate, type GateVerdict } from './auth-gate.js';
 import type { AuthThrottleOptions } from './auth-throttle.js';
@@ -144,6 +145,7 @@ export async function startServer(
     counters: metrics,
   });
   const chatRoute = createChatRoute(runtime, () => hub, trace);
+  const agUiRoute = createAgUiRoute(runtime, () => hub, trace);
   const sseRoute = createSseRoute(runtime, connectionDeps, (connection, response) => {
     connections.add(connection);
     response.on('close', () => connections.delete(connection));
@@ -159,6 +161,7 @@ export async function startServer(
     extraRoutes: async (request, response, path) => {
       if (await sseRoute(request, response, path)) return true;
       if (await chatRoute(request, response, path)) return true;
+      if (await agUiRoute(request, response, path)) return true;
       for (const route of extraRoutes) if (await route(request, response, path, hub)) return true;
       return false;
     },

@@ -1,0 +1,121 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { z } from 'zod';
+import { MetisError } from '../errors.js';
+import type { Runtime } from '../runtime/runtime.js';
+import type { TraceContext } from '../store/trace-context.js';
+import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
+import { assertStorageWritable } from './commit-ack.js';
+import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
+import { agUiMessages, storedToolResult } from './stored-conversation.js';
+import type { StreamHub } from './stream-hub.js';
+import { followTurn } from './turn-follower.js';
+
+const THREAD_ROUTE = '/ag-ui';
+const SESSION_ROUTE = /^\/sessions\/([^/]+)\/ag-ui$/;
+
+/** AG-UI's `RunAgentInput` (`@ag-ui/core` 1.0); fields metis does not use are let through. */
+const RunAgentInput = z.looseObject({
+  threadId: z
+    .string()
+    .min(1)
+    .max(100)
+    .regex(/^[A-Za-z0-9_-]+$/, 'must be letters, digits, "_" or "-" (it names the metis session)'),
+  runId: z.string().min(1).max(200),
+  messages: z.array(
+    z.looseObject({
+      id: z.string(),
+      role: z.enum(['user', 'assistant', 'system', 'developer', 'tool', 'reasoning', 'activity']),
+      content: z.unknown().optional(),
+    }),
+  ),
+  tools: z.array(z.unknown()).default([]),
+  context: z.array(z.unknown()).default([]),
+});
+
+/**
+ * `POST /ag-ui` (the thread is the metis session, created on first use) and `POST
+ * /sessions/{id}/ag-ui` (an existing session; the thread id must name it): an AG-UI agent endpoint
+ * (docs/ag-ui.md). The last user message of `RunAgentInput` starts a turn, answered as AG-UI events over
+ * SSE; closing the request cancels the turn (`client_disconnect`).
+ */
+export function createAgUiRoute(runtime: Runtime, hub: () => StreamHub, trace: TraceContext) {
+  return async (request: IncomingMessage, response: ServerResponse, path: string): Promise<boolean> => {
+    const perSession = SESSION_ROUTE.exec(path);
+    if (path !== THREAD_ROUTE && perSession === null) return false;
+    if (request.method !== 'POST') {
+      sendMethodNotAllowed(response, request.method, path, ['POST']);
+      return true;
+    }
+    const input = validate(RunAgentInput, await readJson(request));
+    let sessionId = input.threadId;
+    if (perSession !== null) {
+      sessionId = decodeURIComponent(perSession[1]!);
+      if (!runtime.hasSession(sessionId))
+        throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId} (unknown thread)`);
+      if (input.threadId !== sessionId)
+        throw new HttpError(
+          400,
+          'METIS_ERR_INVALID_ARGUMENT',
+          `threadId: "${input.threadId}" is not this session (${sessionId}); use POST /ag-ui for other threads`,
+        );
+    }
+    const text = lastUserText(input.messages);
+    assertStorageWritable(trace);
+    if (!runtime.hasSession(sessionId)) runtime.createSession({ sessionId });
+    const write = (event: AgUiEvent) => response.write(`data: ${JSON.stringify(event)}\n\n`);
+    const mapper = new AgUiMapper(
+      write,
+      input.threadId,
+      input.runId,
+      (toolUseId) => {
+        const result = storedToolResult(runtime, sessionId, toolUseId);
+        return result === null ? '' : result.isError ? `error: ${result.text}` : result.text;
+      },
+      () => agUiMessages(runtime, sessionId),
+    );
+    const followed = followTurn(
+      runtime,
+      hub(),
+      sessionId,
+      text,
+      response,
+      (event) => mapper.onEvent(event),
+      () => {
+        response.writeHead(200, {
+          'content-type': 'text/event-stream; charset=utf-8',
+          'cache-control': 'no-cache, no-transform',
+          'x-accel-buffering': 'no',
+        });
+        mapper.start();
+      },
+    );
+    await followed.ended;
+    if (!response.writableEnded) response.end();
+    return true;
+  };
+}
+
+/** The text of the last message, which must be the user's: what the run is asked. */
+function lastUserText(messages: z.output<typeof RunAgentInput>['messages']): string {
+  const last = messages.at(-1);
+  const content = last?.content;
+  const text =
+    typeof content === 'string'
+      ? content
+      : Array.isArray(content)
+        ? content
+            .filter(
+              (part): part is { type: 'text'; text: string } =>
+                part?.type === 'text' && typeof part.text === 'string',
+            )
+            .map((part) => part.text)
+            .join('')
+        : '';
+  if (last?.role !== 'user' || text.trim() === '')
+    throw new HttpError(
+      400,
+      'METIS_ERR_INVALID_ARGUMENT',
+      'messages: the last message must be a user message with text content (it starts the run)',
+    );
+  return text;
+}
