@@ -25,6 +25,7 @@ export interface ConformanceRunOptions {
   junit?: string;
   fault?: string[];
   token?: string;
+  transport?: 'websocket' | 'sse';
 }
 
 function describe(result: CheckResult): string {
@@ -70,6 +71,7 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
       url,
       only: options.only,
       token,
+      transport: options.transport,
       onProgress: ({ phase, index, total, name, result }) => {
         if (phase === 'start' && progress) process.stderr.write(`\r[${index + 1}/${total}] ${name}…\u001b[K`);
         if (phase === 'end' && result && !options.json) {
@@ -87,7 +89,14 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
   const failed = results.filter((r) => r.outcome.status === 'fail').length;
   const passed = results.filter((r) => r.outcome.status === 'pass').length;
   const skipped = results.length - failed - passed;
-  if (options.json) console.log(JSON.stringify({ url, passed, failed, skipped, results }, null, 2));
+  if (options.json)
+    console.log(
+      JSON.stringify(
+        { url, transport: options.transport ?? 'websocket', passed, failed, skipped, results },
+        null,
+        2,
+      ),
+    );
   else console.log(`\n${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
   if (failed > 0) throw new ExitError(1);
 }

@@ -249,6 +249,14 @@ export function registerCommands(program: Command): void {
     .option('--junit <file>', 'also write a JUnit XML report')
     .addOption(
       new Option(
+        '--transport <transport>',
+        'run the checks over the WebSocket or over server-sent events (GET /sessions/{id}/events); checks of WebSocket-only features are skipped over SSE',
+      )
+        .choices(['websocket', 'sse'])
+        .default('websocket'),
+    )
+    .addOption(
+      new Option(
         '--fault <name...>',
         'embedded server only: break a guarantee on purpose to see checks fail',
       ).choices(Object.keys(FAULT_NAMES)),

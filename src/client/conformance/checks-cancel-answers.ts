@@ -107,6 +107,7 @@ export const cancelAnswerChecks: Check[] = [
   },
   {
     name: 'failed_call_stop_reason',
+    sse: true,
     covers: '§5.3 message.complete.stop_reason, §9.1, docs/decisions.md "A failed call\'s message"',
     async run(ctx) {
       const session = await ctx.newSession();

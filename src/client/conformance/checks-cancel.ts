@@ -61,6 +61,7 @@ async function cancelled(
 export const cancelChecks: Check[] = [
   {
     name: 'cancel_mid_llm',
+    sse: true,
     covers: '§11.1 test 7, §6.2.1',
     async run(ctx) {
       const { events, turn } = await cancelled(ctx, 'slow: cancel me', async (_s, t, client) => {
@@ -88,6 +89,7 @@ export const cancelChecks: Check[] = [
   },
   {
     name: 'cancel_mid_tool',
+    sse: true,
     covers: '§11.1 test 8, §6.2.2',
     async run(ctx) {
       const { events, turn } = await cancelled(ctx, 'run: sleep 30', async (s, t, client) => {
@@ -120,6 +122,7 @@ export const cancelChecks: Check[] = [
   },
   {
     name: 'cancel_at_seam',
+    sse: true,
     covers: '§11.1 test 8b, §6.2.3',
     async run(ctx) {
       const { events, turn } = await cancelled(ctx, 'run: sleep 30', async (_s, t, client) => {
@@ -140,6 +143,7 @@ export const cancelChecks: Check[] = [
   },
   {
     name: 'cancel_during_delegation',
+    sse: true,
     covers: '§11.1 test 9, §6.4',
     async run(ctx) {
       const { events, turn } = await cancelled(
@@ -165,6 +169,7 @@ export const cancelChecks: Check[] = [
   },
   {
     name: 'idempotent_cancel',
+    sse: true,
     covers: '§11.1 test 10, §6.5',
     async run(ctx) {
       const session = await ctx.newSession();

@@ -143,15 +143,17 @@ async function resumeWindow(ctx: CheckContext): Promise<string> {
 export const snapshotPointChecks: Check[] = [
   {
     name: 'snapshot_as_of_its_id',
+    sse: true,
     covers: '§3.4, §3.7 (issue 14 obs. 1)',
     needsHooks: true,
     run: snapshotAsOfItsId,
   },
-  { name: 'snapshot_mid_answer', covers: '§3.4, §3.7 (issue 14 obs. 2)', run: snapshotMidAnswer },
+  { name: 'snapshot_mid_answer', sse: true, covers: '§3.4, §3.7 (issue 14 obs. 2)', run: snapshotMidAnswer },
   {
     name: 'snapshot_pending_confirmation',
+    sse: true,
     covers: '§3.4, §6 (issue 14 obs. 4)',
     run: snapshotPendingConfirmation,
   },
-  { name: 'resume_window', covers: '§3.6 (issue 14 obs. 3)', run: resumeWindow },
+  { name: 'resume_window', sse: true, covers: '§3.6 (issue 14 obs. 3)', run: resumeWindow },
 ];

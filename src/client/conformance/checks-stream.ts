@@ -7,6 +7,11 @@ export interface Check {
   readonly covers: string;
   /** Needs the `--conformance` hooks of the server. */
   readonly needsHooks?: boolean;
+  /**
+   * Applies to server-sent events too (`--transport sse`). Checks of what only a WebSocket has (client
+   * frames, pings and pongs, subscribing on an open socket) leave it unset.
+   */
+  readonly sse?: boolean;
   run(ctx: CheckContext): Promise<string | undefined>;
 }
 
@@ -36,6 +41,7 @@ const ids = (events: readonly any[]) => events.map((e) => e.id);
 export const streamChecks: Check[] = [
   {
     name: 'happy_path_order',
+    sse: true,
     covers: '§11.1 test 1, §5.3',
     async run(ctx) {
       const session = await ctx.newSession();
@@ -52,6 +58,7 @@ export const streamChecks: Check[] = [
   },
   {
     name: 'snapshot_consistency',
+    sse: true,
     covers: '§11.1 test 2, §3.4',
     async run(ctx) {
       const session = await ctx.newSession();
@@ -76,6 +83,7 @@ export const streamChecks: Check[] = [
   },
   {
     name: 'reconnect_replay',
+    sse: true,
     covers: '§11.1 test 3, §3.6, invariant 6',
     async run(ctx) {
       const session = await ctx.newSession();
@@ -110,6 +118,7 @@ export const streamChecks: Check[] = [
   },
   {
     name: 'replay_too_large',
+    sse: true,
     covers: '§11.1 test 4',
     needsHooks: true,
     async run(ctx) {
@@ -131,6 +140,7 @@ export const streamChecks: Check[] = [
   },
   {
     name: 'cursor_expired',
+    sse: true,
     covers: '§11.1 test 5',
     async run(ctx) {
       const session = await ctx.newSession();
@@ -144,6 +154,7 @@ export const streamChecks: Check[] = [
   },
   {
     name: 'multi_client_identical',
+    sse: true,
     covers: '§11.1 test 6, §10.4',
     async run(ctx) {
       const session = await ctx.newSession();
@@ -158,6 +169,7 @@ export const streamChecks: Check[] = [
   },
   {
     name: 'workers_hidden_and_included',
+    sse: true,
     covers: '§11.1 test 12, §7',
     async run(ctx) {
       const session = await ctx.newSession();

@@ -5,6 +5,7 @@ import { canonicalOrderProblems, idOrderProblems, seqProblems } from './invarian
 export const transportChecks: Check[] = [
   {
     name: 'slow_client_closure',
+    sse: true,
     covers: '§11.1 test 11, §8',
     needsHooks: true,
     async run(ctx) {
@@ -67,6 +68,7 @@ export const transportChecks: Check[] = [
   },
   {
     name: 'snapshot_replay_seam',
+    sse: true,
     covers: '§11.1 test 16, §3.7',
     async run(ctx) {
       const session = await ctx.newSession();
@@ -98,6 +100,7 @@ export const transportChecks: Check[] = [
 export const invariantChecks: Check[] = [
   {
     name: 'invariant_id_order',
+    sse: true,
     covers: 'DESIGN.md invariants 1 and 5',
     async run(ctx) {
       const problems = ctx.recorded.flatMap((frames) =>
@@ -109,6 +112,7 @@ export const invariantChecks: Check[] = [
   },
   {
     name: 'invariant_seq_no_holes',
+    sse: true,
     covers: 'DESIGN.md invariant 4',
     async run(ctx) {
       const problems = ctx.recorded.flatMap((frames) =>
@@ -120,6 +124,7 @@ export const invariantChecks: Check[] = [
   },
   {
     name: 'invariant_canonical_order',
+    sse: true,
     covers: '§5.3, DESIGN.md invariant 1; final_content equals the deltas',
     async run(ctx) {
       const problems = ctx.recorded.flatMap((frames) =>

@@ -1,4 +1,8 @@
+import { openSseWire } from './sse-wire.js';
 import { openWire, type WireClient } from './wire-client.js';
+
+/** The transport the checks run over: the WebSocket protocol, or server-sent events. */
+export type Transport = 'websocket' | 'sse';
 
 export interface ConformanceInfo {
   readonly heartbeat_interval_ms: number;
@@ -45,6 +49,7 @@ export class CheckContext {
     readonly url: string,
     readonly info: ConformanceInfo | null,
     private readonly token?: string,
+    readonly transport: Transport = 'websocket',
   ) {}
 
   async api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
@@ -66,7 +71,10 @@ export class CheckContext {
     return created.body.session_id as string;
   }
 
-  /** Handshake + WebSocket; with `subscribe`, sends it and waits for the ack or the error. */
+  /**
+   * Handshake + WebSocket; with `subscribe`, sends it and waits for the ack or the error. Over SSE the
+   * subscription is the request, and waits the same way.
+   */
   async attach(
     sessionId: string,
     subscribe: { filter: unknown; since?: string | null; snapshot?: boolean } | null = {
@@ -74,6 +82,23 @@ export class CheckContext {
     },
     options: { answerPings?: boolean; protocolPongs?: boolean; record?: boolean } = {},
   ): Promise<WireClient> {
+    if (this.transport === 'sse') {
+      if (subscribe === null) throw new Error('SSE subscribes with the request: a WebSocket-only check');
+      const client = await openSseWire(
+        this.url,
+        sessionId,
+        { since: null, snapshot: false, ...subscribe },
+        this.token,
+      );
+      this.clients.push(client);
+      await client.waitFor(
+        (f) => f.type === 'subscribe_ack' || f.type === 'subscribe_error',
+        10_000,
+        'subscribe_ack',
+      );
+      if (options.record !== false && subscribe.filter === 'preset:full') this.recorded.push(client.frames);
+      return client;
+    }
     const handshake = await this.api('GET', `/sessions/${sessionId}`);
     expectEqual(`GET /sessions/${sessionId} answers 200`, 200, handshake.status);
     const client = await openWire(handshake.body.ws_url, {

@@ -4,7 +4,13 @@ import { frameChecks } from './checks-frames.js';
 import { snapshotPointChecks } from './checks-snapshot-point.js';
 import { type Check, streamChecks } from './checks-stream.js';
 import { invariantChecks, transportChecks } from './checks-transport.js';
-import { CheckContext, CheckFailure, type CheckOutcome, type ConformanceInfo } from './context.js';
+import {
+  CheckContext,
+  CheckFailure,
+  type CheckOutcome,
+  type ConformanceInfo,
+  type Transport,
+} from './context.js';
 
 /** Every check, in the order they run; the invariant checks come last and read what the others recorded. */
 export const ALL_CHECKS: readonly Check[] = [
@@ -28,6 +34,8 @@ export interface RunOptions {
   readonly url: string;
   readonly only?: readonly string[];
   readonly token?: string;
+  /** The transport the checks run over (default the WebSocket). */
+  readonly transport?: Transport;
   readonly onProgress?: (event: {
     phase: 'start' | 'end';
     index: number;
@@ -53,12 +61,19 @@ export async function runConformance(options: RunOptions): Promise<CheckResult[]
     ? ALL_CHECKS.filter((c) => options.only!.includes(c.name) || c.name.startsWith('invariant_'))
     : ALL_CHECKS;
   const info = await fetchInfo(options.url, options.token);
-  const ctx = new CheckContext(options.url, info, options.token);
+  const transport = options.transport ?? 'websocket';
+  const ctx = new CheckContext(options.url, info, options.token, transport);
   const results: CheckResult[] = [];
   for (const [index, check] of checks.entries()) {
     options.onProgress?.({ phase: 'start', index, total: checks.length, name: check.name });
     const started = performance.now();
-    const outcome = await runOne(check, ctx, info);
+    const outcome =
+      transport === 'sse' && check.sse !== true
+        ? ({
+            status: 'skip',
+            reason: 'WebSocket only: client frames, pings or a subscribe on an open socket',
+          } as const)
+        : await runOne(check, ctx, info);
     ctx.closeAll();
     const result = {
       name: check.name,

@@ -1,0 +1,63 @@
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { type CheckResult, runConformance } from '../../src/client/conformance/runner.js';
+import { MetisConfigSchema } from '../../src/core/config/schema.js';
+import { silentLogger } from '../../src/core/logger.js';
+import type { FaultName } from '../../src/core/server/faults.js';
+import { startService } from '../../src/core/server/serve.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/** Issue 15 point 8: `metis conformance run --transport sse`, every check that applies to SSE. */
+
+async function embedded(faults: FaultName[] = []) {
+  const config = MetisConfigSchema.parse({ server: { port: 0 } });
+  const dir = tempDir();
+  const service = await startService(config, join(dir, 'conformance.db'), silentLogger(), {
+    conformance: { faults },
+    tokenFile: join(dir, 'token'),
+  });
+  onTestFinished(() => service.stop());
+  return { url: service.url, token: service.auth.token ?? undefined };
+}
+
+const byStatus = (results: CheckResult[], status: string) =>
+  results.filter((r) => r.outcome.status === status).map((r) => r.name);
+
+describe('metis conformance run --transport sse', () => {
+  it('every check that applies to SSE passes; the WebSocket-only ones are skipped with the reason', async () => {
+    const results = await runConformance({ ...(await embedded()), transport: 'sse' });
+    expect(byStatus(results, 'fail')).toEqual([]);
+    expect(byStatus(results, 'pass').length).toBeGreaterThanOrEqual(20);
+    expect(byStatus(results, 'skip').sort()).toEqual(
+      [
+        'invalid_filter',
+        'forward_compatibility',
+        'cancel_after_end',
+        'cancel_reason_refused',
+        'heartbeat',
+        'client_frames_forward_compat',
+        'early_socket_burst',
+        'protocol_pong_liveness',
+      ].sort(),
+    );
+    const skipped = results.find((r) => r.name === 'heartbeat')!;
+    expect(skipped.outcome).toEqual({ status: 'skip', reason: expect.stringContaining('WebSocket only') });
+  }, 180_000);
+
+  it('a broken seam and reordered cancellations fail their checks over SSE too', async () => {
+    const seam = await runConformance({
+      ...(await embedded(['drop-at-seam'])),
+      transport: 'sse',
+      only: ['snapshot_replay_seam', 'reconnect_replay'],
+    });
+    expect(byStatus(seam, 'fail')).toEqual(
+      expect.arrayContaining(['snapshot_replay_seam', 'reconnect_replay']),
+    );
+    const cancel = await runConformance({
+      ...(await embedded(['reorder-cancel'])),
+      transport: 'sse',
+      only: ['cancel_mid_llm'],
+    });
+    expect(byStatus(cancel, 'fail')).toContain('cancel_mid_llm');
+  }, 120_000);
+});
