@@ -1,22 +1,15 @@
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { visibleJson, visibleText } from './client/visible-text.js';
 import { registerCommands } from './commands/register.js';
 import { isMetisError } from './core/errors.js';
 import { asStorageError } from './core/store/storage-errors.js';
+import { packageVersion } from './core/version.js';
 
 /** Thrown by commands after they printed their own message, to exit with a code and nothing more. */
 export class ExitError extends Error {
   constructor(readonly exitCode: number) {
     super(`exit ${exitCode}`);
   }
-}
-
-function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
-    version: string;
-  };
-  return pkg.version;
 }
 
 /** `json`: the command line asks for `--json`, so a usage error is printed as JSON too. */

@@ -6,6 +6,7 @@ import type { TraceContext } from '../store/trace-context.js';
 import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
 import { assertStorageWritable } from './commit-ack.js';
 import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
+import type { RouteDoc } from './openapi.js';
 import { agUiMessages, storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
@@ -31,6 +32,33 @@ const RunAgentInput = z.looseObject({
   tools: z.array(z.unknown()).default([]),
   context: z.array(z.unknown()).default([]),
 });
+
+const AG_UI_ERRORS = [
+  'METIS_ERR_TURN_IN_FLIGHT',
+  'METIS_ERR_SESSION_ENDED',
+  'METIS_ERR_STORAGE_BUSY',
+  'METIS_ERR_STORAGE_FULL',
+  'METIS_ERR_STORAGE_IO',
+];
+
+export const AG_UI_ROUTE_DOCS: readonly RouteDoc[] = [
+  {
+    method: 'POST',
+    path: THREAD_ROUTE,
+    summary: 'An AG-UI run (RunAgentInput): the thread is the session, created on first use',
+    body: RunAgentInput,
+    success: { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' },
+    errors: AG_UI_ERRORS,
+  },
+  {
+    method: 'POST',
+    path: '/sessions/{session_id}/ag-ui',
+    summary: 'An AG-UI run in an existing session (threadId must name it)',
+    body: RunAgentInput,
+    success: { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' },
+    errors: ['METIS_ERR_SESSION_NOT_FOUND', ...AG_UI_ERRORS],
+  },
+];
 
 /**
  * `POST /ag-ui` (the thread is the metis session, created on first use) and `POST

@@ -4,6 +4,7 @@ import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable } from './commit-ack.js';
 import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
+import type { RouteDoc } from './openapi.js';
 import { storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
@@ -29,6 +30,35 @@ const ChatBody = z.looseObject({
     .min(1),
   trigger: z.enum(['submit-message', 'regenerate-message']).optional(),
 });
+
+export const CHAT_ROUTE_DOCS: readonly RouteDoc[] = [
+  {
+    method: 'POST',
+    path: CHAT_PATH,
+    summary:
+      "The AI SDK's UI message stream (useChat): the chat id is the session, the last user message a turn",
+    body: ChatBody,
+    success: {
+      status: 200,
+      description: 'UI message chunks over SSE, then [DONE]',
+      contentType: 'text/event-stream',
+    },
+    errors: [
+      'METIS_ERR_TURN_IN_FLIGHT',
+      'METIS_ERR_SESSION_ENDED',
+      'METIS_ERR_STORAGE_BUSY',
+      'METIS_ERR_STORAGE_FULL',
+      'METIS_ERR_STORAGE_IO',
+    ],
+  },
+  {
+    method: 'GET',
+    path: '/api/chat/{chat_id}/stream',
+    summary: "The AI SDK transport's reconnect: no stream is kept to resume",
+    success: { status: 204, description: 'nothing to resume' },
+    errors: [],
+  },
+];
 
 /**
  * `POST /api/chat`: the AI SDK's UI message stream (docs/ai-sdk.md), so that `useChat` can use metis as

@@ -10,6 +10,7 @@ import type { AttachTokens } from './attach-tokens.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
 import type { FaultSwitches } from './faults.js';
 import { HttpError, readJson, sendError, sendJson, sendMethodNotAllowed, validate } from './http-util.js';
+import { openApiDocument, pathPattern, type RouteDoc } from './openapi.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
 
@@ -51,6 +52,10 @@ export interface ApiContext {
   readonly tokens: AttachTokens;
   /** `metis serve --conformance --fault …`: guarantees broken on purpose (faults.ts). */
   readonly faults?: FaultSwitches;
+  /** Routes served outside this table (streams, /metrics), for `GET /openapi.json`. */
+  readonly extraDocs?: readonly RouteDoc[];
+  /** metis's version, for `GET /openapi.json`. */
+  readonly version?: string;
   /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
   readonly wsBase: () => string;
   readonly extraRoutes?: (
@@ -62,17 +67,48 @@ export interface ApiContext {
 
 type Handler = (request: IncomingMessage, params: string[], url: URL) => Promise<[number, unknown]>;
 
+/** A route: what it declares (its docs, the schemas its handler validates with) and its handler. */
+interface ApiRoute extends RouteDoc {
+  readonly pattern: RegExp;
+  readonly handler: Handler;
+}
+
+function route(doc: RouteDoc, handler: Handler): ApiRoute {
+  return { ...doc, pattern: pathPattern(doc.path), handler };
+}
+
 /**
  * The HTTP API (docs/http-api.md): sessions, turns, cancel, history, confirmations, the sticky model
  * and health. Every body is validated; every failure is `{error: {code, message}}` with its status.
  */
 export function createApi(context: ApiContext) {
   const { runtime, tokens, trace, faults } = context;
-  const routes: [string, RegExp, Handler][] = [
-    ['GET', /^\/healthz$/, async () => [200, { status: 'ok' }]],
-    [
-      'POST',
-      /^\/sessions$/,
+  const routes: ApiRoute[] = [
+    route(
+      {
+        method: 'GET',
+        path: '/healthz',
+        summary: 'Liveness',
+        open: true,
+        success: { status: 200, description: '{status: ok}' },
+        errors: [],
+      },
+      async () => [200, { status: 'ok' }],
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions',
+        summary: 'Create a session',
+        body: CreateSessionBody,
+        success: { status: 201, description: 'the session, once session.created is stored' },
+        errors: [
+          'METIS_ERR_INVALID_MODEL',
+          'METIS_ERR_STORAGE_BUSY',
+          'METIS_ERR_STORAGE_FULL',
+          'METIS_ERR_STORAGE_IO',
+        ],
+      },
       async (request) => {
         const body = validate(CreateSessionBody, await readJson(request));
         assertStorageWritable(trace);
@@ -90,11 +126,38 @@ export function createApi(context: ApiContext) {
         }
         return [201, { session_id: session.id, ...session }];
       },
-    ],
-    ['GET', /^\/sessions$/, async () => [200, { sessions: runtime.sessions.listSessions() }]],
-    [
-      'GET',
-      /^\/sessions\/([^/]+)$/,
+    ),
+    route(
+      {
+        method: 'GET',
+        path: '/sessions',
+        summary: 'Sessions, newest first',
+        success: { status: 200, description: 'sessions' },
+        errors: [],
+      },
+      async () => [200, { sessions: runtime.sessions.listSessions() }],
+    ),
+    route(
+      {
+        method: 'GET',
+        path: '/openapi.json',
+        summary: 'This description, generated from the route declarations',
+        success: { status: 200, description: 'OpenAPI 3.1' },
+        errors: [],
+      },
+      async () => [
+        200,
+        openApiDocument([...routes, ...(context.extraDocs ?? [])], context.version ?? '0.0.0'),
+      ],
+    ),
+    route(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}',
+        summary: 'Attach handshake: the session and a single-use WebSocket URL',
+        success: { status: 200, description: 'session, attach_token, ws_url' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
       async (_request, [id]) => {
         const session = runtime.getSession(id!);
         const token = tokens.issue(session.id);
@@ -109,10 +172,24 @@ export function createApi(context: ApiContext) {
           },
         ];
       },
-    ],
-    [
-      'POST',
-      /^\/sessions\/([^/]+)\/turns$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/turns',
+        summary: 'Submit a user message: starts a turn',
+        body: SubmitTurnBody,
+        success: { status: 202, description: 'turn_id, once turn.started is stored' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_SESSION_ENDED',
+          'METIS_ERR_TURN_IN_FLIGHT',
+          'METIS_ERR_INVALID_MODEL',
+          'METIS_ERR_STORAGE_BUSY',
+          'METIS_ERR_STORAGE_FULL',
+          'METIS_ERR_STORAGE_IO',
+        ],
+      },
       async (request, [id]) => {
         const body = validate(SubmitTurnBody, await readJson(request));
         assertStorageWritable(trace);
@@ -131,10 +208,19 @@ export function createApi(context: ApiContext) {
         }
         return [202, { turn_id: result.turnId }];
       },
-    ],
-    [
-      'POST',
-      /^\/sessions\/([^/]+)\/turns\/([^/]+)\/cancel$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/turns/{turn_id}/cancel',
+        summary: 'Cancel a turn (idempotent)',
+        body: CancelBody,
+        success: {
+          status: 202,
+          description: 'turn_id and status: cancelling, already_cancelling or already_ended',
+        },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_NOT_FOUND'],
+      },
       async (request, [id, turnId]) => {
         const body = validate(CancelBody, await readJson(request));
         const status = runtime.cancelTurn(id!, turnId!, body.reason ?? 'user_cancel');
@@ -146,10 +232,16 @@ export function createApi(context: ApiContext) {
           );
         return [202, { turn_id: turnId, status }];
       },
-    ],
-    [
-      'GET',
-      /^\/sessions\/([^/]+)\/messages$/,
+    ),
+    route(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}/messages',
+        summary: 'A page of the conversation, newest last',
+        query: MessagesQuery,
+        success: { status: 200, description: 'messages and has_more' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
       async (_request, [id], url) => {
         runtime.getSession(id!);
         const query = validate(MessagesQuery, Object.fromEntries(url.searchParams), 'query');
@@ -166,24 +258,52 @@ export function createApi(context: ApiContext) {
         });
         return [200, { messages, has_more: messages.length === query.limit }];
       },
-    ],
-    [
-      'GET',
-      /^\/sessions\/([^/]+)\/confirmations$/,
+    ),
+    route(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}/confirmations',
+        summary: 'Tool calls waiting for approval, here and in the workers below',
+        success: { status: 200, description: 'confirmations' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
       async (_request, [id]) => [200, { confirmations: runtime.pendingConfirmations(id!) }],
-    ],
-    [
-      'POST',
-      /^\/sessions\/([^/]+)\/confirmations\/([^/]+)$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/confirmations/{confirmation_request_id}',
+        summary: 'Allow or deny a tool call',
+        body: ConfirmBody,
+        success: { status: 200, description: 'the decision taken' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_CONFIRMATION_NOT_FOUND',
+          'METIS_ERR_CONFIRMATION_MISMATCH',
+        ],
+      },
       async (request, [id, requestId]) => {
         const body = validate(ConfirmBody, await readJson(request));
         runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once', null, body.input_hash);
         return [200, { confirmation_request_id: requestId, decision: body.decision }];
       },
-    ],
-    [
-      'POST',
-      /^\/sessions\/([^/]+)\/feedback$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/feedback',
+        summary: 'Rate a turn or the session (feedback.explicit)',
+        body: FeedbackBody,
+        success: { status: 201, description: 'event_id, scope, rating' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_TURN_NOT_FOUND',
+          'METIS_ERR_TURN_IN_FLIGHT',
+          'METIS_ERR_STORAGE_BUSY',
+          'METIS_ERR_STORAGE_FULL',
+          'METIS_ERR_STORAGE_IO',
+        ],
+      },
       async (request, [id]) => {
         const body = validate(FeedbackBody, await readJson(request));
         runtime.getSession(id!);
@@ -199,10 +319,22 @@ export function createApi(context: ApiContext) {
         await untilCommitted(trace, event, context.commitWaitMs);
         return [201, { event_id: event.id, scope: event.payload.scope, rating: body.rating }];
       },
-    ],
-    [
-      'POST',
-      /^\/sessions\/([^/]+)\/end$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/end',
+        summary: 'End the session (session.ended); it is then scored',
+        body: EndBody,
+        success: { status: 200, description: 'session_id, status, disposition' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_TURN_IN_FLIGHT',
+          'METIS_ERR_STORAGE_BUSY',
+          'METIS_ERR_STORAGE_FULL',
+          'METIS_ERR_STORAGE_IO',
+        ],
+      },
       async (request, [id]) => {
         const body = validate(EndBody, await readJson(request));
         assertStorageWritable(trace);
@@ -224,39 +356,77 @@ export function createApi(context: ApiContext) {
           event?.payload.disposition ?? runtime.sessions.getSession(id!)?.disposition ?? disposition;
         return [200, { session_id: id, status: 'ended', disposition: stored }];
       },
-    ],
-    [
-      'POST',
-      /^\/sessions\/([^/]+)\/route\/override$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/route/override',
+        summary: 'Apply the deferred pattern recommendation to the running turn',
+        success: { status: 200, description: 'turn_id, original_chosen_model, new_chosen_model' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_NO_RECOMMENDATION',
+          'METIS_ERR_STORAGE_BUSY',
+          'METIS_ERR_STORAGE_FULL',
+          'METIS_ERR_STORAGE_IO',
+        ],
+      },
       async (_request, [id]) => {
         assertStorageWritable(trace);
         return [200, runtime.overrideRoute(id!)];
       },
-    ],
-    [
-      'POST',
-      /^\/sessions\/([^/]+)\/route\/dismiss$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/route/dismiss',
+        summary: 'Dismiss the pending pattern recommendation',
+        success: { status: 200, description: 'turn_id, chosen_model, dismissed_pattern_model' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_NO_RECOMMENDATION',
+          'METIS_ERR_STORAGE_BUSY',
+          'METIS_ERR_STORAGE_FULL',
+          'METIS_ERR_STORAGE_IO',
+        ],
+      },
       async (_request, [id]) => {
         assertStorageWritable(trace);
         return [200, runtime.dismissRecommendation(id!)];
       },
-    ],
-    [
-      'POST',
-      /^\/patterns\/clear$/,
+    ),
+    route(
+      {
+        method: 'POST',
+        path: '/patterns/clear',
+        summary: 'Forget every learned pattern outcome',
+        success: { status: 200, description: 'entries_evicted' },
+        errors: [
+          'METIS_ERR_INVALID_ARGUMENT',
+          'METIS_ERR_STORAGE_BUSY',
+          'METIS_ERR_STORAGE_FULL',
+          'METIS_ERR_STORAGE_IO',
+        ],
+      },
       async () => {
         assertStorageWritable(trace);
         return [200, runtime.clearPatterns()];
       },
-    ],
-    [
-      'PUT',
-      /^\/sessions\/([^/]+)\/model$/,
+    ),
+    route(
+      {
+        method: 'PUT',
+        path: '/sessions/{session_id}/model',
+        summary: "Set the session's model (manual_sticky)",
+        body: ModelBody,
+        success: { status: 200, description: 'the session' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_INVALID_MODEL'],
+      },
       async (request, [id]) => {
         const body = validate(ModelBody, await readJson(request));
         return [200, runtime.setStickyModel(id!, body.model)];
       },
-    ],
+    ),
   ];
 
   return async function handleApi(request: IncomingMessage, response: ServerResponse): Promise<void> {
@@ -271,7 +441,7 @@ export function createApi(context: ApiContext) {
     try {
       if (await context.extraRoutes?.(request, response, path)) return;
       const allowed: string[] = [];
-      for (const [method, pattern, handler] of routes) {
+      for (const { method, pattern, handler } of routes) {
         const match = pattern.exec(path);
         if (!match) continue;
         allowed.push(method);

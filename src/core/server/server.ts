@@ -8,11 +8,12 @@ import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
-import { createAgUiRoute } from './ag-ui-route.js';
+import { packageVersion } from '../version.js';
+import { AG_UI_ROUTE_DOCS, createAgUiRoute } from './ag-ui-route.js';
 import { AttachTokens } from './attach-tokens.js';
 import { AuthGate, type GateVerdict } from './auth-gate.js';
 import type { AuthThrottleOptions } from './auth-throttle.js';
-import { createChatRoute } from './chat-route.js';
+import { CHAT_ROUTE_DOCS, createChatRoute } from './chat-route.js';
 import { ClientConnection, type StreamOptions } from './client-connection.js';
 import { allowOrigin, answerPreflight } from './cors.js';
 import { EventSequencer } from './event-sequencer.js';
@@ -20,7 +21,7 @@ import type { FaultSwitches } from './faults.js';
 import { createApi } from './http-api.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { checkRequest, isListedOrigin, isLoopbackBind, type SecurityOptions } from './security.js';
-import { createSseRoute } from './sse-route.js';
+import { createSseRoute, SSE_ROUTE_DOC } from './sse-route.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
 import { StreamHub } from './stream-hub.js';
 import { WebSocketTransport } from './stream-transport.js';
@@ -158,6 +159,19 @@ export async function startServer(
     tokens,
     faults: options.faults,
     wsBase: () => `ws://${address}`,
+    version: packageVersion(),
+    extraDocs: [
+      {
+        method: 'GET',
+        path: '/metrics',
+        summary: 'Prometheus metrics',
+        success: { status: 200, description: 'Prometheus text format', contentType: 'text/plain' },
+        errors: [],
+      },
+      SSE_ROUTE_DOC,
+      ...CHAT_ROUTE_DOCS,
+      ...AG_UI_ROUTE_DOCS,
+    ],
     extraRoutes: async (request, response, path) => {
       if (await sseRoute(request, response, path)) return true;
       if (await chatRoute(request, response, path)) return true;

@@ -1,25 +1,44 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { z } from 'zod';
 import { eventIdTime } from '../events/ids.js';
 import { isPresetName, PRESETS } from '../events/presets.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { ClientConnection, type ConnectionDeps } from './client-connection.js';
 import { describeFrameIssue, type SubscribeFrame, SubscribeFrameSchema } from './frames.js';
 import { sendError, sendMethodNotAllowed } from './http-util.js';
+import type { RouteDoc } from './openapi.js';
 import { SseTransport } from './sse-transport.js';
 import { resolveFilter, sessionIdsProblem } from './subscription-filter.js';
 
 const EVENTS_PATH = /^\/sessions\/([^/]+)\/events$/;
-/** Query parameters of the SSE stream; `token` is the access token for `EventSource` (auth-gate.ts). */
-const KNOWN_PARAMS = new Set([
-  'filter',
-  'event_types',
-  'actors',
-  'include_worker_sessions',
-  'session_ids',
-  'since',
-  'snapshot',
-  'token',
-]);
+/**
+ * The query of the SSE stream, as text (each parameter is parsed below); `token` is the access token for
+ * `EventSource` (auth-gate.ts). The route refuses other parameters, and its description is this.
+ */
+const SseQuery = z.strictObject({
+  filter: z.string().optional().describe('preset:chat (default), preset:full, or a JSON filter object'),
+  event_types: z.string().optional().describe('comma-separated event types (instead of filter)'),
+  actors: z.string().optional().describe('comma-separated actors'),
+  include_worker_sessions: z.enum(['true', 'false']).optional(),
+  session_ids: z.string().optional().describe('comma-separated: the session and its workers only'),
+  since: z.string().optional().describe('an event id; the Last-Event-ID header wins over it'),
+  snapshot: z.enum(['true', 'false']).optional().describe('default true without a cursor, false with one'),
+  token: z.string().optional().describe('the access token, for EventSource'),
+});
+const KNOWN_PARAMS = new Set(Object.keys(SseQuery.shape));
+
+export const SSE_ROUTE_DOC: RouteDoc = {
+  method: 'GET',
+  path: '/sessions/{session_id}/events',
+  summary: 'The session stream as server-sent events (the WebSocket subscription; Last-Event-ID resumes)',
+  query: SseQuery,
+  success: {
+    status: 200,
+    description: 'text/event-stream of protocol frames',
+    contentType: 'text/event-stream',
+  },
+  errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_INVALID_FILTER'],
+};
 /** How long an `EventSource` waits before it reconnects (with `Last-Event-ID`) after a dropped stream. */
 const RETRY_MS = 2_000;
 

@@ -1,0 +1,177 @@
+import { z } from 'zod';
+import { ERROR_TABLE } from '../errors.js';
+
+/**
+ * What a route declares about itself: the router matches and validates with it, and `GET
+ * /openapi.json` is generated from it, so the description cannot drift from what the server does.
+ */
+export interface RouteDoc {
+  readonly method: 'GET' | 'POST' | 'PUT';
+  /** OpenAPI path template: `/sessions/{session_id}/turns`. */
+  readonly path: string;
+  readonly summary: string;
+  readonly body?: z.ZodType;
+  readonly query?: z.ZodType;
+  readonly success: { readonly status: number; readonly description: string; readonly contentType?: string };
+  /** The error codes of this route (METIS_ERR_*); the ones every route shares are added. */
+  readonly errors: readonly string[];
+  /** Open to everyone (no token): only `/healthz`. */
+  readonly open?: boolean;
+}
+
+/** Codes the HTTP layer answers with, beside those of ERROR_TABLE. */
+const HTTP_ERRORS: Record<string, number> = {
+  METIS_ERR_UNAUTHORIZED: 401,
+  METIS_ERR_FORBIDDEN_HOST: 403,
+  METIS_ERR_FORBIDDEN_ORIGIN: 403,
+  METIS_ERR_NOT_FOUND: 404,
+  METIS_ERR_METHOD_NOT_ALLOWED: 405,
+  METIS_ERR_BODY_TOO_LARGE: 413,
+  METIS_ERR_UNSUPPORTED_MEDIA_TYPE: 415,
+  METIS_ERR_INVALID_JSON: 400,
+  METIS_ERR_INTERNAL: 500,
+};
+
+/** What any route may answer: the checks in front of every request (docs/http-api.md "Security rules"). */
+const EVERY_ROUTE = ['METIS_ERR_FORBIDDEN_HOST', 'METIS_ERR_FORBIDDEN_ORIGIN', 'METIS_ERR_INTERNAL'];
+const GUARDED = ['METIS_ERR_UNAUTHORIZED', 'METIS_ERR_TOO_MANY_ATTEMPTS'];
+const WITH_BODY = [
+  'METIS_ERR_INVALID_JSON',
+  'METIS_ERR_UNSUPPORTED_MEDIA_TYPE',
+  'METIS_ERR_BODY_TOO_LARGE',
+  'METIS_ERR_INVALID_ARGUMENT',
+];
+
+export function statusOfCode(code: string): number {
+  const known = (ERROR_TABLE as Record<string, { status: number }>)[code]?.status ?? HTTP_ERRORS[code];
+  if (known === undefined) throw new Error(`no HTTP status known for ${code}`);
+  return known;
+}
+
+const ErrorBody = {
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: {
+      type: 'object',
+      required: ['code', 'message'],
+      properties: { code: { type: 'string' }, message: { type: 'string' } },
+    },
+  },
+};
+
+function jsonSchemaOf(schema: z.ZodType): Record<string, unknown> {
+  const { $schema: _, ...rest } = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<
+    string,
+    unknown
+  >;
+  return rest;
+}
+
+/** The OpenAPI 3.1 document of these routes. */
+export function openApiDocument(routes: readonly RouteDoc[], version: string): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const route of routes) {
+    const codes = new Set([
+      ...EVERY_ROUTE,
+      ...(route.open ? [] : GUARDED),
+      ...(route.body ? WITH_BODY : []),
+      ...(route.query ? ['METIS_ERR_INVALID_ARGUMENT'] : []),
+      ...route.errors,
+    ]);
+    const byStatus = new Map<number, string[]>();
+    for (const code of codes)
+      byStatus.set(statusOfCode(code), [...(byStatus.get(statusOfCode(code)) ?? []), code]);
+    const responses: Record<string, unknown> = {
+      [route.success.status]: {
+        description: route.success.description,
+        ...(route.success.status === 204
+          ? {}
+          : { content: { [route.success.contentType ?? 'application/json']: { schema: {} } } }),
+      },
+    };
+    for (const [status, list] of [...byStatus].sort(([a], [b]) => a - b))
+      responses[status] = {
+        description: list.sort().join(', '),
+        content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+      };
+    const parameters = [
+      ...[...route.path.matchAll(/\{([^}]+)\}/g)].map((m) => ({
+        name: m[1],
+        in: 'path',
+        required: true,
+        schema: { type: 'string' },
+      })),
+      ...(route.query ? queryParameters(route.query) : []),
+    ];
+    paths[route.path] ??= {};
+    paths[route.path]![route.method.toLowerCase()] = {
+      summary: route.summary,
+      operationId: operationId(route),
+      ...(parameters.length > 0 ? { parameters } : {}),
+      ...(route.body
+        ? {
+            requestBody: {
+              required: true,
+              content: { 'application/json': { schema: jsonSchemaOf(route.body) } },
+            },
+          }
+        : {}),
+      responses,
+      ...(route.open ? { security: [] } : {}),
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'metis',
+      version,
+      description:
+        'The HTTP API of metis serve (docs/http-api.md). The WebSocket stream is GET /sessions/{session_id}/stream?attach=<token> (an upgrade), described in docs/http-api.md.',
+    },
+    servers: [{ url: 'http://127.0.0.1:8421' }],
+    security: [{ bearer: [] }, { cookie: [] }, { query: [] }],
+    paths,
+    components: {
+      schemas: { Error: ErrorBody },
+      securitySchemes: {
+        bearer: { type: 'http', scheme: 'bearer' },
+        cookie: { type: 'apiKey', in: 'cookie', name: 'metis_token_<port>' },
+        query: { type: 'apiKey', in: 'query', name: 'token', description: 'GET requests only' },
+      },
+    },
+  };
+}
+
+function queryParameters(schema: z.ZodType): Record<string, unknown>[] {
+  const json = jsonSchemaOf(schema) as { properties?: Record<string, unknown>; required?: string[] };
+  return Object.entries(json.properties ?? {}).map(([name, property]) => ({
+    name,
+    in: 'query',
+    required: json.required?.includes(name) ?? false,
+    schema: property,
+  }));
+}
+
+function operationId(route: RouteDoc): string {
+  const words = route.path
+    .split('/')
+    .filter(Boolean)
+    .map((part) =>
+      part
+        .replace(/[{}]/g, '')
+        .replace(/[^A-Za-z0-9]+(.)?/g, (_, c: string | undefined) => (c ?? '').toUpperCase()),
+    );
+  return [route.method.toLowerCase(), ...words.map((w) => w.charAt(0).toUpperCase() + w.slice(1))].join('');
+}
+
+/** The regular expression of a path template, with a capture group per parameter. */
+export function pathPattern(template: string): RegExp {
+  const literal = (part: string) => part.replace(/[.*+?^$()|[\]\\]/g, '\\$&');
+  return new RegExp(
+    `^${template
+      .split(/\{[^}]+\}/)
+      .map(literal)
+      .join('([^/]+)')}$`,
+  );
+}
