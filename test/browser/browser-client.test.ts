@@ -1,9 +1,6 @@
-import { existsSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { build } from 'esbuild';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { type BrowserPage, browserTestsRun, openPage } from '../helpers/browser.js';
 import { startTestServer } from '../helpers/server.js';
 
 /**
@@ -11,20 +8,10 @@ import { startTestServer } from '../helpers/server.js';
  * the browser platform: a Node built-in would fail the build) in a real Chromium, on the global
  * `WebSocket`, served from another origin than metis's: a turn with thinking and a tool, a dropped
  * socket resumed from the cursor, an approval and a cancel.
- *
- * Chromium is Debian's (`/usr/bin/chromium`, or `$METIS_CHROMIUM`). `.ci/run` installs it and sets
- * METIS_REQUIRE_BROWSER=1, which makes these tests fail rather than skip when it is missing.
+ * Chromium: test/helpers/browser.ts.
  */
 
 declare const window: { follow: (...args: unknown[]) => Promise<any>; ready?: boolean };
-
-const CHROMIUM = process.env.METIS_CHROMIUM ?? '/usr/bin/chromium';
-const available = existsSync(CHROMIUM);
-const required = process.env.METIS_REQUIRE_BROWSER === '1';
-if (!available && !required)
-  console.warn(
-    `browser tests skipped: no Chromium at ${CHROMIUM} (install Debian's chromium or set METIS_CHROMIUM)`,
-  );
 
 const PAGE = `<!doctype html><meta charset="utf-8"><title>metis browser client</title>
 <script type="module">
@@ -54,43 +41,18 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>metis browser client</
   window.ready = true;
 </script>`;
 
-async function servePage(bundle: string): Promise<{ url: string; server: Server }> {
-  const server = createServer((request, response) => {
-    if (request.url === '/client.js') {
-      response.writeHead(200, { 'content-type': 'text/javascript' }).end(bundle);
-      return;
-    }
-    response.writeHead(200, { 'content-type': 'text/html' }).end(PAGE);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, server };
-}
-
-describe.runIf(available || required)('the browser client in Chromium', () => {
-  let browser: Browser;
+describe.runIf(browserTestsRun)('the browser client in Chromium', () => {
+  let opened: BrowserPage;
   let page: Page;
-  let pageServer: Server;
 
   beforeAll(async () => {
-    const bundled = await build({
-      entryPoints: ['src/client/browser.ts'],
-      bundle: true,
-      format: 'esm',
-      platform: 'browser',
-      write: false,
-      logLevel: 'silent',
-    });
-    const served = await servePage(bundled.outputFiles[0]!.text);
-    pageServer = served.server;
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-    page = await browser.newPage();
-    await page.goto(served.url);
+    opened = await openPage('src/client/browser.ts', PAGE);
+    page = opened.page;
     await page.waitForFunction(() => window.ready === true);
   }, 60_000);
 
   afterAll(async () => {
-    await browser?.close();
-    pageServer?.close();
+    await opened?.close();
   });
 
   it('renders a turn with thinking and a tool, and resumes after its socket drops, with nothing twice', async () => {
