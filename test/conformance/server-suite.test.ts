@@ -5,19 +5,10 @@ import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
 import type { FaultName } from '../../src/core/server/faults.js';
 import { startService } from '../../src/core/server/serve.js';
+import { embeddedConformanceServer } from '../helpers/conformance-server.js';
 import { tempDir } from '../helpers/tmp.js';
 
-/** An embedded `metis serve --conformance`: its URL and its local token (in its own folder). */
-async function embedded(faults: FaultName[] = []) {
-  const config = MetisConfigSchema.parse({ server: { port: 0 } });
-  const dir = tempDir();
-  const service = await startService(config, join(dir, 'conformance.db'), silentLogger(), {
-    conformance: { faults },
-    tokenFile: join(dir, 'token'),
-  });
-  onTestFinished(() => service.stop());
-  return { url: service.url, token: service.auth.token ?? undefined };
-}
+const embedded = embeddedConformanceServer;
 
 const statusOf = (results: CheckResult[]) =>
   Object.fromEntries(results.map((r) => [r.name, r.outcome.status]));

@@ -1,24 +1,10 @@
-import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type CheckResult, runConformance } from '../../src/client/conformance/runner.js';
-import { MetisConfigSchema } from '../../src/core/config/schema.js';
-import { silentLogger } from '../../src/core/logger.js';
-import type { FaultName } from '../../src/core/server/faults.js';
-import { startService } from '../../src/core/server/serve.js';
-import { tempDir } from '../helpers/tmp.js';
+import { embeddedConformanceServer } from '../helpers/conformance-server.js';
 
 /** Issue 15 point 8: `metis conformance run --transport sse`, every check that applies to SSE. */
 
-async function embedded(faults: FaultName[] = []) {
-  const config = MetisConfigSchema.parse({ server: { port: 0 } });
-  const dir = tempDir();
-  const service = await startService(config, join(dir, 'conformance.db'), silentLogger(), {
-    conformance: { faults },
-    tokenFile: join(dir, 'token'),
-  });
-  onTestFinished(() => service.stop());
-  return { url: service.url, token: service.auth.token ?? undefined };
-}
+const embedded = embeddedConformanceServer;
 
 const byStatus = (results: CheckResult[], status: string) =>
   results.filter((r) => r.outcome.status === status).map((r) => r.name);

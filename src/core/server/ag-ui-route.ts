@@ -6,7 +6,7 @@ import type { TraceContext } from '../store/trace-context.js';
 import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
 import { assertStorageWritable } from './commit-ack.js';
 import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
-import type { RouteDoc } from './openapi.js';
+import { type RouteDoc, STORAGE_ERRORS } from './openapi.js';
 import { agUiMessages, storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
@@ -33,13 +33,7 @@ const RunAgentInput = z.looseObject({
   context: z.array(z.unknown()).default([]),
 });
 
-const AG_UI_ERRORS = [
-  'METIS_ERR_TURN_IN_FLIGHT',
-  'METIS_ERR_SESSION_ENDED',
-  'METIS_ERR_STORAGE_BUSY',
-  'METIS_ERR_STORAGE_FULL',
-  'METIS_ERR_STORAGE_IO',
-];
+const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS];
 
 export const AG_UI_ROUTE_DOCS: readonly RouteDoc[] = [
   {

@@ -4,7 +4,7 @@ import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable } from './commit-ack.js';
 import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
-import type { RouteDoc } from './openapi.js';
+import { type RouteDoc, STORAGE_ERRORS } from './openapi.js';
 import { storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
@@ -43,13 +43,7 @@ export const CHAT_ROUTE_DOCS: readonly RouteDoc[] = [
       description: 'UI message chunks over SSE, then [DONE]',
       contentType: 'text/event-stream',
     },
-    errors: [
-      'METIS_ERR_TURN_IN_FLIGHT',
-      'METIS_ERR_SESSION_ENDED',
-      'METIS_ERR_STORAGE_BUSY',
-      'METIS_ERR_STORAGE_FULL',
-      'METIS_ERR_STORAGE_IO',
-    ],
+    errors: ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS],
   },
   {
     method: 'GET',

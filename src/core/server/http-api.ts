@@ -10,7 +10,7 @@ import type { AttachTokens } from './attach-tokens.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
 import type { FaultSwitches } from './faults.js';
 import { HttpError, readJson, sendError, sendJson, sendMethodNotAllowed, validate } from './http-util.js';
-import { openApiDocument, pathPattern, type RouteDoc } from './openapi.js';
+import { openApiDocument, pathPattern, type RouteDoc, STORAGE_ERRORS } from './openapi.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
 
@@ -102,12 +102,7 @@ export function createApi(context: ApiContext) {
         summary: 'Create a session',
         body: CreateSessionBody,
         success: { status: 201, description: 'the session, once session.created is stored' },
-        errors: [
-          'METIS_ERR_INVALID_MODEL',
-          'METIS_ERR_STORAGE_BUSY',
-          'METIS_ERR_STORAGE_FULL',
-          'METIS_ERR_STORAGE_IO',
-        ],
+        errors: ['METIS_ERR_INVALID_MODEL', ...STORAGE_ERRORS],
       },
       async (request) => {
         const body = validate(CreateSessionBody, await readJson(request));
@@ -185,9 +180,7 @@ export function createApi(context: ApiContext) {
           'METIS_ERR_SESSION_ENDED',
           'METIS_ERR_TURN_IN_FLIGHT',
           'METIS_ERR_INVALID_MODEL',
-          'METIS_ERR_STORAGE_BUSY',
-          'METIS_ERR_STORAGE_FULL',
-          'METIS_ERR_STORAGE_IO',
+          ...STORAGE_ERRORS,
         ],
       },
       async (request, [id]) => {
@@ -299,9 +292,7 @@ export function createApi(context: ApiContext) {
           'METIS_ERR_SESSION_NOT_FOUND',
           'METIS_ERR_TURN_NOT_FOUND',
           'METIS_ERR_TURN_IN_FLIGHT',
-          'METIS_ERR_STORAGE_BUSY',
-          'METIS_ERR_STORAGE_FULL',
-          'METIS_ERR_STORAGE_IO',
+          ...STORAGE_ERRORS,
         ],
       },
       async (request, [id]) => {
@@ -327,13 +318,7 @@ export function createApi(context: ApiContext) {
         summary: 'End the session (session.ended); it is then scored',
         body: EndBody,
         success: { status: 200, description: 'session_id, status, disposition' },
-        errors: [
-          'METIS_ERR_SESSION_NOT_FOUND',
-          'METIS_ERR_TURN_IN_FLIGHT',
-          'METIS_ERR_STORAGE_BUSY',
-          'METIS_ERR_STORAGE_FULL',
-          'METIS_ERR_STORAGE_IO',
-        ],
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_IN_FLIGHT', ...STORAGE_ERRORS],
       },
       async (request, [id]) => {
         const body = validate(EndBody, await readJson(request));
@@ -363,13 +348,7 @@ export function createApi(context: ApiContext) {
         path: '/sessions/{session_id}/route/override',
         summary: 'Apply the deferred pattern recommendation to the running turn',
         success: { status: 200, description: 'turn_id, original_chosen_model, new_chosen_model' },
-        errors: [
-          'METIS_ERR_SESSION_NOT_FOUND',
-          'METIS_ERR_NO_RECOMMENDATION',
-          'METIS_ERR_STORAGE_BUSY',
-          'METIS_ERR_STORAGE_FULL',
-          'METIS_ERR_STORAGE_IO',
-        ],
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
       },
       async (_request, [id]) => {
         assertStorageWritable(trace);
@@ -382,13 +361,7 @@ export function createApi(context: ApiContext) {
         path: '/sessions/{session_id}/route/dismiss',
         summary: 'Dismiss the pending pattern recommendation',
         success: { status: 200, description: 'turn_id, chosen_model, dismissed_pattern_model' },
-        errors: [
-          'METIS_ERR_SESSION_NOT_FOUND',
-          'METIS_ERR_NO_RECOMMENDATION',
-          'METIS_ERR_STORAGE_BUSY',
-          'METIS_ERR_STORAGE_FULL',
-          'METIS_ERR_STORAGE_IO',
-        ],
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
       },
       async (_request, [id]) => {
         assertStorageWritable(trace);
@@ -401,12 +374,7 @@ export function createApi(context: ApiContext) {
         path: '/patterns/clear',
         summary: 'Forget every learned pattern outcome',
         success: { status: 200, description: 'entries_evicted' },
-        errors: [
-          'METIS_ERR_INVALID_ARGUMENT',
-          'METIS_ERR_STORAGE_BUSY',
-          'METIS_ERR_STORAGE_FULL',
-          'METIS_ERR_STORAGE_IO',
-        ],
+        errors: ['METIS_ERR_INVALID_ARGUMENT', ...STORAGE_ERRORS],
       },
       async () => {
         assertStorageWritable(trace);

@@ -19,6 +19,13 @@ export interface RouteDoc {
   readonly open?: boolean;
 }
 
+/** What a route that writes answers while storage is out (docs/decisions.md "Storage that never blocks"). */
+export const STORAGE_ERRORS = [
+  'METIS_ERR_STORAGE_BUSY',
+  'METIS_ERR_STORAGE_FULL',
+  'METIS_ERR_STORAGE_IO',
+] as const;
+
 /** Codes the HTTP layer answers with, beside those of ERROR_TABLE. */
 const HTTP_ERRORS: Record<string, number> = {
   METIS_ERR_UNAUTHORIZED: 401,
