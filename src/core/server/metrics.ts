@@ -84,7 +84,7 @@ export class ServerMetrics implements StreamCounters {
     });
     new Gauge({
       name: 'metis_stream_connections',
-      help: 'Open WebSocket connections.',
+      help: 'Open stream connections (WebSocket and server-sent events).',
       registers,
       collect() {
         let open = 0;
@@ -116,7 +116,7 @@ export class ServerMetrics implements StreamCounters {
     }
     this.closes = new Counter({
       name: 'metis_stream_closes_total',
-      help: 'WebSocket connections closed, by reason (client_too_slow is the 1008 eviction).',
+      help: 'Stream connections (WebSocket and SSE) closed, by reason (client_too_slow is the 1008 eviction).',
       labelNames: ['reason'],
       registers,
     });
