@@ -17,6 +17,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'snapshot', load: async () => (await import('./snapshot.js')).benchSnapshot },
   { name: 'stream-archive', load: async () => (await import('./stream-archive.js')).benchStreamArchive },
   { name: 'sse', load: async () => (await import('./sse.js')).benchSse },
+  { name: 'http', load: async () => (await import('./http.js')).benchHttp },
 ];
 
 interface Args {
