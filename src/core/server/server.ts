@@ -22,6 +22,7 @@ import { createApi } from './http-api.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { checkRequest, isListedOrigin, isLoopbackBind, type SecurityOptions } from './security.js';
 import { createSseRoute, SSE_ROUTE_DOC } from './sse-route.js';
+import { createStaticRoute } from './static-files.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
 import { StreamHub } from './stream-hub.js';
 import { WebSocketTransport } from './stream-transport.js';
@@ -35,6 +36,8 @@ export interface ServerOptions {
   /** The slow-down of peers that keep sending wrong tokens (defaults in auth-throttle.ts). */
   readonly authThrottle?: Partial<AuthThrottleOptions>;
   readonly allowedOrigins?: readonly string[];
+  /** A folder of static files served at `/` and `/assets/…` (the dashboard's build; static-files.ts). */
+  readonly staticRoot?: string;
   readonly stream?: Partial<StreamOptions>;
   /** How much of each session's streaming events a reconnect can replay (stream-archive.ts). */
   readonly streamWindow?: Partial<StreamWindow>;
@@ -147,6 +150,7 @@ export async function startServer(
   });
   const chatRoute = createChatRoute(runtime, () => hub, trace);
   const agUiRoute = createAgUiRoute(runtime, () => hub, trace);
+  const staticRoute = options.staticRoot === undefined ? null : createStaticRoute(options.staticRoot);
   const sseRoute = createSseRoute(runtime, connectionDeps, (connection, response) => {
     connections.add(connection);
     response.on('close', () => connections.delete(connection));
@@ -176,6 +180,7 @@ export async function startServer(
       if (await sseRoute(request, response, path)) return true;
       if (await chatRoute(request, response, path)) return true;
       if (await agUiRoute(request, response, path)) return true;
+      if (staticRoute !== null && (await staticRoute(request, response, path))) return true;
       for (const route of extraRoutes) if (await route(request, response, path, hub)) return true;
       return false;
     },
