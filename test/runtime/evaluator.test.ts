@@ -111,6 +111,17 @@ describe('heuristic evaluator', () => {
     await h.runtime.evaluator!.settled();
     await h.context.flush();
     expect(scoreOf(first.turnId)).toEqual([retried, 1]);
+    // The latest rating decides: 👍 then 👎 scores the turn 0.
+    recordExplicitFeedback(h.context.bus, h.context.db, {
+      sessionId: session.id,
+      rating: 'thumbs_down',
+      turnId: first.turnId,
+      comment: null,
+    });
+    await h.context.flush();
+    await h.runtime.evaluator!.settled();
+    await h.context.flush();
+    expect(scoreOf(first.turnId)).toEqual([retried, 1, 0]);
     const again = evals(h.frames, session.id).filter((e) => e.parent_event_id === rating.id);
     expect(again.map((e) => [e.type, e.payload.trigger])).toEqual([['eval.started', 'feedback_arrived']]);
     const verdicts = evals(h.frames, session.id).filter((e) => e.type === 'eval.completed');

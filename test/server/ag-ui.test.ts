@@ -63,6 +63,11 @@ describe('AG-UI (POST /ag-ui)', () => {
       'MESSAGES_SNAPSHOT',
     ])
       expect(seen.types).toContain(type);
+    // One message open at a time: the text block ends before the tool call starts.
+    const textEnd = seen.types.indexOf('TEXT_MESSAGE_END');
+    expect(textEnd).toBeGreaterThan(-1);
+    expect(textEnd).toBeLessThan(seen.types.indexOf('TOOL_CALL_START'));
+    expect(seen.types.indexOf('REASONING_END')).toBeLessThan(seen.types.indexOf('TEXT_MESSAGE_START'));
     expect(seen.reasoning).toContain('The user asks: time');
     expect(seen.text).toContain('The tool returned');
     expect(seen.toolResults).toHaveLength(1);
