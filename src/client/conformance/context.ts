@@ -82,33 +82,27 @@ export class CheckContext {
     },
     options: { answerPings?: boolean; protocolPongs?: boolean; record?: boolean } = {},
   ): Promise<WireClient> {
+    let client: WireClient;
     if (this.transport === 'sse') {
       if (subscribe === null) throw new Error('SSE subscribes with the request: a WebSocket-only check');
-      const client = await openSseWire(
+      client = await openSseWire(
         this.url,
         sessionId,
         { since: null, snapshot: false, ...subscribe },
         this.token,
       );
-      this.clients.push(client);
-      await client.waitFor(
-        (f) => f.type === 'subscribe_ack' || f.type === 'subscribe_error',
-        10_000,
-        'subscribe_ack',
-      );
-      if (options.record !== false && subscribe.filter === 'preset:full') this.recorded.push(client.frames);
-      return client;
+    } else {
+      const handshake = await this.api('GET', `/sessions/${sessionId}`);
+      expectEqual(`GET /sessions/${sessionId} answers 200`, 200, handshake.status);
+      client = await openWire(handshake.body.ws_url, {
+        answerPings: options.answerPings,
+        protocolPongs: options.protocolPongs,
+        token: this.token,
+      });
+      if (subscribe) client.send({ type: 'subscribe', since: null, snapshot: false, ...subscribe });
     }
-    const handshake = await this.api('GET', `/sessions/${sessionId}`);
-    expectEqual(`GET /sessions/${sessionId} answers 200`, 200, handshake.status);
-    const client = await openWire(handshake.body.ws_url, {
-      answerPings: options.answerPings,
-      protocolPongs: options.protocolPongs,
-      token: this.token,
-    });
     this.clients.push(client);
     if (subscribe) {
-      client.send({ type: 'subscribe', since: null, snapshot: false, ...subscribe });
       await client.waitFor(
         (f) => f.type === 'subscribe_ack' || f.type === 'subscribe_error',
         10_000,

@@ -5,7 +5,7 @@ import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
 import { assertStorageWritable } from './commit-ack.js';
-import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
+import { HttpError, readJson, sendMethodNotAllowed, validate, writeEventStreamHead } from './http-util.js';
 import { type RouteDoc, STORAGE_ERRORS } from './openapi.js';
 import { agUiMessages, storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
@@ -103,11 +103,7 @@ export function createAgUiRoute(runtime: Runtime, hub: () => StreamHub, trace: T
       response,
       (event) => mapper.onEvent(event),
       () => {
-        response.writeHead(200, {
-          'content-type': 'text/event-stream; charset=utf-8',
-          'cache-control': 'no-cache, no-transform',
-          'x-accel-buffering': 'no',
-        });
+        writeEventStreamHead(response);
         mapper.start();
       },
     );

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable } from './commit-ack.js';
-import { HttpError, readJson, sendMethodNotAllowed, validate } from './http-util.js';
+import { HttpError, readJson, sendMethodNotAllowed, validate, writeEventStreamHead } from './http-util.js';
 import { type RouteDoc, STORAGE_ERRORS } from './openapi.js';
 import { storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
@@ -101,12 +101,7 @@ export function createChatRoute(runtime: Runtime, hub: () => StreamHub, trace: T
       response,
       (event) => mapper.onEvent(event),
       (turnId) => {
-        response.writeHead(200, {
-          'content-type': 'text/event-stream; charset=utf-8',
-          'cache-control': 'no-cache, no-transform',
-          'x-vercel-ai-ui-message-stream': 'v1',
-          'x-accel-buffering': 'no',
-        });
+        writeEventStreamHead(response, { 'x-vercel-ai-ui-message-stream': 'v1' });
         mapper.start(turnId);
       },
     );

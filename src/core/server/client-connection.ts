@@ -268,7 +268,6 @@ export class ClientConnection implements StreamTarget {
   }
 
   deliver(event: MetisEvent, frames: EventFrames): void {
-    const frame = () => this.transport.encodeEvent(frames);
     if (this.state === 'awaiting_subscribe') {
       // The buffer of §3.7 step 1 is bounded: a client that never subscribes (or stays after a
       // subscribe_error) must not make the server hold events for it without limit. Past the bound the
@@ -287,7 +286,7 @@ export class ClientConnection implements StreamTarget {
       return;
     }
     if (this.state !== 'live' || !this.filter!(event)) return;
-    if (this.faults.reorderCancel && this.holdForReorder(event, frame)) return;
+    if (this.faults.reorderCancel && this.holdForReorder(event, frames)) return;
     if (this.dropNextLive) {
       this.dropNextLive = false; // the drop-at-seam fault: lose the first live event after the seam
       return;
@@ -302,20 +301,20 @@ export class ClientConnection implements StreamTarget {
       );
       return;
     }
-    this.enqueue(frame());
+    this.enqueue(this.transport.encodeEvent(frames));
   }
 
   /** The reorder-cancel fault: hold cancellation failures and send them after `turn.cancelled`. */
-  private holdForReorder(event: MetisEvent, frame: () => Buffer): boolean {
+  private holdForReorder(event: MetisEvent, frames: EventFrames): boolean {
     if (
       (event.type === 'tool.failed' || event.type === 'llm.call_failed') &&
       event.payload.error_class === 'cancelled'
     ) {
-      this.held.push(frame());
+      this.held.push(this.transport.encodeEvent(frames));
       return true;
     }
     if (event.type === 'turn.cancelled') {
-      this.enqueue(frame());
+      this.enqueue(this.transport.encodeEvent(frames));
       for (const held of this.held.splice(0)) this.enqueue(held);
       return true;
     }

@@ -102,3 +102,16 @@ export function validate<S extends z.ZodType>(schema: S, value: unknown, where =
   const field = issue.path.length ? issue.path.join('.') : where;
   throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `${field}: ${issue.message}`);
 }
+
+/**
+ * Starts a server-sent events response: no caching or transforming proxy, and no buffering by nginx,
+ * which would hold the events back.
+ */
+export function writeEventStreamHead(response: ServerResponse, extra: Record<string, string> = {}): void {
+  response.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache, no-transform',
+    'x-accel-buffering': 'no',
+    ...extra,
+  });
+}

@@ -5,7 +5,7 @@ import { isPresetName, PRESETS } from '../events/presets.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { ClientConnection, type ConnectionDeps } from './client-connection.js';
 import { describeFrameIssue, type SubscribeFrame, SubscribeFrameSchema } from './frames.js';
-import { sendError, sendMethodNotAllowed } from './http-util.js';
+import { sendError, sendMethodNotAllowed, writeEventStreamHead } from './http-util.js';
 import type { RouteDoc } from './openapi.js';
 import { SseTransport } from './sse-transport.js';
 import { resolveFilter, sessionIdsProblem } from './subscription-filter.js';
@@ -87,12 +87,7 @@ export function createSseRoute(
       sendError(response, 400, 'METIS_ERR_INVALID_FILTER', scope);
       return true;
     }
-    response.writeHead(200, {
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      // Proxies that buffer responses (nginx) would hold the events back.
-      'x-accel-buffering': 'no',
-    });
+    writeEventStreamHead(response);
     request.socket.setNoDelay(true);
     response.write(`retry: ${RETRY_MS}\n\n`);
     const connection = new ClientConnection(new SseTransport(response), sessionId, deps());

@@ -6,7 +6,7 @@ import { newId } from '../../events/ids.js';
 import type { Db } from '../../store/database.js';
 import { writerOf } from '../../store/trace-writer.js';
 import { usdDecimal } from '../pricing.js';
-import { type SessionEvidence, sessionEvidence, type TurnEvidence } from './evidence.js';
+import { type SessionEvidence, sessionEvidence } from './evidence.js';
 import { HeuristicJudge, type Judge, JudgeError, type Verdict } from './judge.js';
 
 /** A scored session, handed to what learns from outcomes (the pattern store). */
@@ -26,9 +26,8 @@ export interface EvaluatorOptions {
   readonly onSessionScored?: (scored: ScoredSession) => void;
 }
 
-type Subject =
-  | { kind: 'turn'; turn: TurnEvidence }
-  | { kind: 'session'; session: SessionEvidence; turns: readonly Verdict[] };
+/** What a verdict is about (the spec's tool_cycle and workload subjects are not scored here). */
+type SubjectKind = 'turn' | 'session';
 
 /** How long close() waits for verdicts in progress before giving up on them. */
 const CLOSE_WAIT_MS = 5_000;
@@ -81,18 +80,19 @@ export class Evaluator {
   private async react(event: MetisEvent): Promise<void> {
     if (event.session_id === 'system' || this.isWorker(event.session_id)) return;
     await writerOf(this.options.db)?.whenCommitted(event.id);
+    const evidence = sessionEvidence(this.options.db, event.session_id);
     if (event.type === 'session.ended') {
-      await this.scoreSession(event.session_id, event.id, 'batch');
+      await this.scoreSession(evidence, event.id, 'batch');
       return;
     }
     const subjectTurn = (event.payload.subject_turn_id as string | null) ?? null;
     if (subjectTurn === null) {
       // A rating of a session that has ended changes its verdict; one still going is scored at its end.
-      if (this.evidence(event.session_id).endEventId !== null)
-        await this.scoreSession(event.session_id, event.id, 'feedback_arrived', false);
+      if (evidence.endEventId !== null)
+        await this.scoreSession(evidence, event.id, 'feedback_arrived', false);
       return;
     }
-    const turn = this.evidence(event.session_id).turns.find((t) => t.turnId === subjectTurn);
+    const turn = evidence.turns.find((t) => t.turnId === subjectTurn);
     if (turn === undefined) {
       await this.verdict(event.session_id, event.id, 'feedback_arrived', subjectTurn, 'turn', null, () => {
         throw new SubjectNotFound(`no stored events for turn ${subjectTurn}`);
@@ -109,12 +109,12 @@ export class Evaluator {
    * `parent_eval_id` (turn → session rollup), and completed once the turns are scored.
    */
   private async scoreSession(
-    sessionId: string,
+    evidence: SessionEvidence,
     parentEventId: string,
     trigger: 'batch' | 'feedback_arrived',
     withTurns = true,
   ): Promise<void> {
-    const evidence = this.evidence(sessionId);
+    const { sessionId } = evidence;
     const turnScores = new Map<string, number>();
     const turnVerdicts: Verdict[] = [];
     const sessionVerdict = await this.verdict(
@@ -154,7 +154,7 @@ export class Evaluator {
     parentEventId: string,
     trigger: 'batch' | 'feedback_arrived',
     subjectId: string,
-    subjectKind: Subject['kind'],
+    subjectKind: SubjectKind,
     parentEvalId: string | null,
     judge: (evalId: string) => Verdict | Promise<Verdict>,
   ): Promise<Verdict | null> {
@@ -162,13 +162,21 @@ export class Evaluator {
     const evalId = newId('eval');
     const subject = { eval_id: evalId, subject_kind: subjectKind, subject_id: subjectId };
     const rubric = { rubric_id: this.judge.rubricId, rubric_version: this.judge.rubricVersion };
-    const started = bus.emit({
-      type: 'eval.started',
-      session_id: sessionId,
-      turn_id: null,
-      parent_event_id: parentEventId,
-      actor: 'system',
-      payload: { ...subject, ...rubric, judge_kind_planned: this.judge.kind, trigger },
+    // In the subject's session, outside any turn (the turns it scores have ended).
+    const emit = (type: string, parent: string, payload: Record<string, unknown>) =>
+      bus.emit({
+        type,
+        session_id: sessionId,
+        turn_id: null,
+        parent_event_id: parent,
+        actor: 'system',
+        payload,
+      });
+    const started = emit('eval.started', parentEventId, {
+      ...subject,
+      ...rubric,
+      judge_kind_planned: this.judge.kind,
+      trigger,
     });
     if (started === null) return null;
     const begun = performance.now();
@@ -176,52 +184,34 @@ export class Evaluator {
     try {
       verdict = await judge(evalId);
     } catch (error) {
-      bus.emit({
-        type: 'eval.failed',
-        session_id: sessionId,
-        turn_id: null,
-        parent_event_id: started.id,
-        actor: 'system',
-        payload: {
-          ...subject,
-          failure_mode:
-            error instanceof JudgeError
-              ? error.failureMode
-              : error instanceof SubjectNotFound
-                ? 'subject_not_found'
-                : 'judge_call_failed',
-          error_message: (error as Error).message ?? String(error),
-          judge_latency_ms: Math.round(performance.now() - begun),
-        },
+      emit('eval.failed', started.id, {
+        ...subject,
+        failure_mode:
+          error instanceof JudgeError
+            ? error.failureMode
+            : error instanceof SubjectNotFound
+              ? 'subject_not_found'
+              : 'judge_call_failed',
+        error_message: (error as Error).message ?? String(error),
+        judge_latency_ms: Math.round(performance.now() - begun),
       });
       return null;
     }
     const cost = verdict.costUsd ?? 0;
-    bus.emit({
-      type: 'eval.completed',
-      session_id: sessionId,
-      turn_id: null,
-      parent_event_id: started.id,
-      actor: 'system',
-      payload: {
-        ...subject,
-        score: verdict.score,
-        confidence: verdict.confidence,
-        judge_kind: this.judge.kind,
-        judge_model: this.judge.model,
-        judge_cost_usd: usdDecimal(cost),
-        judge_pricing_version: cost > 0 ? (verdict.pricingVersion ?? null) : null,
-        judge_latency_ms: Math.round(performance.now() - begun),
-        ...rubric,
-        signals: verdict.signals,
-        parent_eval_id: parentEvalId,
-      },
+    emit('eval.completed', started.id, {
+      ...subject,
+      score: verdict.score,
+      confidence: verdict.confidence,
+      judge_kind: this.judge.kind,
+      judge_model: this.judge.model,
+      judge_cost_usd: usdDecimal(cost),
+      judge_pricing_version: cost > 0 ? (verdict.pricingVersion ?? null) : null,
+      judge_latency_ms: Math.round(performance.now() - begun),
+      ...rubric,
+      signals: verdict.signals,
+      parent_eval_id: parentEvalId,
     });
     return verdict;
-  }
-
-  private evidence(sessionId: string): SessionEvidence {
-    return sessionEvidence(this.options.db, sessionId);
   }
 
   private isWorker(sessionId: string): boolean {
