@@ -1,8 +1,7 @@
 /**
  * The http suite: what metis's HTTP layer (security checks, CORS, token gate, declared routes, JSON
  * answers) costs per request, against a bare node:http server answering the same JSON, in the same run
- * with the same keep-alive client. The figure a framework move (issue 15 point 1) would be measured
- * against.
+ * with the same keep-alive client (docs/decisions.md "The HTTP layer on Fastify").
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, createServer, request } from 'node:http';

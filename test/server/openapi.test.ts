@@ -1,4 +1,6 @@
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { describe, expect, it } from 'vitest';
 import { startTestServer } from '../helpers/server.js';
@@ -48,6 +50,21 @@ describe('GET /openapi.json', () => {
       expect.arrayContaining(['session_id', 'filter', 'since', 'snapshot', 'token']),
     );
     expect(body.paths['/healthz'].get.security).toEqual([]);
+  });
+
+  it('names every route the framework serves, with its method (HEAD aside)', async () => {
+    const dashboard = mkdtempSync(join(tmpdir(), 'metis-static-'));
+    writeFileSync(join(dashboard, 'index.html'), '<!doctype html>');
+    const t = await startTestServer({}, { staticRoot: dashboard });
+    const { body } = await t.request('GET', '/openapi.json');
+    const paths = body.paths as Record<string, Record<string, unknown>>;
+    const served = t.server.served.filter((route) => route.method !== 'HEAD');
+    expect(served.length).toBeGreaterThanOrEqual(20);
+    expect(served.map((route) => `${route.method} ${route.path}`)).toEqual(
+      expect.arrayContaining(['GET /', 'GET /assets/{file}', 'GET /metrics', 'POST /api/chat']),
+    );
+    for (const route of served)
+      expect(paths[route.path]?.[route.method.toLowerCase()], `${route.method} ${route.path}`).toBeDefined();
   });
 
   it('every route it describes is served: none answers "no route" or 405', async () => {

@@ -2,7 +2,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { type ClientItem, MetisClient } from '../../src/client/client.js';
 import { initialState, reduce } from '../../src/client/reducer.js';
 import { conformanceRoutes } from '../../src/core/server/conformance-hooks.js';
-import type { ExtraRoute } from '../../src/core/server/server.js';
+import type { ServerOptions } from '../../src/core/server/server.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
 import {
   eventually,
@@ -319,19 +319,16 @@ describe('streaming protocol: the stream (§11.1)', () => {
   it('14. forward compatibility: the server streams an unknown event type; the client library skips and counts it, the stream goes on', async () => {
     // The `--conformance` hook (POST /_conformance/unknown) makes the server stream an event of a type
     // no catalog has, through the server's hub, as a newer server would send a type this client lacks.
-    let trace: TraceContext | null = null;
-    const hooks: ExtraRoute = (request, response, path, hub) =>
-      conformanceRoutes(trace!, {
-        heartbeatIntervalMs: 30_000,
-        maxQueueEvents: 1000,
-        replayCap: 10_000,
-        faults: [],
-      })(request, response, path, hub);
+    const hooks: ServerOptions['extraRoutes'] = ({ hub, trace }) =>
+      conformanceRoutes(
+        trace,
+        { heartbeatIntervalMs: 30_000, maxQueueEvents: 1000, replayCap: 10_000, faults: [] },
+        hub,
+      );
     const t = await startTestServer(
       { scripted: { slow_token_delay_ms: 3, slow_tokens: 60 } },
-      { extraRoutes: [hooks] },
+      { extraRoutes: hooks },
     );
-    trace = t.context;
     const sessionId = await t.createSession();
     // An explicit filter with every type: a preset lists this server's types, which a future one is not.
     const client = new MetisClient({

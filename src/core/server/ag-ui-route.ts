@@ -1,18 +1,16 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { MetisError } from '../errors.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
 import { assertStorageWritable } from './commit-ack.js';
-import { HttpError, readJson, sendMethodNotAllowed, validate, writeEventStreamHead } from './http-util.js';
-import { type RouteDoc, STORAGE_ERRORS } from './openapi.js';
+import { HttpError, writeEventStreamHead } from './http-util.js';
+import { STORAGE_ERRORS } from './openapi.js';
+import { type RawRoute, rawRoute } from './routes.js';
 import { agUiMessages, storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
-
-const THREAD_ROUTE = '/ag-ui';
-const SESSION_ROUTE = /^\/sessions\/([^/]+)\/ag-ui$/;
 
 /** AG-UI's `RunAgentInput` (`@ag-ui/core` 1.0); fields metis does not use are let through. */
 const RunAgentInput = z.looseObject({
@@ -33,26 +31,9 @@ const RunAgentInput = z.looseObject({
   context: z.array(z.unknown()).default([]),
 });
 
-const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS];
+type AgUiInput = z.output<typeof RunAgentInput>;
 
-export const AG_UI_ROUTE_DOCS: readonly RouteDoc[] = [
-  {
-    method: 'POST',
-    path: THREAD_ROUTE,
-    summary: 'An AG-UI run (RunAgentInput): the thread is the session, created on first use',
-    body: RunAgentInput,
-    success: { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' },
-    errors: AG_UI_ERRORS,
-  },
-  {
-    method: 'POST',
-    path: '/sessions/{session_id}/ag-ui',
-    summary: 'An AG-UI run in an existing session (threadId must name it)',
-    body: RunAgentInput,
-    success: { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' },
-    errors: ['METIS_ERR_SESSION_NOT_FOUND', ...AG_UI_ERRORS],
-  },
-];
+const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS];
 
 /**
  * `POST /ag-ui` (the thread is the metis session, created on first use) and `POST
@@ -60,18 +41,11 @@ export const AG_UI_ROUTE_DOCS: readonly RouteDoc[] = [
  * (docs/ag-ui.md). The last user message of `RunAgentInput` starts a turn, answered as AG-UI events over
  * SSE; closing the request cancels the turn (`client_disconnect`).
  */
-export function createAgUiRoute(runtime: Runtime, hub: () => StreamHub, trace: TraceContext) {
-  return async (request: IncomingMessage, response: ServerResponse, path: string): Promise<boolean> => {
-    const perSession = SESSION_ROUTE.exec(path);
-    if (path !== THREAD_ROUTE && perSession === null) return false;
-    if (request.method !== 'POST') {
-      sendMethodNotAllowed(response, request.method, path, ['POST']);
-      return true;
-    }
-    const input = validate(RunAgentInput, await readJson(request));
+export function agUiRoutes(runtime: Runtime, hub: () => StreamHub, trace: TraceContext): RawRoute[] {
+  const run = async (input: AgUiInput, perSession: string | null, response: ServerResponse) => {
     let sessionId = input.threadId;
     if (perSession !== null) {
-      sessionId = decodeURIComponent(perSession[1]!);
+      sessionId = perSession;
       if (!runtime.hasSession(sessionId))
         throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId} (unknown thread)`);
       if (input.threadId !== sessionId)
@@ -109,8 +83,32 @@ export function createAgUiRoute(runtime: Runtime, hub: () => StreamHub, trace: T
     );
     await followed.ended;
     if (!response.writableEnded) response.end();
-    return true;
   };
+  const success = { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' };
+  return [
+    rawRoute(
+      {
+        method: 'POST',
+        path: '/ag-ui',
+        summary: 'An AG-UI run (RunAgentInput): the thread is the session, created on first use',
+        body: RunAgentInput,
+        success,
+        errors: AG_UI_ERRORS,
+      },
+      ({ body }, response) => run(body, null, response),
+    ),
+    rawRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/ag-ui',
+        summary: 'An AG-UI run in an existing session (threadId must name it)',
+        body: RunAgentInput,
+        success,
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', ...AG_UI_ERRORS],
+      },
+      ({ params: [sessionId], body }, response) => run(body, sessionId!, response),
+    ),
+  ];
 }
 
 /** The text of the last message, which must be the user's: what the run is asked. */

@@ -1,17 +1,14 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable } from './commit-ack.js';
-import { HttpError, readJson, sendMethodNotAllowed, validate, writeEventStreamHead } from './http-util.js';
-import { type RouteDoc, STORAGE_ERRORS } from './openapi.js';
+import { HttpError, writeEventStreamHead } from './http-util.js';
+import { STORAGE_ERRORS } from './openapi.js';
+import { type RawRoute, rawRoute } from './routes.js';
 import { storedToolResult } from './stored-conversation.js';
 import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
 import { type UiChunk, UiMessageStreamMapper } from './ui-message-stream.js';
-
-const CHAT_PATH = '/api/chat';
-const RESUME_PATH = /^\/api\/chat\/([^/]+)\/stream$/;
 
 /** What `useChat`'s default transport posts (ai 6 `HttpChatTransport`); other fields are let through. */
 const ChatBody = z.looseObject({
@@ -31,29 +28,6 @@ const ChatBody = z.looseObject({
   trigger: z.enum(['submit-message', 'regenerate-message']).optional(),
 });
 
-export const CHAT_ROUTE_DOCS: readonly RouteDoc[] = [
-  {
-    method: 'POST',
-    path: CHAT_PATH,
-    summary:
-      "The AI SDK's UI message stream (useChat): the chat id is the session, the last user message a turn",
-    body: ChatBody,
-    success: {
-      status: 200,
-      description: 'UI message chunks over SSE, then [DONE]',
-      contentType: 'text/event-stream',
-    },
-    errors: ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS],
-  },
-  {
-    method: 'GET',
-    path: '/api/chat/{chat_id}/stream',
-    summary: "The AI SDK transport's reconnect: no stream is kept to resume",
-    success: { status: 204, description: 'nothing to resume' },
-    errors: [],
-  },
-];
-
 /**
  * `POST /api/chat`: the AI SDK's UI message stream (docs/ai-sdk.md), so that `useChat` can use metis as
  * its backend unchanged. The chat id is the metis session (created on first use); the last user message
@@ -61,57 +35,71 @@ export const CHAT_ROUTE_DOCS: readonly RouteDoc[] = [
  * the answer is that turn as UI message chunks over SSE, ending with `[DONE]`. Closing the request
  * cancels the turn (`client_disconnect`).
  */
-export function createChatRoute(runtime: Runtime, hub: () => StreamHub, trace: TraceContext) {
-  return async (request: IncomingMessage, response: ServerResponse, path: string): Promise<boolean> => {
-    if (RESUME_PATH.test(path)) {
-      if (request.method !== 'GET') sendMethodNotAllowed(response, request.method, path, ['GET']);
-      else {
-        // No stream is kept to resume: the transport then has nothing to reconnect to (ai 6: 204).
-        response.writeHead(204).end();
-      }
-      return true;
-    }
-    if (path !== CHAT_PATH) return false;
-    if (request.method !== 'POST') {
-      sendMethodNotAllowed(response, request.method, path, ['POST']);
-      return true;
-    }
-    const body = validate(ChatBody, await readJson(request));
-    const last = body.messages.at(-1)!;
-    const text = last.parts
-      .filter((part) => part.type === 'text')
-      .map((part) => part.text ?? '')
-      .join('');
-    if (last.role !== 'user' || text.trim() === '')
-      throw new HttpError(
-        400,
-        'METIS_ERR_INVALID_ARGUMENT',
-        'messages: the last message must be a user message with a text part',
-      );
-    assertStorageWritable(trace);
-    if (!runtime.hasSession(body.id)) runtime.createSession({ sessionId: body.id });
-    const write = (chunk: UiChunk | '[DONE]') =>
-      response.write(`data: ${typeof chunk === 'string' ? chunk : JSON.stringify(chunk)}\n\n`);
-    const mapper = new UiMessageStreamMapper(write, (toolUseId) => toolOutputOf(runtime, body.id, toolUseId));
-    const followed = followTurn(
-      runtime,
-      hub(),
-      body.id,
-      text,
-      response,
-      (event) => mapper.onEvent(event),
-      (turnId) => {
-        writeEventStreamHead(response, { 'x-vercel-ai-ui-message-stream': 'v1' });
-        mapper.start(turnId);
+export function chatRoutes(runtime: Runtime, hub: () => StreamHub, trace: TraceContext): RawRoute[] {
+  const chat = rawRoute(
+    {
+      method: 'POST',
+      path: '/api/chat',
+      summary:
+        "The AI SDK's UI message stream (useChat): the chat id is the session, the last user message a turn",
+      body: ChatBody,
+      success: {
+        status: 200,
+        description: 'UI message chunks over SSE, then [DONE]',
+        contentType: 'text/event-stream',
       },
-    );
-    await followed.ended;
-    if (!response.writableEnded) {
-      write('[DONE]');
-      response.end();
-    }
-    return true;
-  };
+      errors: ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS],
+    },
+    async ({ body }, response) => {
+      const last = body.messages.at(-1)!;
+      const text = last.parts
+        .filter((part) => part.type === 'text')
+        .map((part) => part.text ?? '')
+        .join('');
+      if (last.role !== 'user' || text.trim() === '')
+        throw new HttpError(
+          400,
+          'METIS_ERR_INVALID_ARGUMENT',
+          'messages: the last message must be a user message with a text part',
+        );
+      assertStorageWritable(trace);
+      if (!runtime.hasSession(body.id)) runtime.createSession({ sessionId: body.id });
+      const write = (chunk: UiChunk | '[DONE]') =>
+        response.write(`data: ${typeof chunk === 'string' ? chunk : JSON.stringify(chunk)}\n\n`);
+      const mapper = new UiMessageStreamMapper(write, (toolUseId) =>
+        toolOutputOf(runtime, body.id, toolUseId),
+      );
+      const followed = followTurn(
+        runtime,
+        hub(),
+        body.id,
+        text,
+        response,
+        (event) => mapper.onEvent(event),
+        (turnId) => {
+          writeEventStreamHead(response, { 'x-vercel-ai-ui-message-stream': 'v1' });
+          mapper.start(turnId);
+        },
+      );
+      await followed.ended;
+      if (!response.writableEnded) {
+        write('[DONE]');
+        response.end();
+      }
+    },
+  );
+  const resume = rawRoute(
+    {
+      method: 'GET',
+      path: '/api/chat/{chat_id}/stream',
+      summary: "The AI SDK transport's reconnect: no stream is kept to resume",
+      success: { status: 204, description: 'nothing to resume' },
+      errors: [],
+    },
+    // No stream is kept to resume: the transport then has nothing to reconnect to (ai 6: 204).
+    async (_call, response) => void response.writeHead(204).end(),
+  );
+  return [chat, resume];
 }
 
 /** The tool's result as the model got it: the text of its `tool_result`, JSON when it parses. */

@@ -1,11 +1,10 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import Database from 'better-sqlite3';
 import { z } from 'zod';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newEventId } from '../events/ids.js';
 import type { TraceContext } from '../store/trace-context.js';
-import { readJson, sendError, sendJson, validate } from './http-util.js';
-import type { ExtraRoute } from './server.js';
+import { type JsonRoute, jsonRoute } from './routes.js';
+import type { StreamHub } from './stream-hub.js';
 
 export interface ConformanceSettings {
   readonly heartbeatIntervalMs: number;
@@ -42,28 +41,42 @@ const FLOOD_PAUSE_MS = 10;
  *                                connection, as a backup or a prune would: commits wait, the loop runs on;
  *                                `ms: 0` lets a stall go now
  */
-export function conformanceRoutes(trace: TraceContext, settings: ConformanceSettings): ExtraRoute {
+export function conformanceRoutes(
+  trace: TraceContext,
+  settings: ConformanceSettings,
+  hub: StreamHub,
+): JsonRoute[] {
   let releaseStall: (() => void) | null = null;
-  return async function conformanceRoute(
-    request: IncomingMessage,
-    response: ServerResponse,
-    path: string,
-    hub,
-  ) {
-    if (!path.startsWith('/_conformance')) return false;
-    try {
-      if (path === '/_conformance' && request.method === 'GET') {
-        sendJson(response, 200, {
+  const hook = (path: string, summary: string) => ({
+    method: 'POST' as const,
+    path,
+    summary,
+    success: { status: 200, description: 'what the hook did' },
+    errors: [],
+  });
+  return [
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/_conformance',
+        summary: 'Conformance: the settings the suite can rely on (--conformance only)',
+        success: { status: 200, description: 'heartbeat_interval_ms, max_queue_events, replay_cap, faults' },
+        errors: [],
+      },
+      async () => [
+        200,
+        {
           heartbeat_interval_ms: settings.heartbeatIntervalMs,
           max_queue_events: settings.maxQueueEvents,
           replay_cap: settings.replayCap,
           faults: settings.faults,
           hooks: ['flood', 'unknown', 'stall-storage'],
-        });
-        return true;
-      }
-      if (path === '/_conformance/flood' && request.method === 'POST') {
-        const body = validate(FloodBody, await readJson(request));
+        },
+      ],
+    ),
+    jsonRoute(
+      { ...hook('/_conformance/flood', 'Conformance: store count events in a session'), body: FloodBody },
+      async ({ body }) => {
         let last = '';
         for (let done = 0; done < body.count; done += FLOOD_CHUNK) {
           const n = Math.min(FLOOD_CHUNK, body.count - done);
@@ -78,11 +91,15 @@ export function conformanceRoutes(trace: TraceContext, settings: ConformanceSett
           // Let clients read between chunks, as they would between real turns.
           await new Promise((resolve) => setTimeout(resolve, FLOOD_PAUSE_MS));
         }
-        sendJson(response, 200, { emitted: body.count, last_event_id: last });
-        return true;
-      }
-      if (path === '/_conformance/unknown' && request.method === 'POST') {
-        const body = validate(UnknownBody, await readJson(request));
+        return [200, { emitted: body.count, last_event_id: last }];
+      },
+    ),
+    jsonRoute(
+      {
+        ...hook('/_conformance/unknown', 'Conformance: stream an event of an unknown type'),
+        body: UnknownBody,
+      },
+      async ({ body }) => {
         const id = newEventId();
         hub.injectForConformance({
           id,
@@ -96,29 +113,21 @@ export function conformanceRoutes(trace: TraceContext, settings: ConformanceSett
           sensitivity: 'pseudonymous',
           seq: null,
         });
-        sendJson(response, 200, { event_id: id });
-        return true;
-      }
-      if (path === '/_conformance/stall-storage' && request.method === 'POST') {
-        const body = validate(StallBody, await readJson(request));
+        return [200, { event_id: id }];
+      },
+    ),
+    jsonRoute(
+      {
+        ...hook('/_conformance/stall-storage', "Conformance: hold the database's write lock"),
+        body: StallBody,
+      },
+      async ({ body }) => {
         releaseStall?.();
         releaseStall = body.ms === 0 ? null : holdWriteLock(trace.dbPath, body.ms);
-        sendJson(response, 200, { stalled_ms: body.ms });
-        return true;
-      }
-      sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no conformance hook ${path}`);
-      return true;
-    } catch (error) {
-      const status = (error as { status?: number }).status ?? 400;
-      sendError(
-        response,
-        status,
-        (error as { code?: string }).code ?? 'METIS_ERR_INVALID_ARGUMENT',
-        (error as Error).message,
-      );
-      return true;
-    }
-  };
+        return [200, { stalled_ms: body.ms }];
+      },
+    ),
+  ];
 }
 
 /** Takes the write lock from a second connection and lets it go after `ms`; returns a release. */

@@ -1,16 +1,14 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
-import { isMetisError, MetisError } from '../errors.js';
+import { MetisError } from '../errors.js';
 import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { CANCEL_REASONS } from '../runtime/turn-runner.js';
-import { asStorageError } from '../store/storage-errors.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { AttachTokens } from './attach-tokens.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
 import type { FaultSwitches } from './faults.js';
-import { HttpError, readJson, sendError, sendJson, sendMethodNotAllowed, validate } from './http-util.js';
-import { openApiDocument, pathPattern, type RouteDoc, STORAGE_ERRORS } from './openapi.js';
+import { openApiDocument, type RouteDoc, STORAGE_ERRORS } from './openapi.js';
+import { jsonRoute, type Route } from './routes.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
 
@@ -52,39 +50,22 @@ export interface ApiContext {
   readonly tokens: AttachTokens;
   /** `metis serve --conformance --fault …`: guarantees broken on purpose (faults.ts). */
   readonly faults?: FaultSwitches;
-  /** Routes served outside this table (streams, /metrics), for `GET /openapi.json`. */
-  readonly extraDocs?: readonly RouteDoc[];
   /** metis's version, for `GET /openapi.json`. */
   readonly version?: string;
   /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
   readonly wsBase: () => string;
-  readonly extraRoutes?: (
-    request: IncomingMessage,
-    response: ServerResponse,
-    path: string,
-  ) => boolean | Promise<boolean>;
-}
-
-type Handler = (request: IncomingMessage, params: string[], url: URL) => Promise<[number, unknown]>;
-
-/** A route: what it declares (its docs, the schemas its handler validates with) and its handler. */
-interface ApiRoute extends RouteDoc {
-  readonly pattern: RegExp;
-  readonly handler: Handler;
-}
-
-function route(doc: RouteDoc, handler: Handler): ApiRoute {
-  return { ...doc, pattern: pathPattern(doc.path), handler };
+  /** Every other route the server serves, for `GET /openapi.json`. */
+  readonly otherRoutes?: () => readonly RouteDoc[];
 }
 
 /**
  * The HTTP API (docs/http-api.md): sessions, turns, cancel, history, confirmations, the sticky model
  * and health. Every body is validated; every failure is `{error: {code, message}}` with its status.
  */
-export function createApi(context: ApiContext) {
+export function apiRoutes(context: ApiContext): Route[] {
   const { runtime, tokens, trace, faults } = context;
-  const routes: ApiRoute[] = [
-    route(
+  const routes: Route[] = [
+    jsonRoute(
       {
         method: 'GET',
         path: '/healthz',
@@ -95,7 +76,7 @@ export function createApi(context: ApiContext) {
       },
       async () => [200, { status: 'ok' }],
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions',
@@ -104,8 +85,7 @@ export function createApi(context: ApiContext) {
         success: { status: 201, description: 'the session, once session.created is stored' },
         errors: ['METIS_ERR_INVALID_MODEL', ...STORAGE_ERRORS],
       },
-      async (request) => {
-        const body = validate(CreateSessionBody, await readJson(request));
+      async ({ body }) => {
         assertStorageWritable(trace);
         const { result: session, event } = emittedDuring(
           trace,
@@ -122,7 +102,7 @@ export function createApi(context: ApiContext) {
         return [201, { session_id: session.id, ...session }];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'GET',
         path: '/sessions',
@@ -132,7 +112,7 @@ export function createApi(context: ApiContext) {
       },
       async () => [200, { sessions: runtime.sessions.listSessions() }],
     ),
-    route(
+    jsonRoute(
       {
         method: 'GET',
         path: '/openapi.json',
@@ -142,10 +122,10 @@ export function createApi(context: ApiContext) {
       },
       async () => [
         200,
-        openApiDocument([...routes, ...(context.extraDocs ?? [])], context.version ?? '0.0.0'),
+        openApiDocument([...routes, ...(context.otherRoutes?.() ?? [])], context.version ?? '0.0.0'),
       ],
     ),
-    route(
+    jsonRoute(
       {
         method: 'GET',
         path: '/sessions/{session_id}',
@@ -153,7 +133,7 @@ export function createApi(context: ApiContext) {
         success: { status: 200, description: 'session, attach_token, ws_url' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
-      async (_request, [id]) => {
+      async ({ params: [id] }) => {
         const session = runtime.getSession(id!);
         const token = tokens.issue(session.id);
         return [
@@ -168,7 +148,7 @@ export function createApi(context: ApiContext) {
         ];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions/{session_id}/turns',
@@ -183,8 +163,7 @@ export function createApi(context: ApiContext) {
           ...STORAGE_ERRORS,
         ],
       },
-      async (request, [id]) => {
-        const body = validate(SubmitTurnBody, await readJson(request));
+      async ({ params: [id], body }) => {
         assertStorageWritable(trace);
         const { result, event } = emittedDuring(
           trace,
@@ -202,7 +181,7 @@ export function createApi(context: ApiContext) {
         return [202, { turn_id: result.turnId }];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions/{session_id}/turns/{turn_id}/cancel',
@@ -214,8 +193,7 @@ export function createApi(context: ApiContext) {
         },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_NOT_FOUND'],
       },
-      async (request, [id, turnId]) => {
-        const body = validate(CancelBody, await readJson(request));
+      async ({ params: [id, turnId], body }) => {
         const status = runtime.cancelTurn(id!, turnId!, body.reason ?? 'user_cancel');
         // The old behaviour, for the conformance suite to catch: an ended turn as not found.
         if (status === 'already_ended' && faults?.cancelEndedNotFound)
@@ -226,7 +204,7 @@ export function createApi(context: ApiContext) {
         return [202, { turn_id: turnId, status }];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'GET',
         path: '/sessions/{session_id}/messages',
@@ -235,9 +213,8 @@ export function createApi(context: ApiContext) {
         success: { status: 200, description: 'messages and has_more' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
-      async (_request, [id], url) => {
+      async ({ params: [id], query }) => {
         runtime.getSession(id!);
-        const query = validate(MessagesQuery, Object.fromEntries(url.searchParams), 'query');
         // A cursor that names no message of this session would page from the newest, silently.
         if (query.before !== undefined && !runtime.sessions.hasMessage(id!, query.before)) {
           throw new MetisError(
@@ -252,7 +229,7 @@ export function createApi(context: ApiContext) {
         return [200, { messages, has_more: messages.length === query.limit }];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'GET',
         path: '/sessions/{session_id}/confirmations',
@@ -260,9 +237,9 @@ export function createApi(context: ApiContext) {
         success: { status: 200, description: 'confirmations' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
-      async (_request, [id]) => [200, { confirmations: runtime.pendingConfirmations(id!) }],
+      async ({ params: [id] }) => [200, { confirmations: runtime.pendingConfirmations(id!) }],
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions/{session_id}/confirmations/{confirmation_request_id}',
@@ -275,13 +252,12 @@ export function createApi(context: ApiContext) {
           'METIS_ERR_CONFIRMATION_MISMATCH',
         ],
       },
-      async (request, [id, requestId]) => {
-        const body = validate(ConfirmBody, await readJson(request));
+      async ({ params: [id, requestId], body }) => {
         runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once', null, body.input_hash);
         return [200, { confirmation_request_id: requestId, decision: body.decision }];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions/{session_id}/feedback',
@@ -295,8 +271,7 @@ export function createApi(context: ApiContext) {
           ...STORAGE_ERRORS,
         ],
       },
-      async (request, [id]) => {
-        const body = validate(FeedbackBody, await readJson(request));
+      async ({ params: [id], body }) => {
         runtime.getSession(id!);
         assertStorageWritable(trace);
         // The rated turn's end may still wait for its commit: let it land before looking it up.
@@ -311,7 +286,7 @@ export function createApi(context: ApiContext) {
         return [201, { event_id: event.id, scope: event.payload.scope, rating: body.rating }];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions/{session_id}/end',
@@ -320,8 +295,7 @@ export function createApi(context: ApiContext) {
         success: { status: 200, description: 'session_id, status, disposition' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_IN_FLIGHT', ...STORAGE_ERRORS],
       },
-      async (request, [id]) => {
-        const body = validate(EndBody, await readJson(request));
+      async ({ params: [id], body }) => {
         assertStorageWritable(trace);
         const session = runtime.getSession(id!);
         if (session.current_turn_id !== null)
@@ -342,7 +316,7 @@ export function createApi(context: ApiContext) {
         return [200, { session_id: id, status: 'ended', disposition: stored }];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions/{session_id}/route/override',
@@ -350,12 +324,12 @@ export function createApi(context: ApiContext) {
         success: { status: 200, description: 'turn_id, original_chosen_model, new_chosen_model' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
       },
-      async (_request, [id]) => {
+      async ({ params: [id] }) => {
         assertStorageWritable(trace);
         return [200, runtime.overrideRoute(id!)];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/sessions/{session_id}/route/dismiss',
@@ -363,12 +337,12 @@ export function createApi(context: ApiContext) {
         success: { status: 200, description: 'turn_id, chosen_model, dismissed_pattern_model' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
       },
-      async (_request, [id]) => {
+      async ({ params: [id] }) => {
         assertStorageWritable(trace);
         return [200, runtime.dismissRecommendation(id!)];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'POST',
         path: '/patterns/clear',
@@ -381,7 +355,7 @@ export function createApi(context: ApiContext) {
         return [200, runtime.clearPatterns()];
       },
     ),
-    route(
+    jsonRoute(
       {
         method: 'PUT',
         path: '/sessions/{session_id}/model',
@@ -390,50 +364,11 @@ export function createApi(context: ApiContext) {
         success: { status: 200, description: 'the session' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_INVALID_MODEL'],
       },
-      async (request, [id]) => {
-        const body = validate(ModelBody, await readJson(request));
+      async ({ params: [id], body }) => {
         return [200, runtime.setStickyModel(id!, body.model)];
       },
     ),
   ];
 
-  return async function handleApi(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    let url: URL;
-    try {
-      url = new URL(request.url ?? '/', 'http://localhost');
-    } catch {
-      sendError(response, 400, 'METIS_ERR_INVALID_ARGUMENT', 'the request target is not a valid URL');
-      return;
-    }
-    const path = url.pathname;
-    try {
-      if (await context.extraRoutes?.(request, response, path)) return;
-      const allowed: string[] = [];
-      for (const { method, pattern, handler } of routes) {
-        const match = pattern.exec(path);
-        if (!match) continue;
-        allowed.push(method);
-        if (method !== request.method) continue;
-        let params: string[];
-        try {
-          params = match.slice(1).map((p) => decodeURIComponent(p));
-        } catch {
-          sendError(response, 400, 'METIS_ERR_INVALID_ARGUMENT', 'path: malformed percent-encoding');
-          return;
-        }
-        const [status, body] = await handler(request, params, url);
-        sendJson(response, status, body);
-        return;
-      }
-      if (allowed.length > 0) sendMethodNotAllowed(response, request.method, path, allowed);
-      else sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no route ${path}`);
-    } catch (error) {
-      if (error instanceof HttpError) return sendError(response, error.status, error.code, error.message);
-      // A read that met a full disk or an I/O error is a storage failure, not a metis bug.
-      const mapped = asStorageError(error, trace.dbPath);
-      if (isMetisError(mapped)) return sendError(response, mapped.status, mapped.code, mapped.message);
-      sendError(response, 500, 'METIS_ERR_INTERNAL', 'internal error');
-      throw error;
-    }
-  };
+  return routes;
 }

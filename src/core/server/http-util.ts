@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import type { z } from 'zod';
 import { MetisError } from '../errors.js';
 
@@ -36,7 +36,7 @@ export function sendJson(
  * Seconds a client should wait before retrying a storage failure (RFC 9110 Retry-After): the trace
  * writer retries within a second, a lock is usually short, a full disk needs a person.
  */
-const RETRY_AFTER_SECONDS: Readonly<Record<string, number>> = {
+export const RETRY_AFTER_SECONDS: Readonly<Record<string, number>> = {
   METIS_ERR_STORAGE_BUSY: 1,
   METIS_ERR_STORAGE_IO: 2,
   METIS_ERR_STORAGE_FULL: 10,
@@ -56,51 +56,18 @@ export function sendError(
   sendJson(response, status, { error: { code, message } }, headers);
 }
 
-/** A 405 with the `Allow` header RFC 9110 §15.5.6 requires: the methods the path does take. */
-export function sendMethodNotAllowed(
-  response: ServerResponse,
-  method: string | undefined,
-  path: string,
-  allowed: readonly string[],
-): void {
-  sendError(response, 405, 'METIS_ERR_METHOD_NOT_ALLOWED', `${method} is not allowed on ${path}`, {
-    allow: [...new Set(allowed)].sort().join(', '),
-  });
-}
-
-/** Reads a JSON body: `application/json` only (415), at most 1 MiB (413), valid JSON (400). */
-export async function readJson(request: IncomingMessage): Promise<unknown> {
-  const type = request.headers['content-type'] ?? '';
-  if (!/^application\/json\s*(;|$)/i.test(type)) {
-    throw new HttpError(415, 'METIS_ERR_UNSUPPORTED_MEDIA_TYPE', 'request body must be application/json');
-  }
-  const declared = Number(request.headers['content-length'] ?? 0);
-  if (declared > MAX_BODY_BYTES)
-    throw new HttpError(413, 'METIS_ERR_BODY_TOO_LARGE', 'request body exceeds 1 MiB');
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of request) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY_BYTES)
-      throw new HttpError(413, 'METIS_ERR_BODY_TOO_LARGE', 'request body exceeds 1 MiB');
-    chunks.push(chunk as Buffer);
-  }
-  const text = Buffer.concat(chunks).toString('utf8');
-  if (text.trim() === '') return {};
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new HttpError(400, 'METIS_ERR_INVALID_JSON', 'request body is not valid JSON');
-  }
-}
-
 /** Validates a body or query with zod; the error names the field and the problem. */
 export function validate<S extends z.ZodType>(schema: S, value: unknown, where = 'body'): z.output<S> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
-  const issue = result.error.issues[0]!;
+  throw validationError(result.error, where);
+}
+
+/** The first problem zod found, naming its field: `message: Too small: expected string to have >=1 characters`. */
+export function validationError(error: z.ZodError, where: string): MetisError {
+  const issue = error.issues[0]!;
   const field = issue.path.length ? issue.path.join('.') : where;
-  throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `${field}: ${issue.message}`);
+  return new MetisError('METIS_ERR_INVALID_ARGUMENT', `${field}: ${issue.message}`);
 }
 
 /**

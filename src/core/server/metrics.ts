@@ -4,7 +4,6 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
 import type { TraceWriter } from '../store/trace-writer.js';
 import type { CloseCause, ReplayOutcome, StreamCounters } from './client-connection.js';
-import { sendMethodNotAllowed } from './http-util.js';
 import { registerEventSeries } from './metrics-series.js';
 import { EventTally } from './metrics-tally.js';
 
@@ -155,12 +154,8 @@ export class ServerMetrics implements StreamCounters {
     if (outcome === 'served') this.replayEvents.observe(events);
   }
 
-  /** `GET /metrics` (and HEAD) in the Prometheus text format; any other method is a 405. */
+  /** `GET /metrics` (and HEAD) in the Prometheus text format. */
   async respond(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    if (request.method !== 'GET' && request.method !== 'HEAD') {
-      sendMethodNotAllowed(response, request.method, '/metrics', ['GET', 'HEAD']);
-      return;
-    }
     const text = await this.registry.metrics();
     response.writeHead(200, {
       'content-type': this.registry.contentType,

@@ -155,6 +155,8 @@ export async function startService(
           'its provider is not configured (an unknown provider, or no API key)',
       );
     }
+    const pluginHost = plugins;
+    const traceContext = trace;
     const server = await startServer(runtime, trace, {
       host: config.server.host,
       port: config.server.port,
@@ -171,17 +173,19 @@ export async function startService(
       faults: faults as FaultSwitches,
       logger,
       metrics: { plugins: () => plugins?.list() ?? [], processMetrics: true },
-      extraRoutes: [
-        pluginsRoute(plugins),
+      extraRoutes: ({ hub }) => [
+        pluginsRoute(pluginHost),
         ...(conformance
-          ? [
-              conformanceRoutes(trace, {
+          ? conformanceRoutes(
+              traceContext,
+              {
                 heartbeatIntervalMs,
                 maxQueueEvents,
                 replayCap: config.server.replay_cap,
                 faults: conformance.faults,
-              }),
-            ]
+              },
+              hub,
+            )
           : []),
       ],
     });

@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
@@ -9,20 +9,22 @@ import type { Runtime } from '../runtime/runtime.js';
 import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { packageVersion } from '../version.js';
-import { AG_UI_ROUTE_DOCS, createAgUiRoute } from './ag-ui-route.js';
+import { agUiRoutes } from './ag-ui-route.js';
 import { AttachTokens } from './attach-tokens.js';
 import { AuthGate, type GateVerdict } from './auth-gate.js';
 import type { AuthThrottleOptions } from './auth-throttle.js';
-import { CHAT_ROUTE_DOCS, createChatRoute } from './chat-route.js';
+import { chatRoutes } from './chat-route.js';
 import { ClientConnection, type StreamOptions } from './client-connection.js';
 import { allowOrigin, answerPreflight } from './cors.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
-import { createApi } from './http-api.js';
+import { apiRoutes } from './http-api.js';
+import { createHttpApp } from './http-app.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
+import { type Route, rawRoute } from './routes.js';
 import { checkRequest, isListedOrigin, isLoopbackBind, type SecurityOptions } from './security.js';
-import { createSseRoute, SSE_ROUTE_DOC } from './sse-route.js';
-import { createStaticRoute } from './static-files.js';
+import { createSseRoute } from './sse-route.js';
+import { staticRoutes } from './static-files.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
 import { StreamHub } from './stream-hub.js';
 import { WebSocketTransport } from './stream-transport.js';
@@ -44,11 +46,11 @@ export interface ServerOptions {
   readonly attachTokenTtlMs?: number;
   readonly faults?: FaultSwitches;
   readonly logger?: Logger;
-  /**
-   * Routes handled before the API's own (`GET /plugins`, the `--conformance` hooks). Each gets the
-   * server's hub; return true when the request was answered.
-   */
-  readonly extraRoutes?: readonly ExtraRoute[];
+  /** Routes beside the API's own (`GET /plugins`, the `--conformance` hooks), given the server's parts. */
+  readonly extraRoutes?: (parts: {
+    readonly hub: StreamHub;
+    readonly trace: TraceContext;
+  }) => readonly Route[];
   /** What `GET /metrics` reports beyond the server's own figures. */
   readonly metrics?: {
     /** The running plugins' error and timeout counts (`GET /plugins`). */
@@ -63,18 +65,13 @@ export interface ServerOptions {
   readonly commitWaitMs?: number;
 }
 
-export type ExtraRoute = (
-  request: IncomingMessage,
-  response: ServerResponse,
-  path: string,
-  hub: StreamHub,
-) => boolean | Promise<boolean>;
-
 export interface MetisServer {
   readonly url: string;
   readonly port: number;
   readonly hub: StreamHub;
   readonly metrics: ServerMetrics;
+  /** Every method and path template the HTTP layer serves (`GET /openapi.json` must name each). */
+  readonly served: readonly { readonly method: string; readonly path: string }[];
   /**
    * Stops accepting connections; attached clients keep receiving until `close`. Lets a shutdown
    * cancel in-flight turns while their clients still see the cancellation. Safe to call twice.
@@ -148,50 +145,48 @@ export async function startServer(
     faults: options.faults,
     counters: metrics,
   });
-  const chatRoute = createChatRoute(runtime, () => hub, trace);
-  const agUiRoute = createAgUiRoute(runtime, () => hub, trace);
-  const staticRoute = options.staticRoot === undefined ? null : createStaticRoute(options.staticRoot);
-  const sseRoute = createSseRoute(runtime, connectionDeps, (connection, response) => {
-    connections.add(connection);
-    response.on('close', () => connections.delete(connection));
-  });
-  const extraRoutes = options.extraRoutes ?? [];
-  const api = createApi({
-    runtime,
-    trace,
-    commitWaitMs: options.commitWaitMs,
-    tokens,
-    faults: options.faults,
-    wsBase: () => `ws://${address}`,
-    version: packageVersion(),
-    extraDocs: [
+  const streamRoutes: Route[] = [
+    createSseRoute(runtime, connectionDeps, (connection, response) => {
+      connections.add(connection);
+      response.on('close', () => connections.delete(connection));
+    }),
+    ...chatRoutes(runtime, () => hub, trace),
+    ...agUiRoutes(runtime, () => hub, trace),
+    rawRoute(
       {
         method: 'GET',
         path: '/metrics',
+        head: true,
         summary: 'Prometheus metrics',
         success: { status: 200, description: 'Prometheus text format', contentType: 'text/plain' },
         errors: [],
       },
-      SSE_ROUTE_DOC,
-      ...CHAT_ROUTE_DOCS,
-      ...AG_UI_ROUTE_DOCS,
-    ],
-    extraRoutes: async (request, response, path) => {
-      if (await sseRoute(request, response, path)) return true;
-      if (await chatRoute(request, response, path)) return true;
-      if (await agUiRoute(request, response, path)) return true;
-      if (staticRoute !== null && (await staticRoute(request, response, path))) return true;
-      for (const route of extraRoutes) if (await route(request, response, path, hub)) return true;
-      return false;
-    },
-  });
-
-  const server: Server = createServer(
-    { maxHeaderSize: 16 * 1024, requestTimeout: 30_000 },
-    (request, response) => {
+      ({ request }, response) => metrics.respond(request, response),
+    ),
+    ...(options.staticRoot === undefined ? [] : staticRoutes(options.staticRoot)),
+    ...(options.extraRoutes?.({ hub, trace }) ?? []),
+  ];
+  const routes: Route[] = [
+    ...apiRoutes({
+      runtime,
+      trace,
+      commitWaitMs: options.commitWaitMs,
+      tokens,
+      faults: options.faults,
+      wsBase: () => `ws://${address}`,
+      version: packageVersion(),
+      otherRoutes: () => streamRoutes,
+    }),
+    ...streamRoutes,
+  ];
+  const { server, served } = await createHttpApp({
+    routes,
+    logger,
+    dbPath: trace.dbPath,
+    frontDoor: (request, response) => {
       const verdict = checkRequest(request, security);
       const listed = request.headers.origin !== undefined && isListedOrigin(request.headers.origin, security);
-      if (verdict.ok && answerPreflight(request, response, listed)) return;
+      if (verdict.ok && answerPreflight(request, response, listed)) return false;
       if (verdict.ok) allowOrigin(request, response, listed);
       const auth: GateVerdict = verdict.ok ? gate.check(request) : verdict;
       if (!auth.ok) {
@@ -200,18 +195,12 @@ export async function startServer(
           ...('retryAfterSeconds' in auth ? { 'retry-after': String(auth.retryAfterSeconds) } : {}),
         });
         response.end(JSON.stringify({ error: { code: auth.code, message: auth.message } }));
-        return;
+        return false;
       }
       if (auth.setCookie !== null) response.setHeader('set-cookie', auth.setCookie);
-      const answer =
-        request.url === '/metrics' || request.url?.startsWith('/metrics?')
-          ? metrics.respond(request, response)
-          : api(request, response);
-      answer.catch((error: unknown) => {
-        logger.error({ err: (error as Error).message, path: request.url?.split('?')[0] }, 'request failed');
-      });
+      return true;
     },
-  );
+  });
   // No permessage-deflate: connections write pre-encoded frames straight to the socket (wire-frame.ts),
   // which is only safe while the `ws` sender never holds a frame back to compress it.
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_PAYLOAD, perMessageDeflate: false });
@@ -284,6 +273,7 @@ export async function startServer(
     port: bound.port,
     hub,
     metrics,
+    served,
     stopAccepting: () => void stopAccepting(),
     close: () => {
       closing ??= (async () => {

@@ -1,16 +1,15 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { eventIdTime } from '../events/ids.js';
 import { isPresetName, PRESETS } from '../events/presets.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { ClientConnection, type ConnectionDeps } from './client-connection.js';
 import { describeFrameIssue, type SubscribeFrame, SubscribeFrameSchema } from './frames.js';
-import { sendError, sendMethodNotAllowed, writeEventStreamHead } from './http-util.js';
-import type { RouteDoc } from './openapi.js';
+import { sendError, writeEventStreamHead } from './http-util.js';
+import { type RawRoute, rawRoute } from './routes.js';
 import { SseTransport } from './sse-transport.js';
 import { resolveFilter, sessionIdsProblem } from './subscription-filter.js';
 
-const EVENTS_PATH = /^\/sessions\/([^/]+)\/events$/;
 /**
  * The query of the SSE stream, as text (each parameter is parsed below); `token` is the access token for
  * `EventSource` (auth-gate.ts). The route refuses other parameters, and its description is this.
@@ -27,7 +26,7 @@ const SseQuery = z.strictObject({
 });
 const KNOWN_PARAMS = new Set(Object.keys(SseQuery.shape));
 
-export const SSE_ROUTE_DOC: RouteDoc = {
+const SSE_ROUTE_DOC = {
   method: 'GET',
   path: '/sessions/{session_id}/events',
   summary: 'The session stream as server-sent events (the WebSocket subscription; Last-Event-ID resumes)',
@@ -38,7 +37,7 @@ export const SSE_ROUTE_DOC: RouteDoc = {
     contentType: 'text/event-stream',
   },
   errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_INVALID_FILTER'],
-};
+} as const;
 /** How long an `EventSource` waits before it reconnects (with `Last-Event-ID`) after a dropped stream. */
 const RETRY_MS = 2_000;
 
@@ -57,44 +56,21 @@ export function createSseRoute(
   runtime: Runtime,
   deps: () => ConnectionDeps,
   track: (connection: ClientConnection, response: ServerResponse) => void,
-) {
-  return async (request: IncomingMessage, response: ServerResponse, path: string): Promise<boolean> => {
-    const match = EVENTS_PATH.exec(path);
-    if (match === null) return false;
-    if (request.method !== 'GET') {
-      sendMethodNotAllowed(response, request.method, path, ['GET']);
-      return true;
-    }
-    let sessionId: string;
-    try {
-      sessionId = decodeURIComponent(match[1]!);
-    } catch {
-      sendError(response, 400, 'METIS_ERR_INVALID_ARGUMENT', 'the session id in the path is not valid');
-      return true;
-    }
-    const url = new URL(request.url ?? '/', 'http://localhost');
+): RawRoute {
+  return rawRoute(SSE_ROUTE_DOC, async ({ params: [sessionId], request, url }, response) => {
     const parsed = subscriptionOf(url.searchParams, request.headers['last-event-id']);
-    if (!parsed.ok) {
-      sendError(response, parsed.status, parsed.code, parsed.message);
-      return true;
-    }
-    if (!runtime.hasSession(sessionId)) {
-      sendError(response, 404, 'METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
-      return true;
-    }
-    const scope = filterProblem(parsed.frame, sessionId, deps());
-    if (scope !== null) {
-      sendError(response, 400, 'METIS_ERR_INVALID_FILTER', scope);
-      return true;
-    }
+    if (!parsed.ok) return sendError(response, parsed.status, parsed.code, parsed.message);
+    if (!runtime.hasSession(sessionId!))
+      return sendError(response, 404, 'METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+    const scope = filterProblem(parsed.frame, sessionId!, deps());
+    if (scope !== null) return sendError(response, 400, 'METIS_ERR_INVALID_FILTER', scope);
     writeEventStreamHead(response);
     request.socket.setNoDelay(true);
     response.write(`retry: ${RETRY_MS}\n\n`);
-    const connection = new ClientConnection(new SseTransport(response), sessionId, deps());
+    const connection = new ClientConnection(new SseTransport(response), sessionId!, deps());
     track(connection, response);
     connection.subscribeWith(parsed.frame);
-    return true;
-  };
+  });
 }
 
 /** The subscription the query asks for, as the WebSocket `subscribe` frame it stands for. */

@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto';
 import { createReadStream, realpathSync, statSync } from 'node:fs';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import { extname, join, resolve, sep } from 'node:path';
-import { sendMethodNotAllowed } from './http-util.js';
+import { sendError } from './http-util.js';
+import { type RawRoute, type RouteCall, rawRoute } from './routes.js';
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -35,16 +36,12 @@ export const CONTENT_SECURITY_POLICY =
  * immutable, the rest revalidated by ETag; HTML gets a strict Content-Security-Policy. Requests are
  * checked (Host, Origin, token) before this, as every request.
  */
-export function createStaticRoute(root: string) {
+export function staticRoutes(root: string): RawRoute[] {
   const base = realpathSync(root);
-  return async (request: IncomingMessage, response: ServerResponse, path: string): Promise<boolean> => {
-    if (path !== '/' && !path.startsWith('/assets/')) return false;
-    if (request.method !== 'GET' && request.method !== 'HEAD') {
-      sendMethodNotAllowed(response, request.method, path, ['GET', 'HEAD']);
-      return true;
-    }
+  const serve = async ({ request, url }: RouteCall, response: ServerResponse): Promise<void> => {
+    const path = url.pathname;
     const file = fileOf(base, path === '/' ? '/index.html' : path);
-    if (file === null) return false;
+    if (file === null) return sendError(response, 404, 'METIS_ERR_NOT_FOUND', `no file ${path}`);
     const info = statSync(file);
     const etag = `"${createHash('sha1').update(`${info.size}:${info.mtimeMs}`).digest('hex').slice(0, 16)}"`;
     const type = TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream';
@@ -57,13 +54,31 @@ export function createStaticRoute(root: string) {
     };
     if (request.headers['if-none-match'] === etag) {
       response.writeHead(304, headers).end();
-      return true;
+      return;
     }
     response.writeHead(200, { ...headers, 'content-length': String(info.size) });
     if (request.method === 'HEAD') response.end();
     else createReadStream(file).pipe(response);
-    return true;
   };
+  const page = { status: 200, description: 'the file', contentType: 'text/html' };
+  return [
+    rawRoute(
+      { method: 'GET', path: '/', head: true, summary: 'The dashboard', success: page, errors: [] },
+      serve,
+    ),
+    rawRoute(
+      {
+        method: 'GET',
+        path: '/assets/{file}',
+        frameworkUrl: '/assets/*',
+        head: true,
+        summary: "The dashboard's scripts, styles and images",
+        success: { ...page, contentType: 'application/octet-stream' },
+        errors: ['METIS_ERR_NOT_FOUND'],
+      },
+      serve,
+    ),
+  ];
 }
 
 /** The file a URL path names inside `base`, or null: missing, a folder, or outside it. */

@@ -1,0 +1,218 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import type { Logger } from 'pino';
+import type { z } from 'zod';
+import { isMetisError } from '../errors.js';
+import { asStorageError } from '../store/storage-errors.js';
+import { HttpError, MAX_BODY_BYTES, RETRY_AFTER_SECONDS, sendError, validationError } from './http-util.js';
+import { pathPattern } from './openapi.js';
+import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.js';
+
+export interface HttpAppOptions {
+  readonly routes: readonly Route[];
+  /**
+   * The checks in front of every request (Host, Origin, CORS, the token gate), before the framework sees
+   * it: true to go on, false when it has answered.
+   */
+  readonly frontDoor: (request: IncomingMessage, response: ServerResponse) => boolean;
+  readonly logger: Logger;
+  /** The trace store's file, to name it when a read fails on storage. */
+  readonly dbPath: string;
+}
+
+export interface HttpApp {
+  /** The node:http server, not yet listening; WebSocket upgrades are the caller's. */
+  readonly server: Server;
+  /** Every method and path template the framework serves, for `GET /openapi.json`'s coverage test. */
+  readonly served: readonly { readonly method: string; readonly path: string }[];
+}
+
+/** Longest path parameter the router takes: client-chosen ids (an AG-UI thread, an AI SDK chat). */
+const MAX_PARAM_LENGTH = 512;
+
+/**
+ * The HTTP layer on Fastify: the routes as declared (routes.ts), bodies and queries validated with their
+ * zod schemas, and every failure answered as `{error: {code, message}}` with its status (docs/http-api.md).
+ * A path served under other methods answers 405 with `Allow` (RFC 9110 §15.5.6).
+ */
+export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
+  const { logger, frontDoor } = options;
+  let server: Server | null = null;
+  const app = Fastify({
+    serverFactory: (handler) => {
+      server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 30_000 }, (request, response) => {
+        if (!frontDoor(request, response)) return;
+        if (!URL.canParse(request.url ?? '/', 'http://localhost'))
+          return sendError(
+            response,
+            400,
+            'METIS_ERR_INVALID_ARGUMENT',
+            'the request target is not a valid URL',
+          );
+        handler(request, response);
+      });
+      return server;
+    },
+    loggerInstance: logger,
+    // Fastify's default makes a pino child (a request id binding) per request; metis logs no request
+    // lines, so each request shares the server's logger.
+    childLoggerFactory: (parent) => parent,
+    // A line per request would drown the log; failures are logged where they are answered.
+    logController: new LogController({ disableRequestLogging: true }),
+    exposeHeadRoutes: false,
+    bodyLimit: MAX_BODY_BYTES,
+    routerOptions: {
+      maxParamLength: MAX_PARAM_LENGTH,
+      // One value per name, the last one winning, as URLSearchParams reads a query.
+      querystringParser: (text) => Object.fromEntries(new URLSearchParams(text)),
+    },
+    frameworkErrors: (error, _request, reply) => {
+      const message =
+        error.code === 'FST_ERR_BAD_URL' ? 'path: malformed percent-encoding' : 'the request is malformed';
+      replyError(reply, 400, 'METIS_ERR_INVALID_ARGUMENT', message);
+    },
+  });
+
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, text, done) => {
+    if ((text as string).trim() === '') return done(null, {});
+    try {
+      done(null, JSON.parse(text as string));
+    } catch {
+      done(new HttpError(400, 'METIS_ERR_INVALID_JSON', 'request body is not valid JSON'), undefined);
+    }
+  });
+  app.setValidatorCompiler(({ schema, httpPart }) => (data: unknown) => {
+    const result = (schema as z.ZodType).safeParse(data);
+    return result.success
+      ? { value: result.data }
+      : { error: validationError(result.error, httpPart === 'body' ? 'body' : 'query') };
+  });
+
+  app.setErrorHandler((error, request, reply) => {
+    const [status, code, message] = describeFailure(error, options.dbPath);
+    if (status === 500) logger.error({ err: error, path: request.url.split('?')[0] }, 'request failed');
+    replyError(reply, status, code, message);
+  });
+
+  const patterns = options.routes.map((route) => ({
+    method: route.method,
+    pattern: pathPattern(route.path),
+  }));
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0]!;
+    const allowed = options.routes
+      .filter((route, i) => patterns[i]!.pattern.test(path))
+      .flatMap((route) => (route.kind === 'raw' && route.head ? [route.method, 'HEAD'] : [route.method]));
+    if (allowed.length === 0) return replyError(reply, 404, 'METIS_ERR_NOT_FOUND', `no route ${path}`);
+    replyError(reply, 405, 'METIS_ERR_METHOD_NOT_ALLOWED', `${request.method} is not allowed on ${path}`, {
+      allow: [...new Set(allowed)].sort().join(', '),
+    });
+  });
+
+  const served: { method: string; path: string }[] = [];
+  for (const route of options.routes) {
+    const names = paramNames(route.path);
+    const methods = route.kind === 'raw' && route.head ? [route.method, 'HEAD'] : [route.method];
+    for (const method of methods) served.push({ method, path: route.path });
+    const callOf = (request: FastifyRequest): RouteCall => {
+      const params = request.params as Record<string, string>;
+      return {
+        request: request.raw,
+        params: names.map((name) => params[name]!),
+        body: request.body,
+        query: request.query,
+        get url() {
+          return new URL(request.url, 'http://localhost');
+        },
+      };
+    };
+    app.route({
+      method: methods,
+      url: (route.kind === 'raw' ? route.frameworkUrl : undefined) ?? frameworkPath(route.path),
+      // A route that takes a body, called with none and no content type: the body it takes is JSON.
+      ...(route.body ? { preValidation: requireJsonBody } : {}),
+      schema: {
+        ...(route.body ? { body: route.body } : {}),
+        ...(route.kind === 'json' && route.query ? { querystring: route.query } : {}),
+      },
+      handler:
+        route.kind === 'json'
+          ? async (request, reply) => {
+              const [status, body] = await route.handle(callOf(request));
+              replyJson(reply, status, body);
+            }
+          : async (request, reply) => {
+              reply.hijack();
+              try {
+                await route.handle(callOf(request), reply.raw);
+              } catch (error) {
+                const [status, code, message] = describeFailure(error, options.dbPath);
+                if (status === 500)
+                  logger.error({ err: error, path: route.path }, 'request failed after its answer began');
+                if (!reply.raw.headersSent) sendError(reply.raw, status, code, message);
+                else reply.raw.destroy();
+              }
+            },
+    });
+  }
+
+  await app.ready();
+  if (server === null) throw new Error('the HTTP framework created no server');
+  return { server, served };
+}
+
+async function requireJsonBody(request: FastifyRequest): Promise<void> {
+  if (request.headers['content-type'] === undefined) throw unsupportedMediaType();
+}
+
+function unsupportedMediaType(): HttpError {
+  return new HttpError(415, 'METIS_ERR_UNSUPPORTED_MEDIA_TYPE', 'request body must be application/json');
+}
+
+/** A failure as the status, code and message the client gets. */
+function describeFailure(error: unknown, dbPath: string): [number, string, string] {
+  if (error instanceof HttpError) return [error.status, error.code, error.message];
+  if (isMetisError(error)) return [error.status, error.code, error.message];
+  switch ((error as { code?: string }).code) {
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return [415, 'METIS_ERR_UNSUPPORTED_MEDIA_TYPE', unsupportedMediaType().message];
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return [413, 'METIS_ERR_BODY_TOO_LARGE', 'request body exceeds 1 MiB'];
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return [400, 'METIS_ERR_INVALID_ARGUMENT', 'content-length does not match the body'];
+  }
+  // A read that met a full disk or an I/O error is a storage failure, not a metis bug.
+  const mapped = asStorageError(error, dbPath);
+  if (isMetisError(mapped)) return [mapped.status, mapped.code, mapped.message];
+  return [500, 'METIS_ERR_INTERNAL', 'internal error'];
+}
+
+const JSON_HEADERS = {
+  'content-type': 'application/json; charset=utf-8',
+  'cache-control': 'no-store',
+  'x-content-type-options': 'nosniff',
+};
+
+function replyJson(reply: FastifyReply, status: number, body: unknown, headers: Record<string, string> = {}) {
+  reply
+    .code(status)
+    .headers({ ...headers, ...JSON_HEADERS })
+    .send(JSON.stringify(body));
+}
+
+function replyError(
+  reply: FastifyReply,
+  status: number,
+  code: string,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
+  const retryAfter = RETRY_AFTER_SECONDS[code];
+  replyJson(
+    reply,
+    status,
+    { error: { code, message } },
+    retryAfter === undefined ? headers : { ...headers, 'retry-after': String(retryAfter) },
+  );
+}
