@@ -179,6 +179,15 @@ export function registerCommands(program: Command): void {
     );
 
   program
+    .command('dashboard')
+    .description("print a single-use sign-in link to the server's dashboard (the token stays unprinted)")
+    .option('--json', 'print {url, expires_in_seconds}')
+    .addOption(urlOption())
+    .addOption(tokenOption())
+    .addOption(clientConfigOption())
+    .action(async (options) => (await import('./dashboard.js')).dashboardCommand(options));
+
+  program
     .command('end <session>')
     .description('end a session (session.ended): its turns are scored and patterns learned from them')
     .option('--abandoned', 'record it as abandoned rather than completed')

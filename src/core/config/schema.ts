@@ -21,6 +21,11 @@ export const ServerConfigSchema = z.strictObject({
   replay_cap: z.number().int().positive().default(10_000),
   heartbeat_interval_ms: z.number().int().positive().default(30_000),
   attach_token_ttl_ms: z.number().int().positive().default(60_000),
+  /**
+   * The dashboard at `/`: `true` serves the one built with metis (dist/dashboard), a path serves that
+   * folder (a build of your own), `false` serves none.
+   */
+  dashboard: z.union([z.boolean(), z.string().min(1)]).default(true),
   /** Bound on a graceful stop (SIGTERM, Ctrl-C): what is still running then is abandoned. */
   shutdown_timeout_ms: z.number().int().positive().default(10_000),
 });

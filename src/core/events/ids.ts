@@ -1,5 +1,5 @@
 import { randomFillSync } from 'node:crypto';
-import { decodeTime, monotonicFactory } from 'ulid';
+import { decodeTime, encodeTime, monotonicFactory } from 'ulid';
 
 const randomPool = new Uint8Array(4096);
 let randomPos = randomPool.length;
@@ -52,4 +52,9 @@ export function ensureIdsAfter(lastId: string | null | undefined): void {
 /** Milliseconds since the epoch encoded in an event id. */
 export function eventIdTime(id: string): number {
   return decodeTime(id.slice(id.indexOf('_') + 1));
+}
+
+/** A string that sorts just below every event id made at or after `ms`: a range bound for the id index. */
+export function eventIdFloor(ms: number): string {
+  return EVENT_ID_PREFIX + encodeTime(ms, 10);
 }

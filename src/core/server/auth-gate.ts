@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
+import { AttachTokens } from './attach-tokens.js';
 import { AuthThrottle, type AuthThrottleOptions } from './auth-throttle.js';
 import { authCookieHeader, authenticate, type Credential } from './security.js';
 
@@ -26,6 +27,25 @@ const UNAUTHORIZED: GateVerdict = {
   message: 'missing or wrong bearer token',
 };
 
+/** How long a sign-in link works if unused; each works once. */
+export const LOGIN_CODE_TTL_MS = 15 * 60_000;
+const MAX_UNUSED_LOGIN_CODES = 100;
+/** The scope login codes are issued for (the attach-token store keys its tokens by a session id). */
+const DASHBOARD = '(dashboard)';
+
+function loginCode(request: IncomingMessage): string | null {
+  const url = request.url ?? '/';
+  const mark = url.indexOf('?');
+  return mark < 0 ? null : new URLSearchParams(url.slice(mark + 1)).get('login');
+}
+
+/** `GET`/`HEAD` of `/` or of a file under `/assets/`: the dashboard (static-files.ts). */
+function isPageFile(request: IncomingMessage): boolean {
+  if (request.method !== 'GET' && request.method !== 'HEAD') return false;
+  const path = pathOf(request);
+  return path === '/' || path.startsWith('/assets/');
+}
+
 function pathOf(request: IncomingMessage): string {
   const url = request.url ?? '/';
   const mark = url.indexOf('?');
@@ -38,6 +58,7 @@ function pathOf(request: IncomingMessage): string {
  */
 export class AuthGate {
   private readonly throttle: AuthThrottle;
+  private readonly loginCodes = new AttachTokens(LOGIN_CODE_TTL_MS, MAX_UNUSED_LOGIN_CODES);
 
   constructor(
     private readonly token: string | null,
@@ -51,6 +72,14 @@ export class AuthGate {
   check(request: IncomingMessage): GateVerdict {
     if (this.token === null) return PASS;
     if (request.method === 'GET' && OPEN_PATHS.has(pathOf(request))) return PASS;
+    if (isPageFile(request)) {
+      // The dashboard's page and assets hold no data: they load without the token, so a wrong or missing
+      // one meets a page that says how to get in (its API calls get the 401). A sign-in link's
+      // single-use `?login=` code (or a `?token=`) is traded for the cookie here.
+      const credential = authenticate(request, this.token);
+      const signedIn = credential === 'query' || this.loginCodes.consume(loginCode(request), DASHBOARD);
+      return signedIn ? { ok: true, setCookie: authCookieHeader(request, this.token) } : PASS;
+    }
     return this.decide(request, authenticate(request, this.token));
   }
 
@@ -62,6 +91,16 @@ export class AuthGate {
     if (this.token === null) return PASS;
     const credential = authenticate(request, this.token) ?? (attachTokenValid ? 'attach' : null);
     return this.decide(request, credential);
+  }
+
+  /**
+   * A sign-in link's code for the dashboard (`/?login=…`): single use, valid LOGIN_CODE_TTL_MS, traded
+   * for the token's cookie. The banner and `metis dashboard` print links with one, so the token itself
+   * is never printed (a terminal's scrollback or a service log may be read by others). Null without a
+   * token: the page needs no sign-in then.
+   */
+  issueLoginCode(): string | null {
+    return this.token === null ? null : this.loginCodes.issue(DASHBOARD);
   }
 
   /** Seconds a peer must still wait, checked before anything single-use is spent; 0 when none. */

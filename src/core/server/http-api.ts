@@ -3,6 +3,7 @@ import { MetisError } from '../errors.js';
 import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { CANCEL_REASONS } from '../runtime/turn-runner.js';
+import { sessionActivity } from '../store/session-summaries.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { AttachTokens } from './attach-tokens.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
@@ -106,11 +107,27 @@ export function apiRoutes(context: ApiContext): Route[] {
       {
         method: 'GET',
         path: '/sessions',
-        summary: 'Sessions, newest first',
+        summary: 'Sessions, newest first, with turn count, cost, last activity and the turn running',
         success: { status: 200, description: 'sessions' },
         errors: [],
       },
-      async () => [200, { sessions: runtime.sessions.listSessions() }],
+      async () => {
+        const sessions = runtime.sessions.listSessions();
+        const activity = sessionActivity(
+          trace.db,
+          sessions.map((session) => session.id),
+        );
+        return [
+          200,
+          {
+            sessions: sessions.map((session) => ({
+              ...session,
+              ...activity.get(session.id),
+              current_turn_id: runtime.currentTurn(session.id)?.turnId ?? null,
+            })),
+          },
+        ];
+      },
     ),
     jsonRoute(
       {

@@ -1,4 +1,6 @@
-import { dirname } from 'node:path';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import { loadPlugins } from '../../plugins/load-plugins.js';
 import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
@@ -47,6 +49,8 @@ export interface RunningService {
   readonly plugins: PluginHost;
   /** How clients authenticate: the token and where it came from (the banner shows the file, never the token). */
   readonly auth: ServerAuth;
+  /** The dashboard's sign-in link (a single-use code, never the token); null when none is served. */
+  readonly dashboardUrl: string | null;
   /**
    * Graceful stop: stop accepting, cancel in-flight turns, stop the plugins, flush the trace writer,
    * close clients, close the database, release the lock. Settles within `server.shutdown_timeout_ms`
@@ -94,6 +98,7 @@ export async function startService(
   });
   if (auth.mode === 'token' && auth.deprecation !== null) logger.warn(auth.deprecation);
   if (auth.mode === 'none') logger.warn('server.auth: none: any local user can drive this server');
+  const dashboard = dashboardFolder(config.server.dashboard);
   const release = acquireLock(dbPath);
   let trace: TraceContext | null = null;
   let plugins: PluginHost | null = null;
@@ -162,6 +167,7 @@ export async function startService(
       port: config.server.port,
       bearerToken: auth.token,
       allowedOrigins: config.server.allowed_origins,
+      staticRoot: dashboard ?? undefined,
       attachTokenTtlMs: config.server.attach_token_ttl_ms,
       stream: {
         maxQueueEvents,
@@ -205,6 +211,7 @@ export async function startService(
     };
     return {
       url: server.url,
+      dashboardUrl: dashboard === null ? null : server.signInLink(),
       dbPath,
       gaps,
       recovery,
@@ -249,4 +256,20 @@ export async function startService(
     release();
     throw error;
   }
+}
+
+/** The dashboard's folder: the built one by default, a folder of the user's, or none. */
+function dashboardFolder(setting: boolean | string): string | null {
+  if (setting === false) return null;
+  if (typeof setting === 'string') {
+    if (!existsSync(join(setting, 'index.html')))
+      throw new MetisError(
+        'METIS_ERR_CONFIG_INVALID',
+        `server.dashboard: ${setting} has no index.html (a dashboard build folder, or true, or false)`,
+      );
+    return setting;
+  }
+  // dist/dashboard beside this file's package (src/ and dist/ alike are two levels below the root).
+  const built = fileURLToPath(new URL('../../../dist/dashboard', import.meta.url));
+  return existsSync(join(built, 'index.html')) ? built : null;
 }

@@ -11,7 +11,7 @@ import type { TraceContext } from '../store/trace-context.js';
 import { packageVersion } from '../version.js';
 import { agUiRoutes } from './ag-ui-route.js';
 import { AttachTokens } from './attach-tokens.js';
-import { AuthGate, type GateVerdict } from './auth-gate.js';
+import { AuthGate, type GateVerdict, LOGIN_CODE_TTL_MS } from './auth-gate.js';
 import type { AuthThrottleOptions } from './auth-throttle.js';
 import { chatRoutes } from './chat-route.js';
 import { ClientConnection, type StreamOptions } from './client-connection.js';
@@ -20,8 +20,9 @@ import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { apiRoutes } from './http-api.js';
 import { createHttpApp } from './http-app.js';
+import { inspectRoutes } from './inspect-routes.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
-import { type Route, rawRoute } from './routes.js';
+import { jsonRoute, type Route, rawRoute } from './routes.js';
 import { checkRequest, isListedOrigin, isLoopbackBind, type SecurityOptions } from './security.js';
 import { createSseRoute } from './sse-route.js';
 import { staticRoutes } from './static-files.js';
@@ -70,6 +71,11 @@ export interface MetisServer {
   readonly port: number;
   readonly hub: StreamHub;
   readonly metrics: ServerMetrics;
+  /**
+   * A sign-in link to the dashboard: `/` with a single-use `?login=` code that the first visit trades for
+   * the token's cookie (auth-gate.ts); plain `/` when the server has no token.
+   */
+  signInLink(): string;
   /** Every method and path template the HTTP layer serves (`GET /openapi.json` must name each). */
   readonly served: readonly { readonly method: string; readonly path: string }[];
   /**
@@ -135,6 +141,10 @@ export async function startServer(
     processMetrics: options.metrics?.processMetrics,
   });
   let address = '';
+  const signInLink = () => {
+    const code = gate.issueLoginCode();
+    return `http://${address}/${code === null ? '' : `?login=${encodeURIComponent(code)}`}`;
+  };
   const connectionDeps = () => ({
     hub,
     store: trace.store,
@@ -145,7 +155,7 @@ export async function startServer(
     faults: options.faults,
     counters: metrics,
   });
-  const streamRoutes: Route[] = [
+  const otherRoutes: Route[] = [
     createSseRoute(runtime, connectionDeps, (connection, response) => {
       connections.add(connection);
       response.on('close', () => connections.delete(connection));
@@ -163,6 +173,17 @@ export async function startServer(
       },
       ({ request }, response) => metrics.respond(request, response),
     ),
+    ...inspectRoutes(runtime, trace, streamOptions.retentionDays),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/dashboard/sign-in-link',
+        summary: 'A fresh single-use sign-in link to the dashboard (what `metis dashboard` prints)',
+        success: { status: 201, description: 'url, expires_in_seconds' },
+        errors: [],
+      },
+      async () => [201, { url: signInLink(), expires_in_seconds: LOGIN_CODE_TTL_MS / 1000 }],
+    ),
     ...(options.staticRoot === undefined ? [] : staticRoutes(options.staticRoot)),
     ...(options.extraRoutes?.({ hub, trace }) ?? []),
   ];
@@ -175,9 +196,9 @@ export async function startServer(
       faults: options.faults,
       wsBase: () => `ws://${address}`,
       version: packageVersion(),
-      otherRoutes: () => streamRoutes,
+      otherRoutes: () => otherRoutes,
     }),
-    ...streamRoutes,
+    ...otherRoutes,
   ];
   const { server, served } = await createHttpApp({
     routes,
@@ -274,6 +295,7 @@ export async function startServer(
     hub,
     metrics,
     served,
+    signInLink,
     stopAccepting: () => void stopAccepting(),
     close: () => {
       closing ??= (async () => {

@@ -1,8 +1,9 @@
 import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { MetisError } from '../errors.js';
+import { eventIdFloor } from '../events/ids.js';
 import { summarizeDatabase } from './backup.js';
-import { openDatabase } from './database.js';
+import { type Db, openDatabase } from './database.js';
 
 export interface TypeCount {
   readonly type: string;
@@ -70,4 +71,37 @@ export function traceStats(dbPath: string): TraceStats {
   } finally {
     db.close();
   }
+}
+
+/** Events stored in one hour (UTC), `hour` as `2026-11-27T14`. */
+export interface HourCount {
+  readonly hour: string;
+  readonly count: number;
+}
+
+/**
+ * Events stored per hour over the last `hours` hours, oldest first, hours without events included as 0
+ * (a chart's bars are then evenly spaced). The range is read through the id index: an event id begins
+ * with its millisecond (ULID), so `id >= evt_<ULID of the start>` selects the range without a scan.
+ */
+export function eventsPerHour(db: Db, hours: number, nowMs = Date.now()): HourCount[] {
+  const hourMs = 3_600_000;
+  const end = Math.floor(nowMs / hourMs) * hourMs + hourMs;
+  const start = end - hours * hourMs;
+  const counts = new Map(
+    (
+      db
+        .prepare(
+          `SELECT strftime('%Y-%m-%dT%H', timestamp_us / 1000000, 'unixepoch') AS hour, count(*) AS count
+             FROM events WHERE id >= ? GROUP BY hour`,
+        )
+        .all(eventIdFloor(start)) as HourCount[]
+    ).map((row) => [row.hour, row.count]),
+  );
+  const series: HourCount[] = [];
+  for (let at = start; at < end; at += hourMs) {
+    const hour = new Date(at).toISOString().slice(0, 13);
+    series.push({ hour, count: counts.get(hour) ?? 0 });
+  }
+  return series;
 }

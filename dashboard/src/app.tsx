@@ -1,0 +1,46 @@
+import { useCallback, useState } from 'preact/hooks';
+import { ApiError } from './api.js';
+import { hrefOf, usePlace } from './router.js';
+import { SessionView } from './views/session.js';
+import { SessionsView } from './views/sessions.js';
+import { SignIn } from './views/sign-in.js';
+import { StoreView } from './views/store.js';
+import { TraceView } from './views/trace.js';
+
+/** What every view reports when a call fails: a 401 turns the whole page into the sign-in help. */
+export type Report = (error: unknown) => void;
+
+export function App() {
+  const place = usePlace();
+  const [signedOut, setSignedOut] = useState(false);
+  const report = useCallback<Report>((error) => {
+    if (error instanceof ApiError && error.status === 401) setSignedOut(true);
+  }, []);
+  if (signedOut) return <SignIn />;
+  return (
+    <>
+      <header class="top">
+        <a class="brand" href={hrefOf({ view: 'sessions' })}>
+          metis
+        </a>
+        <nav aria-label="Views">
+          <a
+            href={hrefOf({ view: 'sessions' })}
+            aria-current={place.view === 'sessions' ? 'page' : undefined}
+          >
+            Sessions
+          </a>
+          <a href={hrefOf({ view: 'store' })} aria-current={place.view === 'store' ? 'page' : undefined}>
+            Store
+          </a>
+        </nav>
+      </header>
+      <main>
+        {place.view === 'sessions' && <SessionsView report={report} />}
+        {place.view === 'session' && <SessionView key={place.sessionId} place={place} report={report} />}
+        {place.view === 'trace' && <TraceView key={place.sessionId} place={place} report={report} />}
+        {place.view === 'store' && <StoreView report={report} />}
+      </main>
+    </>
+  );
+}

@@ -1,0 +1,50 @@
+import { useEffect, useState } from 'preact/hooks';
+
+/**
+ * The page's place, in the URL's fragment (`#/sessions/sess_1/trace`): the server serves only `/`, so
+ * every view is a fragment and a reload lands where the user was.
+ */
+export type Place =
+  | { view: 'sessions' }
+  | { view: 'session'; sessionId: string; focus: string | null }
+  | { view: 'trace'; sessionId: string; eventId: string | null }
+  | { view: 'store' };
+
+export function parsePlace(hash: string): Place {
+  const [path = '', query = ''] = hash.replace(/^#/, '').split('?');
+  const params = new URLSearchParams(query);
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === 'store') return { view: 'store' };
+  if (parts[0] === 'sessions' && parts[1] !== undefined) {
+    if (parts[2] === 'trace') return { view: 'trace', sessionId: parts[1], eventId: params.get('event') };
+    return { view: 'session', sessionId: parts[1], focus: params.get('focus') };
+  }
+  return { view: 'sessions' };
+}
+
+export function hrefOf(place: Place): string {
+  switch (place.view) {
+    case 'sessions':
+      return '#/';
+    case 'store':
+      return '#/store';
+    case 'session':
+      return `#/sessions/${encodeURIComponent(place.sessionId)}${place.focus ? `?focus=${encodeURIComponent(place.focus)}` : ''}`;
+    case 'trace':
+      return `#/sessions/${encodeURIComponent(place.sessionId)}/trace${place.eventId ? `?event=${encodeURIComponent(place.eventId)}` : ''}`;
+  }
+}
+
+export function usePlace(): Place {
+  const [place, setPlace] = useState(() => parsePlace(location.hash));
+  useEffect(() => {
+    const onChange = () => setPlace(parsePlace(location.hash));
+    addEventListener('hashchange', onChange);
+    return () => removeEventListener('hashchange', onChange);
+  }, []);
+  return place;
+}
+
+export function go(place: Place): void {
+  location.hash = hrefOf(place);
+}

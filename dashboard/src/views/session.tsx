@@ -1,0 +1,173 @@
+import { useEffect, useState } from 'preact/hooks';
+import { ApiError, api, type PendingConfirmation } from '../api.js';
+import type { Report } from '../app.js';
+import { useLiveSession } from '../live-session.js';
+import { hrefOf, type Place } from '../router.js';
+import { Approvals } from './approvals.js';
+import { Conversation } from './conversation.js';
+import { ModelPicker } from './model-picker.js';
+import { useStoredConversation } from './stored-conversation.js';
+
+/**
+ * One session, live: the conversation as it streams, approvals, cancel, a message box and the model
+ * picker. A reload starts from the server's snapshot, so nothing is shown twice and nothing is missed.
+ */
+export function SessionView({
+  place,
+  report,
+}: {
+  place: Extract<Place, { view: 'session' }>;
+  report: Report;
+}) {
+  const { sessionId } = place;
+  const live = useLiveSession(sessionId);
+  const [pending, setPending] = useState<PendingConfirmation[]>([]);
+  const [problem, setProblem] = useState<string | null>(null);
+  const [draft, setDraft] = useState('');
+  const [sending, setSending] = useState(false);
+
+  useEffect(() => {
+    let stopped = false;
+    api<{ confirmations: PendingConfirmation[] }>(
+      'GET',
+      `/sessions/${encodeURIComponent(sessionId)}/confirmations`,
+    )
+      .then((answer) => !stopped && setPending(answer.confirmations))
+      .catch(report);
+    return () => {
+      stopped = true;
+    };
+  }, [sessionId, live.confirmationsSeen, report]);
+
+  // The user's text and a tool's output are not on the stream (a turn's start and a tool's end are):
+  // read them from the stored conversation whenever a turn starts or a tool ends.
+  const toolsEnded = Object.values(live.state.tools).filter(
+    (tool) => tool.status === 'completed' || tool.status === 'failed',
+  ).length;
+  const turnsSeen = Object.keys(live.state.turns).length;
+  const stored = useStoredConversation(sessionId, `${turnsSeen}:${toolsEnded}`, report);
+
+  useEffect(() => {
+    if (place.focus === null) return;
+    document.getElementById(`turn-${place.focus}`)?.scrollIntoView({ block: 'center' });
+  }, [place.focus, live.state.messages.length > 0]);
+
+  if (live.failure !== null && (live.failure.status === 404 || live.failure.code === 'session_not_found'))
+    return (
+      <section class="missing" data-testid="no-such-session">
+        <h1>No such session</h1>
+        <p>
+          There is no session <code>{sessionId}</code> on this server.{' '}
+          <a href={hrefOf({ view: 'sessions' })}>See the sessions</a>.
+        </p>
+      </section>
+    );
+  if (live.failure !== null && live.failure.status === 401)
+    report(new ApiError(401, 'unauthorized', live.failure.message));
+
+  const inFlight = Object.values(live.state.turns).find(
+    (turn) => turn.status === 'in_flight' && turn.session_id === sessionId,
+  );
+  const session = live.state.session as { status?: string; active_model?: string | null } | null;
+  const act = async (what: string, call: () => Promise<unknown>) => {
+    setProblem(null);
+    try {
+      await call();
+    } catch (error) {
+      report(error);
+      setProblem(`${what}: ${(error as Error).message}`);
+    }
+  };
+  const send = async (event: Event) => {
+    event.preventDefault();
+    const message = draft.trim();
+    if (message === '' || sending) return;
+    setSending(true);
+    await act('could not send', async () => {
+      await api('POST', `/sessions/${encodeURIComponent(sessionId)}/turns`, { message });
+      setDraft('');
+    });
+    setSending(false);
+  };
+  return (
+    <section class="session" aria-labelledby="session-title">
+      <div class="toolbar">
+        <h1 id="session-title">{sessionId}</h1>
+        <span class={`pill ${session?.status ?? ''}`}>{session?.status ?? '…'}</span>
+        <ModelPicker sessionId={sessionId} active={session?.active_model ?? null} report={report} />
+        <a href={hrefOf({ view: 'trace', sessionId, eventId: null })}>Trace</a>
+      </div>
+      <p class={`link ${live.link}`} role="status" data-testid="link">
+        {live.link === 'connected' ? 'live' : live.link === 'reconnecting' ? 'reconnecting…' : live.link}
+        {live.note && live.link === 'connected' && <> · {live.note}</>}
+        {live.link === 'stopped' && live.failure && <> · {live.failure.message}</>}
+      </p>
+      <Conversation state={live.state} figures={live.figures} focus={place.focus} stored={stored} />
+      <Approvals
+        pending={pending}
+        decide={(confirmation, decision, scope) =>
+          act('could not decide', async () => {
+            await api(
+              'POST',
+              `/sessions/${encodeURIComponent(sessionId)}/confirmations/${encodeURIComponent(confirmation.confirmation_request_id)}`,
+              { decision, scope, input_hash: confirmation.input_hash },
+            );
+            setPending((list) =>
+              list.filter((c) => c.confirmation_request_id !== confirmation.confirmation_request_id),
+            );
+          })
+        }
+      />
+      {problem && (
+        <p class="banner error" role="alert">
+          {problem}
+        </p>
+      )}
+      <form class="composer" onSubmit={send}>
+        <label for="message">Message</label>
+        <textarea
+          id="message"
+          rows={3}
+          value={draft}
+          disabled={session?.status === 'ended'}
+          placeholder={
+            session?.status === 'ended' ? 'This session has ended.' : 'Ask something… (Ctrl+Enter sends)'
+          }
+          onInput={(event) => setDraft(event.currentTarget.value)}
+          onKeyDown={(event) => {
+            if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) void send(event);
+          }}
+        />
+        <div class="actions">
+          {inFlight && (
+            <button
+              type="button"
+              class="danger"
+              data-testid="cancel"
+              onClick={() =>
+                act('could not cancel', () =>
+                  api(
+                    'POST',
+                    `/sessions/${encodeURIComponent(sessionId)}/turns/${encodeURIComponent(inFlight.turn_id)}/cancel`,
+                    {
+                      reason: 'user_cancel',
+                    },
+                  ),
+                )
+              }
+            >
+              Cancel turn
+            </button>
+          )}
+          <button
+            type="submit"
+            class="primary"
+            disabled={sending || inFlight !== undefined || draft.trim() === ''}
+          >
+            Send
+          </button>
+        </div>
+      </form>
+    </section>
+  );
+}

@@ -1,0 +1,69 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Browser } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { browserTestsRun } from '../helpers/browser.js';
+import { buildDashboard, collectPageErrors, launchChromium, screenshot } from '../helpers/dashboard.js';
+import { spawnCli } from '../helpers/run-cli.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/**
+ * Issue 16, done when: `metis serve` (the real CLI, a child process) prints the dashboard's URL; opening
+ * it shows the sessions; a server that goes away shows "disconnected, retrying" and the page recovers by
+ * itself when a server is back on the same address.
+ */
+
+const DASHBOARD_LINE = /^ {2}dashboard +(http:\/\/\S+)$/m;
+
+describe.runIf(browserTestsRun)('metis serve and the dashboard', () => {
+  let browser: Browser;
+  let root: string;
+
+  beforeAll(async () => {
+    root = await buildDashboard();
+    browser = await launchChromium();
+  }, 120_000);
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  function serve(home: string, port: number) {
+    const config = join(home, 'metis.config.json');
+    writeFileSync(config, JSON.stringify({ server: { port, dashboard: root } }));
+    const child = spawnCli(['serve', '--config', config, '--db', join(home, 'metis.db')], home);
+    return child;
+  }
+
+  it('prints a URL that opens on the sessions; a server gone shows "disconnected, retrying", then recovers', async () => {
+    const home = tempDir('metis-dashboard-home-');
+    const first = serve(home, 0);
+    await first.waitForStdout((out) => DASHBOARD_LINE.test(out), 30_000);
+    const link = DASHBOARD_LINE.exec(first.stdout())![1]!;
+    expect(link).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?login=atk_\S{16,}$/);
+    expect(first.stdout()).not.toContain(readFileSync(join(home, 'token'), 'utf8').trim());
+    const port = Number(new URL(link).port);
+
+    const context = await browser.newContext();
+    onTestFinished(() => context.close());
+    const page = await context.newPage();
+    const errors = collectPageErrors(page);
+    await page.goto(link);
+    await expect.poll(() => page.textContent('main'), { timeout: 15_000 }).toContain('No sessions yet');
+    await screenshot(page, 'serve-sessions');
+
+    await first.stop('SIGTERM');
+    await expect
+      .poll(() => page.textContent('main'), { timeout: 15_000 })
+      .toContain('disconnected, retrying');
+    await screenshot(page, 'disconnected');
+
+    const second = serve(home, port);
+    await second.waitForStdout((out) => DASHBOARD_LINE.test(out), 30_000);
+    await expect.poll(() => page.textContent('main'), { timeout: 15_000 }).not.toContain('disconnected');
+    expect(await page.textContent('main')).toContain('No sessions yet');
+    // The cookie still holds: the same token (the home's token file) on the same address.
+    expect(errors.filter((e) => !/ERR_CONNECTION_REFUSED|Failed to fetch/.test(e))).toEqual([]);
+    await second.stop('SIGTERM');
+  });
+});
