@@ -167,12 +167,12 @@ async function serve(options: ServeOptions): Promise<void> {
     console.log(`  config    ${filepath ?? '(built-in defaults)'}`);
     console.log(`  model     ${config.runtime.default_model}`);
     console.log(`  auth      ${describeAuth(service.auth)}`);
+    if (service.auth.mode === 'none') console.log(`  WARNING   ${AUTH_NONE_WARNING}`);
     console.log(
       service.dashboardUrl === null
         ? '  dashboard (none: server.dashboard is false, or the build is missing: npm run build)'
         : `  dashboard ${service.dashboardUrl}`,
     );
-    if (service.auth.mode === 'none') console.log(`  WARNING   ${AUTH_NONE_WARNING}`);
     if (pluginNames.length > 0) console.log(`  plugins   ${pluginNames.join(', ')}`);
     if (service.gaps.length > 0)
       console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);

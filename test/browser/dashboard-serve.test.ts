@@ -51,17 +51,31 @@ describe.runIf(browserTestsRun)('metis serve and the dashboard', () => {
     await page.goto(link);
     await expect.poll(() => page.textContent('main'), { timeout: 15_000 }).toContain('No sessions yet');
     await screenshot(page, 'serve-sessions');
+    // A second tab on a session: its stream shows the drop and the resume.
+    await page.getByTestId('new-session').click();
+    await page.waitForURL(/#\/sessions\/sess_/);
+    const sessionTab = await context.newPage();
+    await sessionTab.goto(page.url());
+    await expect.poll(() => sessionTab.getByTestId('link').textContent(), { timeout: 15_000 }).toBe('live');
+    await page.goto(link.split('?')[0]!);
+    await expect.poll(() => page.locator('tr[data-session]').count(), { timeout: 15_000 }).toBe(1);
 
     await first.stop('SIGTERM');
     await expect
       .poll(() => page.textContent('main'), { timeout: 15_000 })
       .toContain('disconnected, retrying');
+    await expect
+      .poll(() => sessionTab.getByTestId('link').textContent(), { timeout: 15_000 })
+      .toBe('reconnecting…');
     await screenshot(page, 'disconnected');
 
     const second = serve(home, port);
     await second.waitForStdout((out) => DASHBOARD_LINE.test(out), 30_000);
     await expect.poll(() => page.textContent('main'), { timeout: 15_000 }).not.toContain('disconnected');
-    expect(await page.textContent('main')).toContain('No sessions yet');
+    expect(await page.locator('tr[data-session]').count()).toBe(1);
+    await expect
+      .poll(() => sessionTab.getByTestId('link').textContent(), { timeout: 15_000 })
+      .toMatch(/^live · resumed, \d+ events? replayed$/);
     // The cookie still holds: the same token (the home's token file) on the same address.
     expect(errors.filter((e) => !/ERR_CONNECTION_REFUSED|Failed to fetch/.test(e))).toEqual([]);
     await second.stop('SIGTERM');

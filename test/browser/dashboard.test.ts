@@ -86,6 +86,17 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     await expect.poll(() => page.locator(`tr[data-session="${id}"]`).count(), { timeout: 10_000 }).toBe(1);
     await screenshot(page, 'sessions');
     expect(errors).toEqual([]);
+    // The same page in dark mode: its own colours, not the light ones.
+    const dark = await browser.newContext({ colorScheme: 'dark' });
+    onTestFinished(() => dark.close());
+    const night = await dark.newPage();
+    await night.goto(t.server.signInLink());
+    await expect.poll(() => night.locator(`tr[data-session="${id}"]`).count(), { timeout: 10_000 }).toBe(1);
+    const background = (p: Page) =>
+      p.locator('body').evaluate((body) => (globalThis as any).getComputedStyle(body).backgroundColor);
+    expect(await background(page)).toBe('rgb(255, 255, 255)');
+    expect(await background(night)).not.toBe(await background(page));
+    await screenshot(night, 'sessions-dark');
   });
 
   it('sends a turn from the page and shows the answer as it streams, thinking folded, with tokens and cost', async () => {
@@ -143,9 +154,12 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     const sessionId = await session(t);
     const { page } = await open(t, `#/sessions/${sessionId}`);
     await expect.poll(() => page.getByTestId('link').textContent(), { timeout: 10_000 }).toContain('live');
-    await send(page, 'run: echo never-run');
+    // From the keyboard only: Ctrl+Enter sends, Enter on the focused button decides.
+    await page.getByLabel('Message').fill('run: echo never-run');
+    await page.getByLabel('Message').press('Control+Enter');
     await expect.poll(() => page.locator('.approval').count(), { timeout: 10_000 }).toBe(1);
-    await page.getByRole('button', { name: 'Deny' }).click();
+    await page.getByRole('button', { name: 'Deny' }).focus();
+    await page.keyboard.press('Enter');
     await expect.poll(() => turnStatuses(page), { timeout: 15_000 }).toEqual(['completed']);
     const stored = await storedMessages(t, sessionId);
     const result = stored.flatMap((m: any) => m.content).find((b: any) => b.type === 'tool_result');
