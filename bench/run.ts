@@ -18,6 +18,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'stream-archive', load: async () => (await import('./stream-archive.js')).benchStreamArchive },
   { name: 'sse', load: async () => (await import('./sse.js')).benchSse },
   { name: 'http', load: async () => (await import('./http.js')).benchHttp },
+  { name: 'pg-store', load: async () => (await import('./pg-store.js')).benchPgStore },
 ];
 
 interface Args {

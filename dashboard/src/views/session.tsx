@@ -6,6 +6,7 @@ import { hrefOf, type Place } from '../router.js';
 import { Approvals } from './approvals.js';
 import { Conversation } from './conversation.js';
 import { ModelPicker } from './model-picker.js';
+import { NoSuchSession } from './no-such-session.js';
 import { useStoredConversation } from './stored-conversation.js';
 
 /**
@@ -53,15 +54,7 @@ export function SessionView({
   }, [place.focus, live.state.messages.length > 0]);
 
   if (live.failure !== null && (live.failure.status === 404 || live.failure.code === 'session_not_found'))
-    return (
-      <section class="missing" data-testid="no-such-session">
-        <h1>No such session</h1>
-        <p>
-          There is no session <code>{sessionId}</code> on this server.{' '}
-          <a href={hrefOf({ view: 'sessions' })}>See the sessions</a>.
-        </p>
-      </section>
-    );
+    return <NoSuchSession sessionId={sessionId} />;
   if (live.failure !== null && live.failure.status === 401)
     report(new ApiError(401, 'unauthorized', live.failure.message));
 

@@ -5,6 +5,7 @@ import { duration } from '../format.js';
 import { offline, usePolled } from '../hooks.js';
 import { go, hrefOf, type Place } from '../router.js';
 import { causalTree, domainOf, spanLabel, spans, type TreeNode } from '../trace-model.js';
+import { NoSuchSession } from './no-such-session.js';
 
 type Tab = 'events' | 'tree' | 'timeline';
 interface Filters {
@@ -42,16 +43,7 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
   );
   const selected = events.find((event) => event.id === eventId) ?? null;
   const choose = (event: StoredEvent) => go({ view: 'trace', sessionId, eventId: event.id });
-  if (error?.status === 404)
-    return (
-      <section class="missing" data-testid="no-such-session">
-        <h1>No such session</h1>
-        <p>
-          There is no session <code>{sessionId}</code> on this server.{' '}
-          <a href={hrefOf({ view: 'sessions' })}>See the sessions</a>.
-        </p>
-      </section>
-    );
+  if (error?.status === 404) return <NoSuchSession sessionId={sessionId} />;
   const values = (pick: (event: StoredEvent) => string) => [...new Set(events.map(pick))].sort();
   const select = (key: keyof Filters, label: string, options: string[]) => (
     <label>

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { isMetisError } from '../errors.js';
 import { asStorageError } from '../store/storage-errors.js';
-import { HttpError, MAX_BODY_BYTES, RETRY_AFTER_SECONDS, sendError, validationError } from './http-util.js';
+import { errorHeaders, HttpError, MAX_BODY_BYTES, sendError, validationError } from './http-util.js';
 import { pathPattern } from './openapi.js';
 import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.js';
 
@@ -208,11 +208,5 @@ function replyError(
   message: string,
   headers: Record<string, string> = {},
 ): void {
-  const retryAfter = RETRY_AFTER_SECONDS[code];
-  replyJson(
-    reply,
-    status,
-    { error: { code, message } },
-    retryAfter === undefined ? headers : { ...headers, 'retry-after': String(retryAfter) },
-  );
+  replyJson(reply, status, { error: { code, message } }, errorHeaders(code, headers));
 }

@@ -36,12 +36,18 @@ export function sendJson(
  * Seconds a client should wait before retrying a storage failure (RFC 9110 Retry-After): the trace
  * writer retries within a second, a lock is usually short, a full disk needs a person.
  */
-export const RETRY_AFTER_SECONDS: Readonly<Record<string, number>> = {
+const RETRY_AFTER_SECONDS: Readonly<Record<string, number>> = {
   METIS_ERR_STORAGE_BUSY: 1,
   METIS_ERR_STORAGE_IO: 2,
   METIS_ERR_STORAGE_FULL: 10,
   METIS_ERR_BUS_OVERFLOW: 1,
 };
+
+/** The headers of an error answer: `Retry-After` for the codes that have one. */
+export function errorHeaders(code: string, extra: Record<string, string> = {}): Record<string, string> {
+  const retryAfter = RETRY_AFTER_SECONDS[code];
+  return retryAfter === undefined ? { ...extra } : { ...extra, 'retry-after': String(retryAfter) };
+}
 
 export function sendError(
   response: ServerResponse,
@@ -50,10 +56,7 @@ export function sendError(
   message: string,
   extraHeaders: Record<string, string> = {},
 ): void {
-  const retryAfter = RETRY_AFTER_SECONDS[code];
-  const headers: Record<string, string> =
-    retryAfter === undefined ? { ...extraHeaders } : { ...extraHeaders, 'retry-after': String(retryAfter) };
-  sendJson(response, status, { error: { code, message } }, headers);
+  sendJson(response, status, { error: { code, message } }, errorHeaders(code, extraHeaders));
 }
 
 /** Validates a body or query with zod; the error names the field and the problem. */

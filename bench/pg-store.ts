@@ -1,0 +1,165 @@
+/**
+ * The pg-store suite (issue 19): the PostgreSQL event log beside its raw-driver baselines, on a real
+ * server started for the run (test/helpers/postgres.ts; skipped, saying why, without one).
+ *
+ * - group commit: events appended through PgEventStore (500 per append, each awaited, as a busy bus
+ *   hands them over) against raw `COPY` of the same rows 500 per transaction with the same driver;
+ *   target ≥ 0.8× of raw.
+ * - replay: one session's 10,000 events out of 1,000,000 stored (100 sessions), warm, median of 7;
+ *   target ≤ 50 ms.
+ */
+
+import { performance } from 'node:perf_hooks';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { microsToIso, nowMicros } from '../src/core/events/clock.js';
+import type { MetisEvent } from '../src/core/events/envelope.js';
+import { newEventId } from '../src/core/events/ids.js';
+import { PgEventStore } from '../src/core/store/postgres/pg-event-store.js';
+import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
+import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
+
+const BATCH = 500;
+
+function events(count: number, sessions: number): MetisEvent[] {
+  const seqs = new Array<number>(sessions).fill(0);
+  return Array.from({ length: count }, (_, i) => {
+    const session = i % sessions;
+    seqs[session]! += 1;
+    return {
+      id: newEventId(),
+      timestamp: microsToIso(nowMicros()),
+      session_id: `sess_bench_${session}`,
+      turn_id: 'turn_bench',
+      parent_event_id: null,
+      type: 'text.delta',
+      actor: 'agent',
+      payload: { message_id: 'msg_bench', content_block_index: 0, text: `token ${i} ` },
+      sensitivity: 'pseudonymous',
+      seq: seqs[session]!,
+    } satisfies MetisEvent;
+  });
+}
+
+function copyRows(batch: readonly MetisEvent[]): string {
+  return batch
+    .map(
+      (e) =>
+        `${e.session_id}\t${e.id}\t${e.seq}\t${Date.parse(e.timestamp) * 1000}\t${e.turn_id}\t\\N\t${e.type}\t${e.actor}\t${e.sensitivity}\t${JSON.stringify(e.payload)}\n`,
+    )
+    .join('');
+}
+
+async function rawCopy(client: pg.Client, all: readonly MetisEvent[]): Promise<void> {
+  for (let i = 0; i < all.length; i += BATCH) {
+    await client.query('BEGIN');
+    await pipeline(
+      Readable.from([copyRows(all.slice(i, i + BATCH))]),
+      client.query(
+        copyFrom(
+          'COPY events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json) FROM STDIN',
+        ),
+      ),
+    );
+    await client.query('COMMIT');
+  }
+}
+
+export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
+  if (PG_BIN === null) {
+    console.log('  pg-store skipped: no PostgreSQL server binaries (see test/helpers/postgres.ts)');
+    return [];
+  }
+  const server = await startPostgres();
+  try {
+    const total = opts.quick ? 5_000 : 100_000;
+    // Group commit against raw COPY, same rows, same batch size, alternating to share the noise.
+    const store = await PgEventStore.open({ url: freshDatabase(server) });
+    const rawUrl = freshDatabase(server);
+    await (await PgEventStore.open({ url: rawUrl })).close(); // the same schema for the raw run
+    const raw = new pg.Client({ connectionString: rawUrl });
+    await raw.connect();
+    let storeSeconds = 0;
+    let rawSeconds = 0;
+    for (let round = 0; round < 2; round += 1) {
+      const mine = events(total / 2, 50);
+      let began = performance.now();
+      for (let i = 0; i < mine.length; i += BATCH) await store.append(mine.slice(i, i + BATCH));
+      storeSeconds += (performance.now() - began) / 1000;
+      const theirs = events(total / 2, 50);
+      began = performance.now();
+      await rawCopy(raw, theirs);
+      rawSeconds += (performance.now() - began) / 1000;
+    }
+    await store.close();
+
+    // Replay: one session's events among many.
+    const stored = opts.quick ? 50_000 : 1_000_000;
+    const sessions = 100;
+    const replayUrl = freshDatabase(server);
+    await (await PgEventStore.open({ url: replayUrl })).close();
+    const filler = new pg.Client({ connectionString: replayUrl });
+    await filler.connect();
+    const loadBegan = performance.now();
+    for (let i = 0; i < stored; i += 50_000)
+      await rawCopy(filler, events(Math.min(50_000, stored - i), sessions));
+    await filler.query('ANALYZE events');
+    await filler.end();
+    console.log(
+      `  (stored ${stored.toLocaleString()} events in ${((performance.now() - loadBegan) / 1000).toFixed(1)} s)`,
+    );
+    const reader = await PgEventStore.open({ url: replayUrl });
+    const query = { sessionIds: ['sess_bench_7'], afterId: null, limit: 10_000 };
+    const first = await reader.replay(query);
+    const times: number[] = [];
+    for (let i = 0; i < 7; i += 1) {
+      const began = performance.now();
+      await reader.replay(query);
+      times.push(performance.now() - began);
+    }
+    await reader.close();
+    // The raw driver's read of the same rows: the baseline of the replay.
+    const plain = new pg.Client({ connectionString: replayUrl });
+    await plain.connect();
+    const rawTimes: number[] = [];
+    for (let i = 0; i < 7; i += 1) {
+      const began = performance.now();
+      await plain.query({
+        text: 'SELECT id, timestamp_us, session_id, turn_id, parent_event_id, type, actor, sensitivity, payload_json, seq FROM events WHERE session_id = $1 ORDER BY id LIMIT 10000',
+        values: ['sess_bench_7'],
+        rowMode: 'array',
+      });
+      rawTimes.push(performance.now() - began);
+    }
+    await plain.end();
+    await raw.end();
+    const median = (list: number[]) =>
+      percentile(
+        [...list].sort((a, b) => a - b),
+        50,
+      );
+    console.log(
+      `  ${total.toLocaleString()} events appended ${BATCH} at a time; replay of ${first.events.length.toLocaleString()} events`,
+    );
+    return [
+      figure({
+        name: 'PostgreSQL group commit (PgEventStore.append)',
+        value: total / storeSeconds,
+        unit: 'events/s',
+        baseline: { name: `raw COPY, ${BATCH} rows a transaction`, value: total / rawSeconds },
+        target: { op: '>=', value: Math.round((0.8 * total) / rawSeconds) },
+      }),
+      figure({
+        name: `PostgreSQL replay, 10,000 of ${stored.toLocaleString()} events (warm, median)`,
+        value: median(times),
+        unit: 'ms',
+        baseline: { name: 'the raw driver reading the same rows', value: median(rawTimes) },
+        target: { op: '<=', value: 50 },
+      }),
+    ];
+  } finally {
+    await server.destroy();
+  }
+}

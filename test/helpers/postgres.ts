@@ -1,0 +1,153 @@
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/**
+ * A real PostgreSQL server for the tests: Debian's server binaries (`/usr/lib/postgresql/<n>/bin`, or
+ * `$METIS_PG_BIN`), a fresh cluster in a temp folder on a free port, trust auth on 127.0.0.1 only.
+ * PostgreSQL refuses to run as root, so as root the cluster belongs to the `postgres` account (or
+ * `nobody`). `.ci/run` installs the package and sets METIS_REQUIRE_POSTGRES=1, which turns a missing
+ * server into a failure instead of a skip.
+ */
+export const PG_BIN = process.env.METIS_PG_BIN ?? newestServerBin();
+export const postgresTestsRun = PG_BIN !== null || process.env.METIS_REQUIRE_POSTGRES === '1';
+if (PG_BIN === null)
+  console.warn(
+    'PostgreSQL tests skipped: no server binaries in /usr/lib/postgresql/<version>/bin ' +
+      "(install Debian's postgresql, or set METIS_PG_BIN)",
+  );
+
+function newestServerBin(): string | null {
+  const root = '/usr/lib/postgresql';
+  if (!existsSync(root)) return null;
+  const versions = readdirSync(root)
+    .filter((name) => existsSync(join(root, name, 'bin', 'postgres')))
+    .sort((a, b) => Number(b) - Number(a));
+  return versions.length === 0 ? null : join(root, versions[0]!, 'bin');
+}
+
+/** The account the cluster runs as: the caller, or an unprivileged one when the caller is root. */
+function serverAccount(): { uid: number; gid: number } | null {
+  if (process.getuid?.() !== 0) return null;
+  for (const name of ['postgres', 'nobody']) {
+    try {
+      const id = (flag: string) =>
+        Number(execFileSync('id', [flag, name], { encoding: 'utf8', stdio: 'pipe' }));
+      return { uid: id('-u'), gid: id('-g') };
+    } catch {
+      // no such account: try the next
+    }
+  }
+  throw new Error('running as root, and neither a postgres nor a nobody account exists to run PostgreSQL');
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export interface PostgresServer {
+  /** `postgres://metis@127.0.0.1:<port>/postgres`; `urlOf(db)` names another database. */
+  readonly url: string;
+  readonly port: number;
+  urlOf(database: string): string;
+  /** Runs SQL through psql as the superuser (creating databases, roles, breaking things on purpose). */
+  psql(sql: string, database?: string): string;
+  /** Stops the server (fast shutdown); `start` brings it back on the same port and data. */
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  /** Stops the server and removes its folder. */
+  destroy(): Promise<void>;
+}
+
+/** Starts a fresh cluster; resolves once it accepts connections. */
+export async function startPostgres(): Promise<PostgresServer> {
+  if (PG_BIN === null) throw new Error('no PostgreSQL server binaries (see test/helpers/postgres.ts)');
+  const bin = PG_BIN;
+  const dir = mkdtempSync(join(tmpdir(), 'metis-pg-'));
+  const data = join(dir, 'data');
+  const account = serverAccount();
+  if (account !== null) chownSync(dir, account.uid, account.gid);
+  const as = account ?? {};
+  execFileSync(
+    join(bin, 'initdb'),
+    ['-D', data, '-U', 'metis', '--auth=trust', '-E', 'UTF8', '--no-sync', '--no-instructions'],
+    { ...as, cwd: dir, stdio: 'pipe' },
+  );
+  const port = await freePort();
+  let child: ChildProcess | null = null;
+  const start = async () => {
+    child = spawn(
+      join(bin, 'postgres'),
+      ['-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off'],
+      { ...as, cwd: dir, stdio: 'ignore' },
+    );
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      try {
+        execFileSync(join(bin, 'pg_isready'), ['-h', '127.0.0.1', '-p', String(port), '-U', 'metis'], {
+          stdio: 'ignore',
+        });
+        return;
+      } catch {
+        if (Date.now() > deadline) throw new Error(`PostgreSQL did not start on port ${port} within 30 s`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+  };
+  const stop = async () => {
+    const running = child;
+    child = null;
+    if (running === null || running.exitCode !== null) return;
+    const exited = new Promise((resolve) => running.once('exit', resolve));
+    running.kill('SIGINT'); // fast shutdown: clients are disconnected, the data is consistent
+    await exited;
+  };
+  await start();
+  const urlOf = (database: string) => `postgres://metis@127.0.0.1:${port}/${database}`;
+  return {
+    url: urlOf('postgres'),
+    port,
+    urlOf,
+    psql: (sql, database = 'postgres') =>
+      execFileSync(
+        join(bin, 'psql'),
+        [
+          '-h',
+          '127.0.0.1',
+          '-p',
+          String(port),
+          '-U',
+          'metis',
+          '-d',
+          database,
+          '-v',
+          'ON_ERROR_STOP=1',
+          '-tAc',
+          sql,
+        ],
+        { encoding: 'utf8' },
+      ),
+    stop,
+    start,
+    destroy: async () => {
+      await stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+let databases = 0;
+
+/** A new empty database on `server` for one test, so tests share a cluster but not their data. */
+export function freshDatabase(server: PostgresServer): string {
+  databases += 1;
+  const name = `metis_test_${process.pid}_${databases}`;
+  server.psql(`CREATE DATABASE ${name}`);
+  return server.urlOf(name);
+}
