@@ -68,10 +68,13 @@ export async function withSpinner<T>(
   work: () => T | Promise<T>,
   done: (result: T) => string,
   stream: NodeJS.WriteStream = process.stderr,
+  /** Receives a function that changes the spinner's text (what long work is at now). */
+  onLabel?: (update: (text: string) => void) => void,
 ): Promise<T> {
   if (!stream.isTTY) return work();
   const spin = spinner({ output: stream, indicator: 'timer' });
   spin.start(label);
+  onLabel?.((text) => spin.message(text));
   // Let the first frame reach the terminal before synchronous work holds the loop.
   await new Promise((resolve) => setImmediate(resolve));
   try {

@@ -58,6 +58,25 @@ export function registerStoreCommands(program: Command): void {
     .option('--json', 'print the result as JSON instead of key: value lines')
     .action(async (src, options) => (await import('./restore.js')).restoreCommand(src, options));
 
+  const store =
+    program.commands.find((c) => c.name() === 'store') ??
+    program.command('store').description('move a trace store between SQLite and PostgreSQL');
+  store
+    .command('copy')
+    .description(
+      'copy a whole trace store into a new one (SQLite file or postgres:// URL, either way), verified table by table and session by session',
+    )
+    .requiredOption(
+      '--from <file|url>',
+      'the store to copy: a SQLite file, or postgres://user:pass@host:port/db',
+    )
+    .requiredOption(
+      '--to <file|url>',
+      'the new store: a SQLite file that does not exist yet, or a PostgreSQL database without a metis store',
+    )
+    .option('--json', 'print {from, to, tables: [{name, rows}], sessions} as JSON')
+    .action(async (options) => (await import('./store-copy.js')).storeCopyCommand(options));
+
   program
     .command('export')
     .description('stream stored events in id order as JSONL (one envelope per line) or CSV')

@@ -48,6 +48,11 @@ export const ERROR_TABLE = {
     hint: 'Stop the other metis process first, or pass --db to use another database.',
   },
   METIS_ERR_DEST_EXISTS: { status: 409, exitCode: 1, hint: 'Choose a path that does not exist yet.' },
+  METIS_ERR_COPY_MISMATCH: {
+    status: 500,
+    exitCode: 1,
+    hint: 'The destination does not hold what the source does: remove it and copy again; if it repeats, report it.',
+  },
   METIS_ERR_RESTORE_REFUSED: { status: 409, exitCode: 1, hint: 'See the message for what to fix.' },
   METIS_ERR_INTEGRITY: {
     status: 500,

@@ -1,0 +1,360 @@
+import { existsSync } from 'node:fs';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { MetisError } from '../errors.js';
+import { type Db, openDatabase } from './database.js';
+import { migratePostgres } from './postgres/schema.js';
+
+/**
+ * What a copy moves, in an order that satisfies every reference (sessions before what belongs to them,
+ * fingerprints before their outcomes). `key` pages through a table in key order. Bookkeeping tables
+ * (gap scans, owner handoffs, the stream archive) are not copied: the destination starts its own.
+ */
+const TABLES = [
+  {
+    name: 'sessions',
+    // A worker is created after its planner: creation order puts every parent first.
+    key: 'created_at_us, id',
+    columns: [
+      'id',
+      'parent_session_id',
+      'workspace_path',
+      'workspace_hash',
+      'active_model',
+      'status',
+      'disposition',
+      'created_at_us',
+      'updated_at_us',
+      'sticky_model',
+    ],
+  },
+  {
+    name: 'events',
+    key: 'id',
+    columns: [
+      'session_id',
+      'id',
+      'seq',
+      'timestamp_us',
+      'turn_id',
+      'parent_event_id',
+      'type',
+      'actor',
+      'sensitivity',
+      'payload_json',
+    ],
+  },
+  {
+    name: 'messages',
+    key: 'id',
+    columns: [
+      'id',
+      'session_id',
+      'turn_id',
+      'role',
+      'content_json',
+      'status',
+      'model',
+      'usage_json',
+      'created_at_us',
+    ],
+  },
+  {
+    name: 'tool_calls',
+    key: 'row_id',
+    columns: [
+      'row_id',
+      'id',
+      'session_id',
+      'turn_id',
+      'message_id',
+      'tool_name',
+      'input_json',
+      'status',
+      'output_json',
+      'error_class',
+      'created_at_us',
+      'updated_at_us',
+    ],
+  },
+  {
+    name: 'pattern_fingerprints',
+    key: 'id',
+    columns: ['id', 'key', 'kind', 'features_json', 'created_at_us'],
+  },
+  {
+    name: 'pattern_outcomes',
+    key: 'id',
+    columns: ['id', 'fingerprint_id', 'model', 'session_id', 'score', 'cost_usd', 'turns', 'recorded_at_us'],
+  },
+] as const;
+
+type Table = (typeof TABLES)[number];
+type Row = unknown[];
+
+/** Rows read per page, and written per transaction. */
+const PAGE = 5_000;
+
+/** One side of a copy: a SQLite file or a PostgreSQL database. */
+interface Endpoint {
+  readonly label: string;
+  /** The whole table in key order, a page at a time. */
+  pages(table: Table): AsyncIterable<Row[]>;
+  write(table: Table, rows: Row[]): Promise<void>;
+  count(table: Table): Promise<number>;
+  /** Per session: how many events, and their lowest and highest `seq`. */
+  seqs(): Promise<Map<string, string>>;
+  /** After the last write: identity counters past the copied ids. */
+  finish(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface CopyProgress {
+  readonly table: string;
+  readonly rows: number;
+}
+
+export interface CopyReport {
+  readonly from: string;
+  readonly to: string;
+  readonly tables: readonly { readonly name: string; readonly rows: number }[];
+  readonly sessions: number;
+}
+
+export function isPostgresUrl(target: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(target);
+}
+
+/** A URL without its password, for messages. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return url.replace(/:[^:@/]*@/, ':***@');
+  }
+}
+
+/**
+ * Copies a whole store, SQLite file or PostgreSQL database, into a new one of either kind: tables in
+ * reference order, a page at a time, then checks that every table has as many rows on both sides and
+ * every session the same event count and `seq` range. The destination must be new: a file that does
+ * not exist yet, or a database without metis events.
+ */
+export async function copyStore(options: {
+  readonly from: string;
+  readonly to: string;
+  readonly onProgress?: (progress: CopyProgress) => void;
+}): Promise<CopyReport> {
+  const source = await openEndpoint(options.from, '--from', 'source');
+  let destination: Endpoint | null = null;
+  try {
+    destination = await openEndpoint(options.to, '--to', 'destination');
+    const tables: { name: string; rows: number }[] = [];
+    for (const table of TABLES) {
+      let rows = 0;
+      for await (const page of source.pages(table)) {
+        await destination.write(table, page);
+        rows += page.length;
+        options.onProgress?.({ table: table.name, rows });
+      }
+      tables.push({ name: table.name, rows });
+    }
+    await destination.finish();
+    for (const table of TABLES) {
+      const [have, want] = await Promise.all([destination.count(table), source.count(table)]);
+      if (have !== want)
+        throw new MetisError(
+          'METIS_ERR_COPY_MISMATCH',
+          `${table.name}: ${want} rows in ${source.label}, ${have} in ${destination.label}`,
+        );
+    }
+    const [wanted, got] = await Promise.all([source.seqs(), destination.seqs()]);
+    for (const [session, range] of wanted)
+      if (got.get(session) !== range)
+        throw new MetisError(
+          'METIS_ERR_COPY_MISMATCH',
+          `session ${session}: events ${range} in ${source.label}, ${got.get(session) ?? 'none'} in ${destination.label}`,
+        );
+    return { from: source.label, to: destination.label, tables, sessions: wanted.size };
+  } finally {
+    await source.close();
+    await destination?.close();
+  }
+}
+
+async function openEndpoint(target: string, flag: string, role: 'source' | 'destination'): Promise<Endpoint> {
+  return isPostgresUrl(target) ? openPostgres(target, flag, role) : openSqlite(target, flag, role);
+}
+
+function openSqlite(path: string, flag: string, role: 'source' | 'destination'): Endpoint {
+  if (role === 'destination' && existsSync(path))
+    throw new MetisError('METIS_ERR_DEST_EXISTS', `${flag}: ${path} exists; a copy goes into a new store`);
+  let db: Db;
+  try {
+    db = openDatabase(path, role === 'source' ? { readonly: true } : { create: true });
+  } catch (error) {
+    if (error instanceof MetisError)
+      throw new MetisError(error.code, `${flag}: ${error.message}`, { cause: error });
+    throw error;
+  }
+  // A new file starts with the `system` session (schema.ts); the copy brings the source's own.
+  if (role === 'destination') db.prepare("DELETE FROM sessions WHERE id = 'system'").run();
+  const inserts = new Map<string, ReturnType<Db['prepare']>>();
+  return {
+    label: path,
+    async *pages(table) {
+      const statement = db
+        .prepare(`SELECT ${table.columns.join(', ')} FROM ${table.name} ORDER BY ${table.key}`)
+        .raw();
+      let page: Row[] = [];
+      for (const row of statement.iterate() as Iterable<Row>) {
+        page.push(row);
+        if (page.length === PAGE) {
+          yield page;
+          page = [];
+        }
+      }
+      if (page.length > 0) yield page;
+    },
+    async write(table, rows) {
+      let insert = inserts.get(table.name);
+      if (insert === undefined) {
+        insert = db.prepare(
+          `INSERT INTO ${table.name} (${table.columns.join(', ')}) VALUES (${table.columns.map(() => '?').join(', ')})`,
+        );
+        inserts.set(table.name, insert);
+      }
+      const statement = insert;
+      db.transaction(() => {
+        for (const row of rows) statement.run(row);
+      })();
+    },
+    async count(table) {
+      return db.prepare(`SELECT count(*) FROM ${table.name}`).pluck().get() as number;
+    },
+    async seqs() {
+      const rows = db
+        .prepare('SELECT session_id, count(*), min(seq), max(seq) FROM events GROUP BY session_id')
+        .raw()
+        .all() as [string, number, number, number][];
+      return new Map(rows.map(([session, n, low, high]) => [session, `${n} (seq ${low}-${high})`]));
+    },
+    async finish() {},
+    async close() {
+      db.close();
+    },
+  };
+}
+
+/** bigint columns as JavaScript numbers (metis's are microseconds and counts, far below 2^53). */
+const NUMERIC_TYPES = {
+  getTypeParser: (oid: number, format?: 'text' | 'binary') =>
+    oid === 20 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format),
+} as pg.CustomTypesConfig;
+
+async function openPostgres(url: string, flag: string, role: 'source' | 'destination'): Promise<Endpoint> {
+  const client = new pg.Client({ connectionString: url, types: NUMERIC_TYPES, statement_timeout: 300_000 });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await migratePostgres(client);
+    if (role === 'destination') {
+      const used = await client.query('SELECT 1 FROM events LIMIT 1');
+      const sessions = await client.query('SELECT 1 FROM sessions LIMIT 1');
+      if (used.rowCount !== 0 || sessions.rowCount !== 0)
+        throw new MetisError(
+          'METIS_ERR_DEST_EXISTS',
+          `${flag}: ${redactUrl(url)} already holds a metis store; a copy goes into a new one`,
+        );
+    }
+  } catch (error) {
+    await client.end().catch(() => {});
+    if (error instanceof MetisError) throw error;
+    throw new MetisError(
+      'METIS_ERR_INVALID_ARGUMENT',
+      `${flag}: cannot use ${redactUrl(url)}: ${(error as Error).message}`,
+      {
+        cause: error,
+        hint: 'Check the URL: host, port, user, password and database, and that this user may create tables there.',
+      },
+    );
+  }
+  return {
+    label: redactUrl(url),
+    async *pages(table) {
+      const keys = table.key.split(', ');
+      let after: unknown[] | null = null;
+      for (;;) {
+        const where =
+          after === null ? '' : `WHERE (${table.key}) > (${keys.map((_, i) => `$${i + 1}`).join(', ')})`;
+        const result = await client.query({
+          text: `SELECT ${table.columns.join(', ')} FROM ${table.name} ${where} ORDER BY ${table.key} LIMIT ${PAGE}`,
+          values: after ?? [],
+          rowMode: 'array',
+        });
+        const rows = result.rows as Row[];
+        if (rows.length === 0) return;
+        yield rows;
+        const last = rows.at(-1)!;
+        after = keys.map((key) => last[(table.columns as readonly string[]).indexOf(key)]);
+        if (rows.length < PAGE) return;
+      }
+    },
+    async write(table, rows) {
+      const text = rows.map((row) => row.map(copyField).join('\t')).join('\n') + '\n';
+      await client.query('BEGIN');
+      try {
+        await pipeline(
+          Readable.from([text]),
+          client.query(copyFrom(`COPY ${table.name} (${table.columns.join(', ')}) FROM STDIN`)),
+        );
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      }
+    },
+    async count(table) {
+      return (await client.query<{ n: number }>(`SELECT count(*)::bigint AS n FROM ${table.name}`)).rows[0]!
+        .n;
+    },
+    async seqs() {
+      const result = await client.query({
+        text: 'SELECT session_id, count(*), min(seq), max(seq) FROM events GROUP BY session_id',
+        rowMode: 'array',
+      });
+      return new Map(
+        (result.rows as [string, number, number, number][]).map(([session, n, low, high]) => [
+          session,
+          `${n} (seq ${low}-${high})`,
+        ]),
+      );
+    },
+    async finish() {
+      // Rows copied with their ids: the identity counters continue after the highest.
+      for (const [table, column] of [
+        ['tool_calls', 'row_id'],
+        ['pattern_outcomes', 'id'],
+      ])
+        await client.query(
+          `SELECT setval(pg_get_serial_sequence('${table}', '${column}'), coalesce(max(${column}), 0) + 1, false) FROM ${table}`,
+        );
+    },
+    async close() {
+      await client.end().catch(() => {});
+    },
+  };
+}
+
+/** A value in COPY's text format. */
+function copyField(value: unknown): string {
+  if (value === null || value === undefined) return '\\N';
+  const text = typeof value === 'string' ? value : String(value);
+  return /[\\\t\n\r]/.test(text)
+    ? text.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r')
+    : text;
+}

@@ -1,0 +1,124 @@
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../../src/core/store/database.js';
+import { exportDatabase, parseExportFlags } from '../../src/core/store/export.js';
+import { copyStore } from '../../src/core/store/store-copy.js';
+import { freshDatabase, type PostgresServer, postgresTestsRun, startPostgres } from '../helpers/postgres.js';
+import { runCli } from '../helpers/run-cli.js';
+import { startTestServer } from '../helpers/server.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/**
+ * Issue 19 point 3 and its done-when: `metis store copy` moves a whole store SQLite → PostgreSQL →
+ * SQLite, verified, and the store that comes back exports byte-identical JSONL.
+ */
+
+let pg: PostgresServer;
+beforeAll(async () => {
+  if (postgresTestsRun) pg = await startPostgres();
+}, 60_000);
+afterAll(async () => {
+  await pg?.destroy();
+});
+
+async function exportJsonl(dbPath: string): Promise<string> {
+  const stream = new PassThrough();
+  const chunks: Buffer[] = [];
+  stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+  await exportDatabase({ dbPath, query: parseExportFlags({}), stream });
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function tableRows(dbPath: string, table: string, order: string): unknown[] {
+  const db = openDatabase(dbPath, { readonly: true });
+  try {
+    return db.prepare(`SELECT * FROM ${table} ORDER BY ${order}`).all();
+  } finally {
+    db.close();
+  }
+}
+
+/** A store with what a real server writes: turns with thinking, a tool, a delegation, ended sessions. */
+async function busyStore(): Promise<string> {
+  const t = await startTestServer();
+  const first = await t.createSession();
+  for (const message of ['think: time', 'run: printf "tab\\there"', 'delegate: count the files', 'hello'])
+    await t.submit(first, message).then(() => t.runtime.currentTurn(first)?.done);
+  // A workspace whose name holds a tab, a newline and a backslash: text columns a text format must escape.
+  const odd = tempDir('metis-ws-\t\n\\-');
+  const second = (await t.request('POST', '/sessions', { workspace_path: odd })).body.session_id;
+  await t.submit(second, 'think: é 🙂 "quoted"');
+  await t.runtime.currentTurn(second)?.done;
+  await t.request('POST', `/sessions/${second}/end`, {});
+  await t.context.flush();
+  return t.context.dbPath;
+}
+
+describe.runIf(postgresTestsRun)('metis store copy', () => {
+  it('SQLite → PostgreSQL → SQLite: every table the same, and the export byte-identical', async () => {
+    const original = await busyStore();
+    const url = freshDatabase(pg);
+    const progress: string[] = [];
+    const there = await copyStore({
+      from: original,
+      to: url,
+      onProgress: ({ table }) => progress.push(table),
+    });
+    expect([...new Set(progress)]).toEqual(
+      expect.arrayContaining(['sessions', 'events', 'messages', 'tool_calls']),
+    );
+    const rows = Object.fromEntries(there.tables.map((table) => [table.name, table.rows]));
+    expect(rows.events).toBeGreaterThan(50);
+    expect(rows.sessions).toBe(4); // two sessions, a worker, and the system session
+    expect(tableRows(original, 'sessions', 'id')).toContainEqual(
+      expect.objectContaining({ workspace_path: expect.stringContaining('\t\n\\') }),
+    );
+    expect(there.sessions).toBeGreaterThanOrEqual(3);
+
+    const back = join(tempDir('metis-copy-'), 'back.db');
+    const returned = await copyStore({ from: url, to: back });
+    expect(returned.tables).toEqual(there.tables);
+
+    const exported = await exportJsonl(original);
+    expect(exported.split('\n').length).toBeGreaterThan(50);
+    expect(await exportJsonl(back)).toBe(exported);
+    for (const [table, order] of [
+      ['sessions', 'id'],
+      ['messages', 'id'],
+      ['tool_calls', 'row_id'],
+      ['pattern_fingerprints', 'id'],
+      ['pattern_outcomes', 'id'],
+    ] as const)
+      expect(tableRows(back, table, order), table).toEqual(tableRows(original, table, order));
+  }, 60_000);
+
+  it('from the command line: --json report, a destination that exists refused, a bad URL named without its password', async () => {
+    const original = await busyStore();
+    const home = tempDir('metis-home-');
+    const url = freshDatabase(pg);
+    const copied = await runCli(['store', 'copy', '--from', original, '--to', url, '--json'], home);
+    expect(copied.stderr).toBe('');
+    expect(copied.exitCode).toBe(0);
+    expect(JSON.parse(copied.stdout)).toMatchObject({
+      from: original,
+      to: url,
+      sessions: expect.any(Number),
+    });
+
+    const again = await runCli(['store', 'copy', '--from', original, '--to', url], home);
+    expect(again.exitCode).toBe(1);
+    expect(again.stderr).toContain('already holds a metis store');
+
+    const onto = await runCli(['store', 'copy', '--from', url, '--to', original], home);
+    expect(onto.exitCode).toBe(1);
+    expect(onto.stderr).toContain(`--to: ${original} exists`);
+
+    const wrong = `postgres://metis:s3cret-word@127.0.0.1:${pg.port + 1}/nowhere`;
+    const unreachable = await runCli(['store', 'copy', '--from', original, '--to', wrong], home);
+    expect(unreachable.exitCode).toBe(2);
+    expect(unreachable.stderr).toContain('--to: cannot use postgres://metis:***@127.0.0.1');
+    expect(unreachable.stderr).not.toContain('s3cret-word');
+    expect(unreachable.stderr).not.toMatch(/\n\s+at /);
+  }, 60_000);
+});
