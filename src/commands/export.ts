@@ -1,6 +1,8 @@
-import { exportDatabase, parseExportFlags } from '../core/store/export.js';
+import { exportDatabase, exportRows, parseExportFlags } from '../core/store/export.js';
+import { postgresExportRows } from '../core/store/postgres/pg-inspect.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
 import { stderrProgress } from './progress.js';
+import { storeUrlFrom } from './store-option.js';
 
 export interface ExportOptions extends DatabaseOptions {
   session?: string;
@@ -11,14 +13,22 @@ export interface ExportOptions extends DatabaseOptions {
   audit?: boolean;
   format?: string;
   out?: string;
+  store?: string;
 }
 
 export async function exportCommand(options: ExportOptions): Promise<void> {
   const query = parseExportFlags(options);
-  const { dbPath } = await databaseFrom(options);
+  const url = storeUrlFrom(options);
+  // A PostgreSQL store's rows go through the same encoder: the same events export the same bytes.
+  const run =
+    url === null
+      ? async (target: Omit<Parameters<typeof exportDatabase>[0], 'dbPath' | 'query'>) =>
+          exportDatabase({ dbPath: (await databaseFrom(options)).dbPath, query, ...target })
+      : (target: Omit<Parameters<typeof exportDatabase>[0], 'dbPath' | 'query'>) =>
+          exportRows(() => postgresExportRows(url, query), { query, ...target });
   if (options.out === undefined) {
     try {
-      await exportDatabase({ dbPath, query, stream: process.stdout });
+      await run({ stream: process.stdout });
     } catch (error) {
       // The reader went away (`metis export | head`): that is not a failure of the export.
       if ((error as NodeJS.ErrnoException).code !== 'EPIPE') throw error;
@@ -26,9 +36,7 @@ export async function exportCommand(options: ExportOptions): Promise<void> {
     return;
   }
   const progress = stderrProgress('exporting events');
-  const { count, path } = await exportDatabase({
-    dbPath,
-    query,
+  const { count, path } = await run({
     outPath: options.out,
     onProgress: ({ exported }) => progress.update(exported),
   }).catch((error: unknown) => {

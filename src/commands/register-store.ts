@@ -1,6 +1,7 @@
 import { type Command, Option } from 'commander';
 import { SENSITIVITIES } from '../core/events/envelope.js';
 import { CONFIG_HELP, DB_HELP } from './database-option.js';
+import { STORE_HELP } from './store-option.js';
 
 /** The `trace` command group, shared with other `trace ...` subcommands if one registered it first. */
 function traceGroup(program: Command): Command {
@@ -36,6 +37,7 @@ export function registerStoreCommands(program: Command): void {
     .description('events by type and by session, sizes, oldest and newest event, schema version')
     .option('--db <file>', DB_HELP)
     .option('--config <file>', CONFIG_HELP)
+    .option('--store <url>', STORE_HELP)
     .option('--json', 'print JSON (every session, not only the top 20)')
     .action(async (options) => (await import('./trace-stats.js')).traceStatsCommand(options));
 
@@ -101,6 +103,7 @@ export function registerStoreCommands(program: Command): void {
     )
     .option('--out <file>', 'write to this new file (0600) instead of stdout; never overwrites')
     .option('--db <file>', DB_HELP)
+    .option('--store <url>', STORE_HELP)
     .option('--config <file>', CONFIG_HELP)
     .action(async (options) => (await import('./export.js')).exportCommand(options));
 }

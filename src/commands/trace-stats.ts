@@ -1,9 +1,12 @@
 import { SYSTEM_SESSION_ID } from '../core/events/envelope.js';
+import { postgresTraceStats } from '../core/store/postgres/pg-inspect.js';
 import { type TraceStats, traceStats } from '../core/store/stats.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
+import { storeUrlFrom } from './store-option.js';
 
 export interface TraceStatsOptions extends DatabaseOptions {
   json?: boolean;
+  store?: string;
 }
 
 const TOP_SESSIONS = 20;
@@ -36,7 +39,9 @@ function printHuman(stats: TraceStats): void {
 }
 
 export async function traceStatsCommand(options: TraceStatsOptions): Promise<void> {
-  const stats = traceStats((await databaseFrom(options)).dbPath);
+  const url = storeUrlFrom(options);
+  const stats =
+    url === null ? traceStats((await databaseFrom(options)).dbPath) : await postgresTraceStats(url);
   if (options.json) console.log(JSON.stringify(stats, null, 2));
   else printHuman(stats);
 }

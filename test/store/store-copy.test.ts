@@ -121,4 +121,46 @@ describe.runIf(postgresTestsRun)('metis store copy', () => {
     expect(unreachable.stderr).not.toContain('s3cret-word');
     expect(unreachable.stderr).not.toMatch(/\n\s+at /);
   }, 60_000);
+
+  it('metis export and metis trace stats print the same for the same events on PostgreSQL as on SQLite', async () => {
+    const original = await busyStore();
+    const url = freshDatabase(pg);
+    await copyStore({ from: original, to: url });
+    const home = tempDir('metis-home-');
+    const session = JSON.parse(
+      (await runCli(['trace', 'stats', '--json', '--db', original], home)).stdout,
+    ).by_session.find((s: { session_id: string }) => s.session_id.startsWith('sess_')).session_id;
+    for (const flags of [
+      [],
+      ['--format', 'csv'],
+      ['--session', session],
+      ['--type', 'turn.started,tool.called'],
+      ['--max-sensitivity', 'pseudonymous'],
+      ['--since', '2000-01-01T00:00:00Z', '--until', '2999-01-01T00:00:00Z'],
+    ]) {
+      const fromFile = await runCli(['export', '--db', original, ...flags], home);
+      const fromPostgres = await runCli(['export', '--store', url, ...flags], home);
+      expect(fromPostgres.stderr, flags.join(' ')).toBe('');
+      expect(fromFile.stdout.length, flags.join(' ')).toBeGreaterThan(100);
+      expect(fromPostgres.stdout, flags.join(' ')).toBe(fromFile.stdout);
+    }
+    const statsOf = async (args: string[]) => {
+      const {
+        db_path: _,
+        file_bytes: __,
+        wal_bytes: ___,
+        ...rest
+      } = JSON.parse((await runCli(['trace', 'stats', '--json', ...args], home)).stdout);
+      return rest;
+    };
+    const sqliteStats = await statsOf(['--db', original]);
+    expect(sqliteStats.event_count).toBeGreaterThan(50);
+    expect(await statsOf(['--store', url])).toEqual({ ...sqliteStats, schema_version: expect.any(Number) });
+    const human = await runCli(['trace', 'stats', '--store', url], home);
+    expect(human.stdout).toContain(`events: ${sqliteStats.event_count}`);
+    expect(human.stdout).not.toContain('s3cret');
+    const notPostgres = await runCli(['export', '--store', original], home);
+    expect(notPostgres.exitCode).toBe(2);
+    expect(notPostgres.stderr).toContain('--store: must be a postgres:// URL');
+  }, 90_000);
 });

@@ -182,15 +182,34 @@ export async function writeExport(
   out: Writable,
   onProgress?: (progress: ExportProgress) => void,
 ): Promise<number> {
+  return writeEventRows(sqliteRows(db, query), query.format, out, onProgress);
+}
+
+/** The matching rows of a SQLite store, from one iterating statement (one read transaction). */
+function sqliteRows(db: Db, query: ExportQuery): IterableIterator<EventRow> {
   const { sql, params } = buildSelect(query);
-  const rows = db.prepare(sql).raw().iterate(params) as IterableIterator<EventRow>;
-  const [encode, eol] = query.format === 'csv' ? [rowToCsv, '\r\n'] : [rowToJson, '\n'];
+  return db.prepare(sql).raw().iterate(params) as IterableIterator<EventRow>;
+}
+
+/**
+ * Streams rows to `out` as JSONL or CSV, in constant memory: lines are written in ~64 KiB chunks and
+ * each full buffer waits for 'drain'. Every backend's rows go through here, so their exports are the
+ * same bytes for the same events.
+ * @returns the number of events written.
+ */
+export async function writeEventRows(
+  rows: Iterable<EventRow> | AsyncIterable<EventRow>,
+  format: ExportFormat,
+  out: Writable,
+  onProgress?: (progress: ExportProgress) => void,
+): Promise<number> {
+  const [encode, eol] = format === 'csv' ? [rowToCsv, '\r\n'] : [rowToJson, '\n'];
   let failure: unknown = null;
   const onError = (error: unknown) => {
     failure = error;
   };
   out.on('error', onError);
-  let chunk = query.format === 'csv' ? CSV_HEADER + eol : '';
+  let chunk = format === 'csv' ? CSV_HEADER + eol : '';
   let count = 0;
   const flush = async () => {
     if (failure !== null) throw failure;
@@ -199,15 +218,21 @@ export async function writeExport(
     if (!ok) await once(out, 'drain');
     onProgress?.({ exported: count });
   };
+  const iterator =
+    Symbol.asyncIterator in rows
+      ? rows[Symbol.asyncIterator]()
+      : (rows as Iterable<EventRow>)[Symbol.iterator]();
   try {
-    for (const row of rows) {
-      chunk += encode(row) + eol;
+    for (;;) {
+      const next = await iterator.next();
+      if (next.done) break;
+      chunk += encode(next.value) + eol;
       count += 1;
       if (chunk.length >= 65_536) await flush();
     }
     if (chunk !== '') await flush();
   } finally {
-    rows.return?.();
+    await iterator.return?.();
     out.off('error', onError);
   }
   return count;
@@ -217,9 +242,19 @@ export async function writeExport(
  * Writes an export to a new file: a private (0600) temp file next to it, fsynced, then given its name.
  * Refuses an existing file; a failed export leaves nothing behind.
  */
-export async function exportToFile(
+export function exportToFile(
   db: Db,
   query: ExportQuery,
+  path: string,
+  onProgress?: (progress: ExportProgress) => void,
+): Promise<{ count: number; path: string }> {
+  return exportRowsToFile(() => sqliteRows(db, query), query.format, path, onProgress);
+}
+
+/** As exportToFile, for rows from any backend; `rows` is called once the file may be written. */
+export async function exportRowsToFile(
+  rows: () => Iterable<EventRow> | AsyncIterable<EventRow>,
+  format: ExportFormat,
   path: string,
   onProgress?: (progress: ExportProgress) => void,
 ): Promise<{ count: number; path: string }> {
@@ -237,7 +272,7 @@ export async function exportToFile(
   const stream = createWriteStream(tmp, { flags: 'wx', mode: 0o600 });
   try {
     await once(stream, 'open');
-    const count = await writeExport(db, query, stream, onProgress);
+    const count = await writeEventRows(rows(), format, stream, onProgress);
     stream.end();
     await once(stream, 'close');
     fsyncFile(tmp);
@@ -276,11 +311,33 @@ export async function exportDatabase(
         },
       );
     }
-    if (options.outPath !== undefined)
-      return await exportToFile(db, options.query, options.outPath, options.onProgress);
-    if (options.stream === undefined) throw new TypeError('exportDatabase needs outPath or stream');
-    return { count: await writeExport(db, options.query, options.stream, options.onProgress), path: null };
+    return await exportRows(() => sqliteRows(db, options.query), options);
   } finally {
     db.close();
   }
+}
+
+/** Writes rows where the options say: a new file, or a stream. */
+export async function exportRows(
+  rows: () => Iterable<EventRow> | AsyncIterable<EventRow>,
+  options: Omit<ExportDatabaseOptions, 'dbPath'>,
+): Promise<{ count: number; path: string | null }> {
+  if (options.outPath !== undefined)
+    return await exportRowsToFile(rows, options.query.format, options.outPath, options.onProgress);
+  if (options.stream === undefined) throw new TypeError('an export needs outPath or stream');
+  return {
+    count: await writeEventRows(rows(), options.query.format, options.stream, options.onProgress),
+    path: null,
+  };
+}
+
+/** The SELECT's filters, for a backend that builds its own statement (PostgreSQL). */
+export function exportBounds(query: ExportQuery): {
+  readonly sinceId: string | null;
+  readonly untilId: string | null;
+} {
+  return {
+    sinceId: query.sinceUs === null ? null : eventIdBound(query.sinceUs / 1000 - CLOCK_SLACK_MS),
+    untilId: query.untilUs === null ? null : eventIdBound(query.untilUs / 1000 + CLOCK_SLACK_MS + 1),
+  };
 }
