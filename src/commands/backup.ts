@@ -1,9 +1,12 @@
 import { backupDatabase } from '../core/store/backup.js';
+import { backupPostgres } from '../core/store/postgres/pg-backup.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
 import { withSpinner } from './progress.js';
+import { storeUrlFrom } from './store-option.js';
 
 export interface BackupOptions extends DatabaseOptions {
   json?: boolean;
+  store?: string;
 }
 
 /** Prints an object as `key: value` lines (null as `none`), or as JSON. */
@@ -16,6 +19,16 @@ export function printRecord(record: object, json: boolean | undefined): void {
 }
 
 export async function backupCommand(dest: string, options: BackupOptions): Promise<void> {
+  const url = storeUrlFrom(options);
+  if (url !== null) {
+    const result = await withSpinner(
+      'backing up the PostgreSQL store',
+      () => backupPostgres({ url, dest }),
+      (done) => `backed up ${done.event_count.toLocaleString('en-US')} events (${megabytes(done.bytes)})`,
+    );
+    printRecord(result, options.json);
+    return;
+  }
   const { dbPath } = await databaseFrom(options);
   const result = await withSpinner(
     `backing up ${dbPath}`,

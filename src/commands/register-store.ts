@@ -46,6 +46,7 @@ export function registerStoreCommands(program: Command): void {
     .description('write a consistent snapshot of the database to a new file (safe while a server runs)')
     .argument('<dest>', 'backup file to create; must not exist (its folder must)')
     .option('--db <file>', DB_HELP)
+    .option('--store <url>', `${STORE_HELP}; the backup is the same single SQLite file`)
     .option('--config <file>', CONFIG_HELP)
     .option('--json', 'print the backup metadata as JSON instead of key: value lines')
     .action(async (dest, options) => (await import('./backup.js')).backupCommand(dest, options));
@@ -55,8 +56,9 @@ export function registerStoreCommands(program: Command): void {
     .description('replace the database with a backup written by `metis backup` (stop the server first)')
     .argument('<src>', 'backup file to restore')
     .option('--db <file>', `database to replace or create; ${DB_HELP.replace('database file ', '')}`)
+    .option('--store <url>', `restore into this PostgreSQL store instead (${STORE_HELP.split(' (')[0]})`)
     .option('--config <file>', CONFIG_HELP)
-    .option('--force', 'replace an existing database')
+    .option('--force', 'replace an existing database (or the store a PostgreSQL database holds)')
     .option('--json', 'print the result as JSON instead of key: value lines')
     .action(async (src, options) => (await import('./restore.js')).restoreCommand(src, options));
 

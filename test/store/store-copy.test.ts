@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -51,7 +52,10 @@ async function busyStore(): Promise<string> {
   await t.submit(second, 'think: é 🙂 "quoted"');
   await t.runtime.currentTurn(second)?.done;
   await t.request('POST', `/sessions/${second}/end`, {});
-  await t.context.flush();
+  // Stopped, so nothing more is written (the evaluator scores ended sessions a moment later).
+  await t.server.close();
+  await t.runtime.close();
+  await t.context.close();
   return t.context.dbPath;
 }
 
@@ -162,5 +166,50 @@ describe.runIf(postgresTestsRun)('metis store copy', () => {
     const notPostgres = await runCli(['export', '--store', original], home);
     expect(notPostgres.exitCode).toBe(2);
     expect(notPostgres.stderr).toContain('--store: must be a postgres:// URL');
+  }, 90_000);
+
+  it('metis backup of a PostgreSQL store writes the portable SQLite file; metis restore puts it into either backend', async () => {
+    const original = await busyStore();
+    const home = tempDir('metis-home-');
+    const url = freshDatabase(pg);
+    await copyStore({ from: original, to: url });
+    const exported = await exportJsonl(original);
+
+    const backup = join(tempDir('metis-backup-'), 'store.backup');
+    const backedUp = await runCli(['backup', backup, '--store', url, '--json'], home);
+    expect(backedUp.stderr).toBe('');
+    expect(backedUp.exitCode).toBe(0);
+    expect(JSON.parse(backedUp.stdout)).toMatchObject({
+      dest: backup,
+      event_count: exported.split('\n').length - 1,
+    });
+    expect((await runCli(['backup', backup, '--store', url], home)).exitCode).toBe(1); // never overwrites
+
+    // Into SQLite, as any backup.
+    const restoredFile = join(tempDir('metis-restored-'), 'metis.db');
+    expect((await runCli(['restore', backup, '--db', restoredFile], home)).exitCode).toBe(0);
+    expect(await exportJsonl(restoredFile)).toBe(exported);
+
+    // Into PostgreSQL: a database holding a store is refused without --force, and nothing changes.
+    const target = freshDatabase(pg);
+    await copyStore({ from: original, to: target });
+    pg.psql("DELETE FROM events WHERE type = 'turn.started'", new URL(target).pathname.slice(1));
+    const refused = await runCli(['restore', backup, '--store', target], home);
+    expect(refused.exitCode).toBe(1);
+    expect(refused.stderr).toContain('already holds a metis store; nothing was changed');
+    const restoredInto = await runCli(['restore', backup, '--store', target, '--force', '--json'], home);
+    expect(restoredInto.stderr).toBe('');
+    expect(restoredInto.exitCode).toBe(0);
+    // (runCli drops the output's final newline)
+    const roundTrip = await runCli(['export', '--store', target], home);
+    expect(`${roundTrip.stdout}\n`).toBe(exported);
+
+    // A file that is not a backup is refused before anything is touched.
+    const notBackup = join(tempDir('metis-junk-'), 'junk.db');
+    writeFileSync(notBackup, 'not a database at all, just some text that is long enough');
+    const junk = await runCli(['restore', notBackup, '--store', target, '--force'], home);
+    expect(junk.exitCode).not.toBe(0);
+    expect(junk.stderr).toContain('is not a SQLite database; nothing was changed');
+    expect(`${(await runCli(['export', '--store', target], home)).stdout}\n`).toBe(exported);
   }, 90_000);
 });

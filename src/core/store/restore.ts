@@ -3,6 +3,7 @@ import {
   closeSync,
   existsSync,
   fsyncSync,
+  mkdtempSync,
   openSync,
   readSync,
   renameSync,
@@ -11,7 +12,8 @@ import {
   statSync,
   writeSync,
 } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { MetisError } from '../errors.js';
 import { type DatabaseSummary, fsyncDir, summarizeDatabase, tempPathNextTo } from './backup.js';
@@ -216,5 +218,28 @@ function removeEmptyDir(dir: string): void {
     rmdirSync(dir);
   } catch {
     // Not empty: something else put a file there meanwhile; leave it.
+  }
+}
+
+/**
+ * The checks `restoreDatabase` makes of a backup, for a restore into another backend: a private copy
+ * of `src` (in the system's temp folder) that is a metis database of this schema version and passes
+ * integrity_check, and its summary. The caller reads the copy and calls `dispose`.
+ */
+export function checkedBackupCopy(
+  src: string,
+  target: string,
+): { readonly path: string; readonly summary: DatabaseSummary; dispose(): void } {
+  const source = resolve(src);
+  checkSource(source, target);
+  const dir = mkdtempSync(join(tmpdir(), 'metis-restore-'));
+  const dispose = () => rmSync(dir, { recursive: true, force: true });
+  try {
+    const path = join(dir, 'backup.db');
+    copyPrivate(source, path);
+    return { path, summary: validateCopy(path, source), dispose };
+  } catch (error) {
+    dispose();
+    throw error;
   }
 }

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
@@ -108,6 +108,10 @@ interface Endpoint {
   seqs(): Promise<Map<string, string>>;
   /** After the last write: identity counters past the copied ids. */
   finish(): Promise<void>;
+  /** Makes the destination's writes final (PostgreSQL commits its one transaction). */
+  commit(): Promise<void>;
+  /** Undoes a destination that did not finish: its transaction rolled back, a new file removed. */
+  abort(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -148,11 +152,17 @@ export async function copyStore(options: {
   readonly from: string;
   readonly to: string;
   readonly onProgress?: (progress: CopyProgress) => void;
+  /** A PostgreSQL destination that holds a store has it replaced (`metis restore --force`). */
+  readonly replace?: boolean;
+  /** How the flags are named in messages (`metis restore` names its own). */
+  readonly flags?: { readonly from: string; readonly to: string };
 }): Promise<CopyReport> {
-  const source = await openEndpoint(options.from, '--from', 'source');
+  const flags = options.flags ?? { from: '--from', to: '--to' };
+  const source = await openEndpoint(options.from, flags.from, 'source', false);
   let destination: Endpoint | null = null;
+  let committed = false;
   try {
-    destination = await openEndpoint(options.to, '--to', 'destination');
+    destination = await openEndpoint(options.to, flags.to, 'destination', options.replace === true);
     const tables: { name: string; rows: number }[] = [];
     for (const table of TABLES) {
       let rows = 0;
@@ -179,15 +189,23 @@ export async function copyStore(options: {
           'METIS_ERR_COPY_MISMATCH',
           `session ${session}: events ${range} in ${source.label}, ${got.get(session) ?? 'none'} in ${destination.label}`,
         );
+    await destination.commit();
+    committed = true;
     return { from: source.label, to: destination.label, tables, sessions: wanted.size };
   } finally {
     await source.close();
+    if (destination !== null && !committed) await destination.abort();
     await destination?.close();
   }
 }
 
-async function openEndpoint(target: string, flag: string, role: 'source' | 'destination'): Promise<Endpoint> {
-  return isPostgresUrl(target) ? openPostgres(target, flag, role) : openSqlite(target, flag, role);
+async function openEndpoint(
+  target: string,
+  flag: string,
+  role: 'source' | 'destination',
+  replace: boolean,
+): Promise<Endpoint> {
+  return isPostgresUrl(target) ? openPostgres(target, flag, role, replace) : openSqlite(target, flag, role);
 }
 
 function openSqlite(path: string, flag: string, role: 'source' | 'destination'): Endpoint {
@@ -244,8 +262,14 @@ function openSqlite(path: string, flag: string, role: 'source' | 'destination'):
       return new Map(rows.map(([session, n, low, high]) => [session, `${n} (seq ${low}-${high})`]));
     },
     async finish() {},
-    async close() {
+    async commit() {},
+    async abort() {
+      if (role !== 'destination') return;
       db.close();
+      for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
+    },
+    async close() {
+      if (db.open) db.close();
     },
   };
 }
@@ -256,20 +280,33 @@ const NUMERIC_TYPES = {
     oid === 20 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format),
 } as pg.CustomTypesConfig;
 
-async function openPostgres(url: string, flag: string, role: 'source' | 'destination'): Promise<Endpoint> {
+/** Every table a copy writes, for a replacing restore to empty first. */
+const ALL_TABLES = TABLES.map((table) => table.name).join(', ');
+
+async function openPostgres(
+  url: string,
+  flag: string,
+  role: 'source' | 'destination',
+  replace: boolean,
+): Promise<Endpoint> {
   const client = new pg.Client({ connectionString: url, types: NUMERIC_TYPES, statement_timeout: 300_000 });
   client.on('error', () => {});
   try {
     await client.connect();
     await migratePostgres(client);
     if (role === 'destination') {
+      // One transaction for the whole copy: a copy that fails, or does not verify, changes nothing.
+      await client.query('BEGIN');
       const used = await client.query('SELECT 1 FROM events LIMIT 1');
       const sessions = await client.query('SELECT 1 FROM sessions LIMIT 1');
-      if (used.rowCount !== 0 || sessions.rowCount !== 0)
+      const holdsStore = used.rowCount !== 0 || sessions.rowCount !== 0;
+      if (holdsStore && !replace)
         throw new MetisError(
           'METIS_ERR_DEST_EXISTS',
-          `${flag}: ${redactUrl(url)} already holds a metis store; a copy goes into a new one`,
+          `${flag}: ${redactUrl(url)} already holds a metis store; nothing was changed`,
+          { hint: 'Copy into an empty database, or restore with --force to replace the store it holds.' },
         );
+      if (holdsStore) await client.query(`TRUNCATE ${ALL_TABLES}`);
     }
   } catch (error) {
     await client.end().catch(() => {});
@@ -306,17 +343,10 @@ async function openPostgres(url: string, flag: string, role: 'source' | 'destina
     },
     async write(table, rows) {
       const text = rows.map((row) => row.map(copyField).join('\t')).join('\n') + '\n';
-      await client.query('BEGIN');
-      try {
-        await pipeline(
-          Readable.from([text]),
-          client.query(copyFrom(`COPY ${table.name} (${table.columns.join(', ')}) FROM STDIN`)),
-        );
-        await client.query('COMMIT');
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => {});
-        throw error;
-      }
+      await pipeline(
+        Readable.from([text]),
+        client.query(copyFrom(`COPY ${table.name} (${table.columns.join(', ')}) FROM STDIN`)),
+      );
     },
     async count(table) {
       return (await client.query<{ n: number }>(`SELECT count(*)::bigint AS n FROM ${table.name}`)).rows[0]!
@@ -343,6 +373,12 @@ async function openPostgres(url: string, flag: string, role: 'source' | 'destina
         await client.query(
           `SELECT setval(pg_get_serial_sequence('${table}', '${column}'), coalesce(max(${column}), 0) + 1, false) FROM ${table}`,
         );
+    },
+    async commit() {
+      if (role === 'destination') await client.query('COMMIT');
+    },
+    async abort() {
+      if (role === 'destination') await client.query('ROLLBACK').catch(() => {});
     },
     async close() {
       await client.end().catch(() => {});
