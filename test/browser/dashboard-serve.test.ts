@@ -1,9 +1,8 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { browserTestsRun } from '../helpers/browser.js';
-import { buildDashboard, collectPageErrors, launchChromium, screenshot } from '../helpers/dashboard.js';
+import { collectPageErrors, dashboardInChromium, screenshot } from '../helpers/dashboard.js';
 import { spawnCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
 
@@ -16,21 +15,11 @@ import { tempDir } from '../helpers/tmp.js';
 const DASHBOARD_LINE = /^ {2}dashboard +(http:\/\/\S+)$/m;
 
 describe.runIf(browserTestsRun)('metis serve and the dashboard', () => {
-  let browser: Browser;
-  let root: string;
-
-  beforeAll(async () => {
-    root = await buildDashboard();
-    browser = await launchChromium();
-  }, 120_000);
-
-  afterAll(async () => {
-    await browser?.close();
-  });
+  const chromium = dashboardInChromium();
 
   function serve(home: string, port: number) {
     const config = join(home, 'metis.config.json');
-    writeFileSync(config, JSON.stringify({ server: { port, dashboard: root } }));
+    writeFileSync(config, JSON.stringify({ server: { port, dashboard: chromium.root } }));
     const child = spawnCli(['serve', '--config', config, '--db', join(home, 'metis.db')], home);
     return child;
   }
@@ -44,7 +33,7 @@ describe.runIf(browserTestsRun)('metis serve and the dashboard', () => {
     expect(first.stdout()).not.toContain(readFileSync(join(home, 'token'), 'utf8').trim());
     const port = Number(new URL(link).port);
 
-    const context = await browser.newContext();
+    const context = await chromium.browser.newContext();
     onTestFinished(() => context.close());
     const page = await context.newPage();
     const errors = collectPageErrors(page);

@@ -1,8 +1,8 @@
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import type { Page } from 'playwright-core';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { browserTestsRun } from '../helpers/browser.js';
-import { buildDashboard, collectPageErrors, launchChromium, screenshot } from '../helpers/dashboard.js';
+import { collectPageErrors, dashboardInChromium, screenshot } from '../helpers/dashboard.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
 /**
@@ -16,25 +16,15 @@ const AUTH = { authorization: `Bearer ${TOKEN}` };
 const ASK_EXECUTE = { tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' } } as const;
 
 describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
-  let browser: Browser;
-  let root: string;
-
-  beforeAll(async () => {
-    root = await buildDashboard();
-    browser = await launchChromium();
-  }, 120_000);
-
-  afterAll(async () => {
-    await browser?.close();
-  });
+  const chromium = dashboardInChromium();
 
   async function serve(config: RuntimeConfigInput = {}): Promise<TestServer> {
-    return startTestServer(config, { staticRoot: root, bearerToken: TOKEN });
+    return startTestServer(config, { staticRoot: chromium.root, bearerToken: TOKEN });
   }
 
   /** A page signed in the way a person is: a sign-in link (a single-use code), then the cookie. */
   async function open(t: TestServer, hash = ''): Promise<{ page: Page; errors: string[] }> {
-    const context = await browser.newContext({ colorScheme: 'light' });
+    const context = await chromium.browser.newContext({ colorScheme: 'light' });
     onTestFinished(() => context.close());
     const page = await context.newPage();
     const errors = collectPageErrors(page);
@@ -64,7 +54,7 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
 
   it('a missing or wrong token shows how to get in, not a blank page', async () => {
     const t = await serve();
-    const context = await browser.newContext();
+    const context = await chromium.browser.newContext();
     onTestFinished(() => context.close());
     const page = await context.newPage();
     await page.goto(`${t.url}/`);
@@ -87,7 +77,7 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     await screenshot(page, 'sessions');
     expect(errors).toEqual([]);
     // The same page in dark mode: its own colours, not the light ones.
-    const dark = await browser.newContext({ colorScheme: 'dark' });
+    const dark = await chromium.browser.newContext({ colorScheme: 'dark' });
     onTestFinished(() => dark.close());
     const night = await dark.newPage();
     await night.goto(t.server.signInLink());

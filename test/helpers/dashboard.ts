@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { build } from 'vite';
+import { afterAll, beforeAll } from 'vitest';
 import { CHROMIUM } from './browser.js';
 
 /** Where the browser tests leave a screenshot of each page, for review (issue 16). */
@@ -45,4 +46,27 @@ export function collectPageErrors(page: Page): string[] {
       errors.push(message.text());
   });
   return errors;
+}
+
+/**
+ * For a describe block: builds the dashboard and launches Chromium once before its tests, closes the
+ * browser after them. Read `browser` and `root` inside the tests.
+ */
+export function dashboardInChromium(): { readonly browser: Browser; readonly root: string } {
+  const state: { browser?: Browser; root?: string } = {};
+  beforeAll(async () => {
+    state.root = await buildDashboard();
+    state.browser = await launchChromium();
+  }, 120_000);
+  afterAll(async () => {
+    await state.browser?.close();
+  });
+  return {
+    get browser() {
+      return state.browser!;
+    },
+    get root() {
+      return state.root!;
+    },
+  };
 }

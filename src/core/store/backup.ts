@@ -88,15 +88,8 @@ export function publishNoClobber(tmp: string, dest: string): void {
   }
 }
 
-/**
- * Hot backup (bus §7.5): `VACUUM INTO` a private temp file next to `dest` (a consistent snapshot; a
- * server in another process keeps writing), switched to rollback-journal mode so the backup is one
- * self-contained file, fsynced, then given its name and mode 0600. Never overwrites `dest`.
- * @throws MetisError METIS_ERR_DEST_EXISTS, METIS_ERR_DB_NOT_FOUND, METIS_ERR_NOT_A_METIS_DB.
- */
-export function backupDatabase(options: { readonly dbPath: string; readonly dest: string }): BackupResult {
-  const source = resolve(options.dbPath);
-  const dest = resolve(options.dest);
+/** A backup's destination: a new file in an existing folder. */
+export function checkBackupDest(dest: string): void {
   if (existsSync(dest)) {
     throw new MetisError(
       'METIS_ERR_DEST_EXISTS',
@@ -110,6 +103,39 @@ export function backupDatabase(options: { readonly dbPath: string; readonly dest
       hint: 'Create the folder first, or choose a destination in an existing folder.',
     });
   }
+}
+
+/**
+ * Turns a written temp copy into the backup: rollback-journal mode (one self-contained file), mode
+ * 0600, fsynced, then given its name without overwriting anything; returns what it holds.
+ */
+export function publishBackupFile(tmp: string, dest: string): DatabaseSummary {
+  const copy = new Database(tmp, { fileMustExist: true });
+  let summary: DatabaseSummary;
+  try {
+    copy.pragma('trusted_schema = OFF');
+    copy.pragma('journal_mode = DELETE');
+    summary = summarizeDatabase(copy);
+  } finally {
+    copy.close();
+  }
+  chmodSync(tmp, 0o600);
+  fsyncFile(tmp);
+  publishNoClobber(tmp, dest);
+  fsyncDir(dirname(dest));
+  return summary;
+}
+
+/**
+ * Hot backup (bus §7.5): `VACUUM INTO` a private temp file next to `dest` (a consistent snapshot; a
+ * server in another process keeps writing), switched to rollback-journal mode so the backup is one
+ * self-contained file, fsynced, then given its name and mode 0600. Never overwrites `dest`.
+ * @throws MetisError METIS_ERR_DEST_EXISTS, METIS_ERR_DB_NOT_FOUND, METIS_ERR_NOT_A_METIS_DB.
+ */
+export function backupDatabase(options: { readonly dbPath: string; readonly dest: string }): BackupResult {
+  const source = resolve(options.dbPath);
+  const dest = resolve(options.dest);
+  checkBackupDest(dest);
   const db = openDatabase(source, { readonly: true });
   const tmp = tempPathNextTo(dest, 'backup');
   try {
@@ -117,19 +143,7 @@ export function backupDatabase(options: { readonly dbPath: string; readonly dest
     closeSync(openSync(tmp, 'wx', 0o600));
     db.prepare('VACUUM INTO ?').run(tmp);
     db.close();
-    const copy = new Database(tmp, { fileMustExist: true });
-    let summary: DatabaseSummary;
-    try {
-      copy.pragma('trusted_schema = OFF');
-      copy.pragma('journal_mode = DELETE');
-      summary = summarizeDatabase(copy);
-    } finally {
-      copy.close();
-    }
-    chmodSync(tmp, 0o600);
-    fsyncFile(tmp);
-    publishNoClobber(tmp, dest);
-    fsyncDir(dirname(dest));
+    const summary = publishBackupFile(tmp, dest);
     return { source, dest, bytes: statSync(dest).size, ...summary };
   } finally {
     if (db.open) db.close();

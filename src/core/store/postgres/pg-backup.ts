@@ -1,15 +1,6 @@
-import { chmodSync, existsSync, rmSync, statSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import Database from 'better-sqlite3';
-import { MetisError } from '../../errors.js';
-import {
-  type DatabaseSummary,
-  fsyncDir,
-  fsyncFile,
-  publishNoClobber,
-  summarizeDatabase,
-  tempPathNextTo,
-} from '../backup.js';
+import { rmSync, statSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { checkBackupDest, type DatabaseSummary, publishBackupFile, tempPathNextTo } from '../backup.js';
 import { checkedBackupCopy } from '../restore.js';
 import { copyStore, redactUrl } from '../store-copy.js';
 
@@ -24,27 +15,11 @@ export async function backupPostgres(options: {
   readonly dest: string;
 }): Promise<DatabaseSummary & { readonly source: string; readonly dest: string; readonly bytes: number }> {
   const dest = resolve(options.dest);
-  if (existsSync(dest))
-    throw new MetisError('METIS_ERR_DEST_EXISTS', `${dest} already exists; a backup never overwrites a file`);
-  if (!existsSync(dirname(dest)) || !statSync(dirname(dest)).isDirectory())
-    throw new MetisError('METIS_ERR_INVALID_ARGUMENT', `the folder ${dirname(dest)} does not exist`, {
-      hint: 'Create the folder first, or choose a destination in an existing folder.',
-    });
+  checkBackupDest(dest);
   const tmp = tempPathNextTo(dest, 'backup');
   try {
     await copyStore({ from: options.url, to: tmp, flags: { from: '--store', to: '<dest>' } });
-    const copy = new Database(tmp, { fileMustExist: true });
-    let summary: DatabaseSummary;
-    try {
-      copy.pragma('journal_mode = DELETE');
-      summary = summarizeDatabase(copy);
-    } finally {
-      copy.close();
-    }
-    chmodSync(tmp, 0o600);
-    fsyncFile(tmp);
-    publishNoClobber(tmp, dest);
-    fsyncDir(dirname(dest));
+    const summary = publishBackupFile(tmp, dest);
     return { source: redactUrl(options.url), dest, bytes: statSync(dest).size, ...summary };
   } finally {
     for (const suffix of ['', '-wal', '-shm']) rmSync(`${tmp}${suffix}`, { force: true });
