@@ -118,6 +118,14 @@ describe.runIf(postgresTestsRun)('metis store copy', () => {
     expect(onto.exitCode).toBe(1);
     expect(onto.stderr).toContain(`--to: ${original} exists`);
 
+    // A user who may not create tables there: named, with PostgreSQL's reason.
+    pg.psql('CREATE ROLE limited LOGIN');
+    const limitedUrl = freshDatabase(pg).replace('metis@', 'limited@');
+    const limited = await runCli(['store', 'copy', '--from', original, '--to', limitedUrl], home);
+    expect(limited.exitCode).toBe(2);
+    expect(limited.stderr).toContain('--to: cannot use postgres://limited@');
+    expect(limited.stderr).toContain('permission denied');
+
     const wrong = `postgres://metis:s3cret-word@127.0.0.1:${pg.port + 1}/nowhere`;
     const unreachable = await runCli(['store', 'copy', '--from', original, '--to', wrong], home);
     expect(unreachable.exitCode).toBe(2);
