@@ -13,7 +13,13 @@ export type Place =
 export function parsePlace(hash: string): Place {
   const [path = '', query = ''] = hash.replace(/^#/, '').split('?');
   const params = new URLSearchParams(query);
-  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  let parts: string[];
+  try {
+    parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  } catch {
+    // A fragment that is not valid percent-encoding: the sessions, not a blank page.
+    return { view: 'sessions' };
+  }
   if (parts[0] === 'store') return { view: 'store' };
   if (parts[0] === 'sessions' && parts[1] !== undefined) {
     if (parts[2] === 'trace') return { view: 'trace', sessionId: parts[1], eventId: params.get('event') };

@@ -1,5 +1,5 @@
 import { MetisError } from '../core/errors.js';
-import { isPostgresUrl } from '../core/store/store-copy.js';
+import { isPostgresUrl, redactUrl } from '../core/store/store-copy.js';
 
 /** `--store` of the store commands that read a PostgreSQL store. */
 export const STORE_HELP =
@@ -16,7 +16,7 @@ export function storeUrlFrom(options: { readonly store?: string; readonly db?: s
   if (!isPostgresUrl(url))
     throw new MetisError(
       'METIS_ERR_INVALID_ARGUMENT',
-      `${options.store === undefined ? '$METIS_STORE_URL' : '--store'}: must be a postgres:// URL, not ${JSON.stringify(url)} (a SQLite file goes to --db)`,
+      `${options.store === undefined ? '$METIS_STORE_URL' : '--store'}: must be a postgres:// URL, not ${JSON.stringify(redactUrl(url))} (a SQLite file goes to --db)`,
     );
   return url;
 }

@@ -136,6 +136,25 @@ describe('signing a browser in', () => {
     expect(t.server.signInLink()).toMatch(/\/\?login=atk_/);
   });
 
+  it('counts wrong tokens and codes offered to the page as failures: a guesser is slowed down there too', async () => {
+    const t = await startTestServer(
+      {},
+      {
+        bearerToken: TOKEN,
+        staticRoot: dashboardFolder(),
+        authThrottle: { maxFailures: 3, baseDelayMs: 60_000 },
+      },
+    );
+    for (let i = 0; i < 3; i += 1) {
+      const guess = await fetch(`${t.url}/?token=wrong-guess-${i}-0123456789`);
+      expect(guess.status).toBe(200); // the page still loads, to say how to get in
+      expect(guess.headers.get('set-cookie')).toBeNull();
+    }
+    // Slowed down now: even the right token trades nothing on the page, and the API says 429.
+    expect((await fetch(`${t.url}/?token=${TOKEN}`)).headers.get('set-cookie')).toBeNull();
+    expect((await fetch(`${t.url}/sessions`, { headers: AUTH })).status).toBe(429);
+  });
+
   it('gives a plain link when the server has no token', async () => {
     const t = await startTestServer({}, { staticRoot: dashboardFolder() });
     expect(t.server.signInLink()).toBe(`${t.url}/`);

@@ -448,6 +448,17 @@ describe('health, unknown routes and methods', () => {
     expect(await allow('PUT', '/metrics')).toBe('GET, HEAD');
   });
 
+  it('a route without a body ignores what a client says it sends (curl -d sends a form type)', async () => {
+    const t = await startTestServer();
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    expect((await fetch(`${t.url}/patterns/clear`, { method: 'POST', headers: form, body: '' })).status).toBe(
+      200,
+    );
+    // A route with a body still wants JSON.
+    const refused = await fetch(`${t.url}/sessions`, { method: 'POST', headers: form, body: 'a=b' });
+    expect(refused.status).toBe(415);
+  });
+
   it('sends JSON with no-store and nosniff on every answer', async () => {
     const t = await startTestServer();
     const response = await fetch(`${t.url}/healthz`);

@@ -63,6 +63,9 @@ describe('static files', () => {
     const post = await fetch(`${t.url}/`, { method: 'POST' });
     expect(post.status).toBe(405);
     expect(post.headers.get('allow')).toBe('GET, HEAD');
+    const nested = await fetch(`${t.url}/assets/deep/er/app.js`, { method: 'DELETE' });
+    expect(nested.status).toBe(405);
+    expect(nested.headers.get('allow')).toBe('GET, HEAD');
     // The API is unchanged beside it.
     expect((await fetch(`${t.url}/healthz`)).status).toBe(200);
   });

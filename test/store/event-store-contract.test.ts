@@ -149,6 +149,34 @@ describe.runIf(postgresTestsRun)('the PostgreSQL event log when the database goe
     expect(await store.seqGaps()).toEqual([]);
   }, 60_000);
 
+  it('refuses an append no retry can cure (an id already stored) and goes on with the appends behind it', async () => {
+    const store = await openPostgres();
+    const s = 'sess_permanent';
+    const first = event(s);
+    await store.append([first]);
+    const again = store.append([first]);
+    const next = event(s);
+    const behind = store.append([next]);
+    await expect(again).rejects.toMatchObject({ code: '23505' });
+    await behind;
+    const page = await store.replay({ sessionIds: [s], afterId: null, limit: 10 });
+    expect(page.events.map((e) => e.id)).toEqual([first.id, next.id]);
+  });
+
+  it('closing while the database is away refuses what waits instead of leaving it hanging', async () => {
+    const url = freshDatabase(pg!);
+    const store = await PgEventStore.open({ url, retry: { minMs: 20, maxMs: 50 } });
+    await pg!.stop();
+    try {
+      const waiting = store.append([event('sess_closing')]);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await store.close();
+      await expect(waiting).rejects.toBeDefined();
+    } finally {
+      await pg!.start();
+    }
+  }, 30_000);
+
   it('refuses a database whose schema is newer than this metis knows', async () => {
     const url = freshDatabase(pg!);
     const first = await PgEventStore.open({ url });

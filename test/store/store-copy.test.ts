@@ -118,6 +118,17 @@ describe.runIf(postgresTestsRun)('metis store copy', () => {
     expect(onto.exitCode).toBe(1);
     expect(onto.stderr).toContain(`--to: ${original} exists`);
 
+    // A database without a metis store is no source, and is left as it was (no tables made in it).
+    const empty = freshDatabase(pg);
+    const noStore = await runCli(['store', 'copy', '--from', empty, '--to', join(home, 'x.db')], home);
+    expect(noStore.exitCode).not.toBe(0);
+    expect(noStore.stderr).toContain('holds no metis store');
+    expect(
+      pg
+        .psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", new URL(empty).pathname.slice(1))
+        .trim(),
+    ).toBe('0');
+
     // A user who may not create tables there: named, with PostgreSQL's reason.
     pg.psql('CREATE ROLE limited LOGIN');
     const limitedUrl = freshDatabase(pg).replace('metis@', 'limited@');

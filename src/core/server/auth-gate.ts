@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
 import { AttachTokens } from './attach-tokens.js';
 import { AuthThrottle, type AuthThrottleOptions } from './auth-throttle.js';
-import { authCookieHeader, authenticate, type Credential } from './security.js';
+import { authCookieHeader, authenticate, type Credential, queryToken } from './security.js';
 
 /** What the gate decided: pass (with a cookie to set after a `?token=`), 401, or 429 with a wait. */
 export type GateVerdict =
@@ -76,9 +76,7 @@ export class AuthGate {
       // The dashboard's page and assets hold no data: they load without the token, so a wrong or missing
       // one meets a page that says how to get in (its API calls get the 401). A sign-in link's
       // single-use `?login=` code (or a `?token=`) is traded for the cookie here.
-      const credential = authenticate(request, this.token);
-      const signedIn = credential === 'query' || this.loginCodes.consume(loginCode(request), DASHBOARD);
-      return signedIn ? { ok: true, setCookie: authCookieHeader(request, this.token) } : PASS;
+      return this.signIn(request);
     }
     return this.decide(request, authenticate(request, this.token));
   }
@@ -108,6 +106,34 @@ export class AuthGate {
     return this.token === null ? 0 : this.throttle.retryAfterSeconds(peerOf(request));
   }
 
+  /**
+   * The page's sign-in: a `?token=` or `?login=` that is right sets the cookie; one that is wrong counts
+   * as a failure, as anywhere else, and a peer being slowed down trades nothing (the page still loads,
+   * so it can say how to get in), so the cookie cannot be used to test guesses at full speed.
+   */
+  private signIn(request: IncomingMessage): GateVerdict {
+    const peer = peerOf(request);
+    const code = loginCode(request);
+    const offered = code !== null || queryToken(request) !== null;
+    if (!offered || this.throttle.retryAfterSeconds(peer) > 0) return PASS;
+    if (authenticate(request, this.token!) === 'query' || this.loginCodes.consume(code, DASHBOARD)) {
+      this.throttle.success(peer);
+      return { ok: true, setCookie: authCookieHeader(request, this.token!) };
+    }
+    this.failed(peer);
+    return PASS;
+  }
+
+  private failed(peer: string): void {
+    const outcome = this.throttle.failure(peer);
+    if (outcome.logNow) {
+      this.logger.warn(
+        { peer, failures: outcome.failures },
+        'repeated requests with a missing or wrong token: answering 429 to this peer for a while',
+      );
+    }
+  }
+
   private decide(request: IncomingMessage, credential: Credential | 'attach' | null): GateVerdict {
     const peer = peerOf(request);
     const wait = this.throttle.retryAfterSeconds(peer);
@@ -116,13 +142,7 @@ export class AuthGate {
       this.throttle.success(peer);
       return credential === 'query' ? { ok: true, setCookie: authCookieHeader(request, this.token!) } : PASS;
     }
-    const outcome = this.throttle.failure(peer);
-    if (outcome.logNow) {
-      this.logger.warn(
-        { peer, failures: outcome.failures },
-        'repeated requests with a missing or wrong token: answering 429 to this peer for a while',
-      );
-    }
+    this.failed(peer);
     return UNAUTHORIZED;
   }
 }

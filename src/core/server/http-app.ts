@@ -82,6 +82,9 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       done(new HttpError(400, 'METIS_ERR_INVALID_JSON', 'request body is not valid JSON'), undefined);
     }
   });
+  // Any other body is read and ignored: a route without a body (POST /patterns/clear) does not care
+  // what `curl -d ''` says it sends; a route with one refuses it in requireJsonBody.
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null, undefined));
   app.setValidatorCompiler(({ schema, httpPart }) => (data: unknown) => {
     const result = (schema as z.ZodType).safeParse(data);
     return result.success
@@ -95,9 +98,13 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
     replyError(reply, status, code, message);
   });
 
+  // A route the framework serves under a wildcard (`/assets/*`) takes every path below its prefix.
   const patterns = options.routes.map((route) => ({
     method: route.method,
-    pattern: pathPattern(route.path),
+    pattern:
+      route.kind === 'raw' && route.frameworkUrl?.endsWith('*')
+        ? new RegExp(`^${route.frameworkUrl.slice(0, -1).replace(/[.*+?^$()|[\]\\]/g, '\\$&')}`)
+        : pathPattern(route.path),
   }));
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0]!;
@@ -163,7 +170,8 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
 }
 
 async function requireJsonBody(request: FastifyRequest): Promise<void> {
-  if (request.headers['content-type'] === undefined) throw unsupportedMediaType();
+  if (!/^application\/json\s*(;|$)/i.test(request.headers['content-type'] ?? ''))
+    throw unsupportedMediaType();
 }
 
 function unsupportedMediaType(): HttpError {

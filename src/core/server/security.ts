@@ -81,7 +81,7 @@ function cookieFrom(request: IncomingMessage, name: string): string | undefined 
   return undefined;
 }
 
-function queryToken(request: IncomingMessage): string | null {
+export function queryToken(request: IncomingMessage): string | null {
   const url = request.url ?? '/';
   const mark = url.indexOf('?');
   if (mark < 0) return null;

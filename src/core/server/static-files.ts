@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { createReadStream, realpathSync, statSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { extname, join, resolve, sep } from 'node:path';
+import { pipeline } from 'node:stream/promises';
 import { sendError } from './http-util.js';
 import { type RawRoute, type RouteCall, rawRoute } from './routes.js';
 
@@ -58,7 +59,8 @@ export function staticRoutes(root: string): RawRoute[] {
     }
     response.writeHead(200, { ...headers, 'content-length': String(info.size) });
     if (request.method === 'HEAD') response.end();
-    else createReadStream(file).pipe(response);
+    // A file that goes away between stat and open (a rebuild) ends this answer, not the process.
+    else await pipeline(createReadStream(file), response).catch(() => response.destroy());
   };
   const page = { status: 200, description: 'the file', contentType: 'text/html' };
   return [

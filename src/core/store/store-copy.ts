@@ -5,7 +5,7 @@ import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { MetisError } from '../errors.js';
 import { type Db, openDatabase } from './database.js';
-import { migratePostgres } from './postgres/schema.js';
+import { migratePostgres, PG_SCHEMA_VERSION } from './postgres/schema.js';
 
 /**
  * What a copy moves, in an order that satisfies every reference (sessions before what belongs to them,
@@ -136,9 +136,10 @@ export function redactUrl(url: string): string {
   try {
     const parsed = new URL(url);
     if (parsed.password !== '') parsed.password = '***';
+    if (parsed.searchParams.has('password')) parsed.searchParams.set('password', '***');
     return parsed.toString();
   } catch {
-    return url.replace(/:[^:@/]*@/, ':***@');
+    return url.replace(/:[^:@/]*@/, ':***@').replace(/([?&]password=)[^&]*/i, '$1***');
   }
 }
 
@@ -293,7 +294,22 @@ async function openPostgres(
   client.on('error', () => {});
   try {
     await client.connect();
-    await migratePostgres(client);
+    if (role === 'source') {
+      // Read what is there, changing nothing: a database without a metis store is refused, not set up,
+      // and one transaction gives a consistent snapshot while servers keep writing.
+      const version = await client
+        .query<{ version: number }>('SELECT version FROM metis_schema')
+        .then((result) => result.rows[0]?.version ?? 0)
+        .catch(() => 0);
+      if (version === 0)
+        throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${flag}: ${redactUrl(url)} holds no metis store`);
+      if (version > PG_SCHEMA_VERSION)
+        throw new MetisError(
+          'METIS_ERR_SCHEMA_VERSION',
+          `${flag}: ${redactUrl(url)} is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
+        );
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    } else await migratePostgres(client);
     if (role === 'destination') {
       // One transaction for the whole copy: a copy that fails, or does not verify, changes nothing.
       await client.query('BEGIN');

@@ -20,6 +20,19 @@ export interface PgEventStoreOptions {
 interface Waiting {
   readonly events: readonly MetisEvent[];
   readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/** Events per COPY at most: after an outage the queue drains in commits of this size, not one huge one. */
+const MAX_BATCH_EVENTS = 5_000;
+
+/**
+ * PostgreSQL error classes no retry can cure (data exceptions, integrity violations): such a batch is
+ * refused to its callers instead of blocking every append behind it.
+ */
+function isPermanent(error: unknown): boolean {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' && (code.startsWith('22') || code.startsWith('23'));
 }
 
 const COLUMNS =
@@ -80,8 +93,8 @@ export class PgEventStore implements EventStore {
   append(events: readonly MetisEvent[]): Promise<void> {
     if (this.closed) return Promise.reject(new Error('the PostgreSQL event store is closed'));
     if (events.length === 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      this.queue.push({ events, resolve });
+    return new Promise((resolve, reject) => {
+      this.queue.push({ events, resolve, reject });
       this.kick();
     });
   }
@@ -157,16 +170,22 @@ export class PgEventStore implements EventStore {
 
   private async drain(): Promise<void> {
     while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.queue.length);
+      const batch = this.takeBatch();
+      let events: readonly MetisEvent[] = batch.flatMap((waiting) => waiting.events);
+      let refused: unknown = null;
       for (;;) {
         try {
-          await this.commit(batch.flatMap((waiting) => waiting.events));
+          await this.commit(events);
           this.failures = 0;
           break;
         } catch (error) {
+          if (isPermanent(error)) {
+            refused = error;
+            break;
+          }
           if (this.closed && this.failures > 0) {
-            // Closing while the database stays away: the caller's close waits no longer than this try.
-            this.queue.unshift(...batch);
+            // Closing while the database stays away: what waits is refused, not left hanging.
+            for (const waiting of [...batch, ...this.queue.splice(0)]) waiting.reject(error);
             return;
           }
           this.failures += 1;
@@ -175,13 +194,43 @@ export class PgEventStore implements EventStore {
           await new Promise((resolve) =>
             setTimeout(resolve, Math.min(maxMs, minMs * 2 ** (this.failures - 1))),
           );
+          // The failed attempt may have committed before its answer was lost: keep only what is missing.
+          events = await this.notStored(events).catch(() => events);
         }
       }
-      for (const waiting of batch) waiting.resolve();
+      if (refused === null) for (const waiting of batch) waiting.resolve();
+      else if (batch.length === 1) batch[0]!.reject(refused);
+      // One append spoiled the group: commit each on its own, so only the culprit is refused.
+      else
+        for (const waiting of batch) await this.commit(waiting.events).then(waiting.resolve, waiting.reject);
     }
   }
 
+  /** The waiting appends of the next commit: whole appends, up to MAX_BATCH_EVENTS (at least one). */
+  private takeBatch(): Waiting[] {
+    let count = 0;
+    let take = 0;
+    while (
+      take < this.queue.length &&
+      (take === 0 || count + this.queue[take]!.events.length <= MAX_BATCH_EVENTS)
+    ) {
+      count += this.queue[take]!.events.length;
+      take += 1;
+    }
+    return this.queue.splice(0, take);
+  }
+
+  private async notStored(events: readonly MetisEvent[]): Promise<readonly MetisEvent[]> {
+    const result = await this.pool.query<{ id: string }>('SELECT id FROM events WHERE id = ANY($1)', [
+      events.map((event) => event.id),
+    ]);
+    if (result.rows.length === 0) return events;
+    const stored = new Set(result.rows.map((row) => row.id));
+    return events.filter((event) => !stored.has(event.id));
+  }
+
   private async commit(events: readonly MetisEvent[]): Promise<void> {
+    if (events.length === 0) return;
     const client = await this.pool.connect();
     let broken = false;
     try {
