@@ -47,7 +47,7 @@ function event(sessionId: string, type = 'text.delta', extra: Record<string, unk
     type,
     actor: type.startsWith('tool.') ? 'tool' : 'agent',
     payload: {
-      text: 'tab\there, newline\nthere, back\\slash, "quotes", é, 🙂, \u0000?'.replace('\u0000', ''),
+      text: 'tab\there, newline\nthere, back\\slash, "quotes", é, 🙂, ?',
       ...extra,
     },
     sensitivity: 'pseudonymous',

@@ -5,7 +5,8 @@ import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { MetisError } from '../errors.js';
 import { type Db, openDatabase } from './database.js';
-import { migratePostgres, PG_SCHEMA_VERSION } from './postgres/schema.js';
+import { assertReadableStore, BIGINT_AS_NUMBER, copyTextField } from './postgres/pg-util.js';
+import { migratePostgres } from './postgres/schema.js';
 
 /**
  * What a copy moves, in an order that satisfies every reference (sessions before what belongs to them,
@@ -275,12 +276,6 @@ function openSqlite(path: string, flag: string, role: 'source' | 'destination'):
   };
 }
 
-/** bigint columns as JavaScript numbers (metis's are microseconds and counts, far below 2^53). */
-const NUMERIC_TYPES = {
-  getTypeParser: (oid: number, format?: 'text' | 'binary') =>
-    oid === 20 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format),
-} as pg.CustomTypesConfig;
-
 /** Every table a copy writes, for a replacing restore to empty first. */
 const ALL_TABLES = TABLES.map((table) => table.name).join(', ');
 
@@ -290,24 +285,18 @@ async function openPostgres(
   role: 'source' | 'destination',
   replace: boolean,
 ): Promise<Endpoint> {
-  const client = new pg.Client({ connectionString: url, types: NUMERIC_TYPES, statement_timeout: 300_000 });
+  const client = new pg.Client({
+    connectionString: url,
+    types: BIGINT_AS_NUMBER,
+    statement_timeout: 300_000,
+  });
   client.on('error', () => {});
   try {
     await client.connect();
     if (role === 'source') {
       // Read what is there, changing nothing: a database without a metis store is refused, not set up,
       // and one transaction gives a consistent snapshot while servers keep writing.
-      const version = await client
-        .query<{ version: number }>('SELECT version FROM metis_schema')
-        .then((result) => result.rows[0]?.version ?? 0)
-        .catch(() => 0);
-      if (version === 0)
-        throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${flag}: ${redactUrl(url)} holds no metis store`);
-      if (version > PG_SCHEMA_VERSION)
-        throw new MetisError(
-          'METIS_ERR_SCHEMA_VERSION',
-          `${flag}: ${redactUrl(url)} is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
-        );
+      await assertReadableStore(client, `${flag}: ${redactUrl(url)}`);
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     } else await migratePostgres(client);
     if (role === 'destination') {
@@ -358,7 +347,7 @@ async function openPostgres(
       }
     },
     async write(table, rows) {
-      const text = rows.map((row) => row.map(copyField).join('\t')).join('\n') + '\n';
+      const text = rows.map((row) => row.map(copyTextField).join('\t')).join('\n') + '\n';
       await pipeline(
         Readable.from([text]),
         client.query(copyFrom(`COPY ${table.name} (${table.columns.join(', ')}) FROM STDIN`)),
@@ -400,13 +389,4 @@ async function openPostgres(
       await client.end().catch(() => {});
     },
   };
-}
-
-/** A value in COPY's text format. */
-function copyField(value: unknown): string {
-  if (value === null || value === undefined) return '\\N';
-  const text = typeof value === 'string' ? value : String(value);
-  return /[\\\t\n\r]/.test(text)
-    ? text.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r')
-    : text;
 }

@@ -5,6 +5,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { isoToMicros, microsToIso } from '../../events/clock.js';
 import type { Actor, MetisEvent, Sensitivity } from '../../events/envelope.js';
 import type { EventPage, EventQuery, EventStore } from '../event-store.js';
+import { copyTextField } from './pg-util.js';
 import { migratePostgres } from './schema.js';
 
 export interface PgEventStoreOptions {
@@ -251,24 +252,17 @@ export class PgEventStore implements EventStore {
   }
 }
 
-/** COPY's text format: tab-separated, `\N` for null, backslash escapes for \, tab, newline, return. */
+/**
+ * The events as COPY text, one line each, columns in COLUMNS order. Written out field by field rather
+ * than through `eventToParams(...).map(...).join(...)`: with the array per event the group commit
+ * measured 0.785x and 0.796x of raw COPY (`npm run bench -- --only pg-store`), without it 0.811-0.946x.
+ */
 function copyText(events: readonly MetisEvent[]): string {
+  const f = copyTextField;
   let text = '';
-  for (const event of events) {
-    text += `${field(event.session_id)}\t${field(event.id)}\t${event.seq}\t${isoToMicros(event.timestamp)}\t${field(
-      event.turn_id,
-    )}\t${field(event.parent_event_id)}\t${field(event.type)}\t${field(event.actor)}\t${field(
-      event.sensitivity,
-    )}\t${field(JSON.stringify(event.payload))}\n`;
-  }
+  for (const e of events)
+    text += `${f(e.session_id)}\t${f(e.id)}\t${e.seq}\t${isoToMicros(e.timestamp)}\t${f(e.turn_id)}\t${f(e.parent_event_id)}\t${f(e.type)}\t${f(e.actor)}\t${f(e.sensitivity)}\t${f(JSON.stringify(e.payload))}\n`;
   return text;
-}
-
-function field(value: string | null): string {
-  if (value === null) return '\\N';
-  return /[\\\t\n\r]/.test(value)
-    ? value.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r')
-    : value;
 }
 
 function rowToEvent(row: unknown[]): MetisEvent {

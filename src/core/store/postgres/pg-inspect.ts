@@ -6,37 +6,21 @@ import type { EventRow } from '../event-rows.js';
 import { type ExportQuery, exportBounds } from '../export.js';
 import type { TraceStats } from '../stats.js';
 import { redactUrl } from '../store-copy.js';
-import { PG_SCHEMA_VERSION } from './schema.js';
+import { assertReadableStore, BIGINT_AS_NUMBER } from './pg-util.js';
 
 /** Rows read per round trip of an export. */
 const PAGE = 5_000;
-
-/** bigint columns as numbers (microseconds, seq, counts: far below 2^53), as SQLite returns them. */
-const NUMBERS = {
-  getTypeParser: (oid: number, format?: 'text' | 'binary') =>
-    oid === 20 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format),
-} as pg.CustomTypesConfig;
 
 /**
  * A read-only connection to a PostgreSQL store, refusing one that is not a metis store or is newer
  * than this metis. The error names the URL (password redacted) and what is wrong.
  */
 async function connect(url: string): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: url, types: NUMBERS });
+  const client = new pg.Client({ connectionString: url, types: BIGINT_AS_NUMBER });
   client.on('error', () => {});
   try {
     await client.connect();
-    const version = await client
-      .query<{ version: number }>('SELECT version FROM metis_schema')
-      .then((result) => result.rows[0]?.version ?? 0)
-      .catch(() => null);
-    if (version === null || version === 0)
-      throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${redactUrl(url)} holds no metis store`);
-    if (version > PG_SCHEMA_VERSION)
-      throw new MetisError(
-        'METIS_ERR_SCHEMA_VERSION',
-        `${redactUrl(url)} is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
-      );
+    await assertReadableStore(client, redactUrl(url));
     return client;
   } catch (error) {
     await client.end().catch(() => {});

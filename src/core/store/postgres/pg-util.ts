@@ -1,0 +1,35 @@
+import pg from 'pg';
+import { MetisError } from '../../errors.js';
+import { PG_SCHEMA_VERSION } from './schema.js';
+
+/** bigint columns as JavaScript numbers (microseconds, seq, counts: far below 2^53), as SQLite gives them. */
+export const BIGINT_AS_NUMBER = {
+  getTypeParser: (oid: number, format?: 'text' | 'binary') =>
+    oid === 20 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format),
+} as pg.CustomTypesConfig;
+
+/** A value in COPY's text format: `\N` for null; backslash, tab, newline and return escaped. */
+export function copyTextField(value: unknown): string {
+  if (value === null || value === undefined) return '\\N';
+  const text = typeof value === 'string' ? value : String(value);
+  return /[\\\t\n\r]/.test(text)
+    ? text.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r')
+    : text;
+}
+
+/**
+ * Refuses, changing nothing, a database to be read that holds no metis store or one newer than this
+ * metis; `label` names it in the message (the URL with its password hidden, and the flag).
+ */
+export async function assertReadableStore(client: pg.ClientBase, label: string): Promise<void> {
+  const version = await client
+    .query<{ version: number }>('SELECT version FROM metis_schema')
+    .then((result) => result.rows[0]?.version ?? 0)
+    .catch(() => 0);
+  if (version === 0) throw new MetisError('METIS_ERR_NOT_A_METIS_DB', `${label} holds no metis store`);
+  if (version > PG_SCHEMA_VERSION)
+    throw new MetisError(
+      'METIS_ERR_SCHEMA_VERSION',
+      `${label} is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
+    );
+}
