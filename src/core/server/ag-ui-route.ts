@@ -4,6 +4,7 @@ import { MetisError } from '../errors.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
+import { ClientSessionId } from './client-session-id.js';
 import { assertStorageWritable } from './commit-ack.js';
 import { HttpError, writeEventStreamHead } from './http-util.js';
 import { STORAGE_ERRORS } from './openapi.js';
@@ -14,11 +15,7 @@ import { followTurn } from './turn-follower.js';
 
 /** AG-UI's `RunAgentInput` (`@ag-ui/core` 1.0); fields metis does not use are let through. */
 const RunAgentInput = z.looseObject({
-  threadId: z
-    .string()
-    .min(1)
-    .max(100)
-    .regex(/^[A-Za-z0-9_-]+$/, 'must be letters, digits, "_" or "-" (it names the metis session)'),
+  threadId: ClientSessionId,
   runId: z.string().min(1).max(200),
   messages: z.array(
     z.looseObject({

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
+import { ClientSessionId } from './client-session-id.js';
 import { assertStorageWritable } from './commit-ack.js';
 import { HttpError, writeEventStreamHead } from './http-util.js';
 import { STORAGE_ERRORS } from './openapi.js';
@@ -12,11 +13,7 @@ import { type UiChunk, UiMessageStreamMapper } from './ui-message-stream.js';
 
 /** What `useChat`'s default transport posts (ai 6 `HttpChatTransport`); other fields are let through. */
 const ChatBody = z.looseObject({
-  id: z
-    .string()
-    .min(1)
-    .max(100)
-    .regex(/^[A-Za-z0-9_-]+$/, 'must be letters, digits, "_" or "-" (it names the metis session)'),
+  id: ClientSessionId,
   messages: z
     .array(
       z.looseObject({

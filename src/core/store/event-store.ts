@@ -1,16 +1,8 @@
-import type { Actor, MetisEvent } from '../events/envelope.js';
+import type { MetisEvent } from '../events/envelope.js';
+import type { ReplayQuery } from './trace-store.js';
 
-/** A replay of stored events (streaming spec §3.6), as both backends answer it. */
-export interface EventQuery {
-  /** One session, or several (a planner and its workers). */
-  readonly sessionIds: readonly string[];
-  /** Only events with an id greater than this cursor; null replays from the start. */
-  readonly afterId: string | null;
-  readonly eventTypes?: readonly string[] | null;
-  readonly actors?: readonly Actor[] | null;
-  /** At most this many events; `tooLarge` says whether more would have matched. */
-  readonly limit: number;
-}
+/** A replay of stored events (streaming spec §3.6): the SQLite trace store's query, for every backend. */
+export type EventQuery = ReplayQuery;
 
 export interface EventPage {
   readonly events: readonly MetisEvent[];
