@@ -38,6 +38,10 @@ export function registerCommands(program: Command): void {
     .option('--host <host>', 'address to bind (default 127.0.0.1; others need server.bearer_token)')
     .option('--port <port>', 'port to listen on (default 8421; 0 picks a free port)')
     .option('--db <file>', 'database file (default $METIS_HOME/metis.db, ~/.metis/metis.db)')
+    .option(
+      '--store <url>',
+      'run on a PostgreSQL store, postgres://user:pass@host:port/db (default $METIS_STORE_URL, then store.url in config); a working copy is kept beside --db',
+    )
     .option('--model <model>', 'default model as provider:name (default scripted:demo)')
     .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
     .option('--json', 'print the startup line as JSON (url, db, config)')

@@ -75,6 +75,21 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'The disk reported an I/O error; check the disk and the system log. metis retries by itself.',
   },
+  METIS_ERR_STORE_UNUSABLE: {
+    status: 503,
+    exitCode: 2,
+    hint: 'Fix the PostgreSQL URL (--store, $METIS_STORE_URL or store.url in config): host, port, user, password, database.',
+  },
+  METIS_ERR_STORE_UNAVAILABLE: {
+    status: 503,
+    exitCode: 1,
+    hint: 'The PostgreSQL store is unreachable; metis keeps what it has and sends it when the database is back. Try again then.',
+  },
+  METIS_ERR_STORE_DIVERGED: {
+    status: 409,
+    exitCode: 2,
+    hint: 'Move the working copy aside (its events stay readable with `metis export --db <file>`) and start again.',
+  },
   METIS_ERR_SESSION_NOT_FOUND: { status: 404, exitCode: 1, hint: 'List sessions with `metis sessions`.' },
   METIS_ERR_TURN_IN_FLIGHT: {
     status: 409,

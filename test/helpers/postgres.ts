@@ -1,5 +1,13 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import {
+  chownSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -51,6 +59,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+/** The role whose password the cluster checks (create it with one: `CREATE ROLE ... PASSWORD '...'`). */
+export const PASSWORD_ROLE = 'metis_password';
+
 export interface PostgresServer {
   /** `postgres://metis@127.0.0.1:<port>/postgres`; `urlOf(db)` names another database. */
   readonly url: string;
@@ -79,6 +90,9 @@ export async function startPostgres(): Promise<PostgresServer> {
     ['-D', data, '-U', 'metis', '--auth=trust', '-E', 'UTF8', '--no-sync', '--no-instructions'],
     { ...as, cwd: dir, stdio: 'pipe' },
   );
+  // One role signs in with a password (every other one is trusted on 127.0.0.1): for wrong-password tests.
+  const hba = join(data, 'pg_hba.conf');
+  writeFileSync(hba, `host all ${PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n${readFileSync(hba, 'utf8')}`);
   const port = await freePort();
   let child: ChildProcess | null = null;
   const start = async () => {

@@ -37,6 +37,20 @@ export const StorageConfigSchema = z.strictObject({
   synchronous: z.enum(['NORMAL', 'FULL']).default('NORMAL'),
 });
 
+export const StoreConfigSchema = z.strictObject({
+  /**
+   * A PostgreSQL store, `postgres://user:pass@host:port/db`, instead of the SQLite file (docs/storage.md);
+   * null for the file. `--store` and `$METIS_STORE_URL` override it.
+   */
+  url: z
+    .string()
+    .regex(/^postgres(ql)?:\/\//i, {
+      error: 'must be a postgres:// URL (a SQLite file goes in storage.database)',
+    })
+    .nullable()
+    .default(null),
+});
+
 export const BusConfigSchema = z.strictObject({
   validation: z.enum(['strict', 'lenient']).nullable().default(null),
   queue_limit: z.number().int().positive().default(10_000),
@@ -58,6 +72,7 @@ export const PluginTimeoutsSchema = z.strictObject({
 export const MetisConfigSchema = z.strictObject({
   server: ServerConfigSchema.default(ServerConfigSchema.parse({})),
   storage: StorageConfigSchema.default(StorageConfigSchema.parse({})),
+  store: StoreConfigSchema.default(StoreConfigSchema.parse({})),
   bus: BusConfigSchema.default(BusConfigSchema.parse({})),
   runtime: RuntimeConfigSchema.default(RuntimeConfigSchema.parse({})),
   /** Plugins (docs/plugins.md): a built-in name, a package name or a path, optionally with options. */

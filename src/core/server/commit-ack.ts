@@ -1,3 +1,4 @@
+import { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { storageError } from '../store/storage-errors.js';
 import type { TraceContext } from '../store/trace-context.js';
@@ -35,6 +36,18 @@ export function emittedDuring<T>(
 export function assertStorageWritable(trace: TraceContext): void {
   const failure = trace.writer.failure;
   if (failure !== null) throw storageError(failure, trace.dbPath);
+  const upstream = trace.upstream;
+  if (upstream?.failure) throw storeUnavailable(upstream.label, upstream.failure);
+}
+
+/** The store of record is gone: named, with why, and what happens to what was already done. */
+function storeUnavailable(label: string, cause: Error | null): MetisError {
+  return new MetisError(
+    'METIS_ERR_STORE_UNAVAILABLE',
+    `the PostgreSQL store ${label} is unreachable${cause === null ? '' : ` (${cause.message})`}: ` +
+      'new turns are refused until it is back; what was already done waits in the working copy and is sent then',
+    { cause },
+  );
 }
 
 /**
@@ -47,9 +60,17 @@ export async function untilCommitted(
   event: MetisEvent | null,
   timeoutMs = DEFAULT_COMMIT_WAIT_MS,
 ): Promise<void> {
-  if (event !== null) return trace.writer.whenCommitted(event.id, timeoutMs);
-  trace.bus.dispatchNow();
-  if (!(await trace.writer.idle(timeoutMs))) {
-    throw storageError(trace.writer.failure ?? 'busy', trace.dbPath);
+  const started = performance.now();
+  if (event !== null) await trace.writer.whenCommitted(event.id, timeoutMs);
+  else {
+    trace.bus.dispatchNow();
+    if (!(await trace.writer.idle(timeoutMs))) {
+      throw storageError(trace.writer.failure ?? 'busy', trace.dbPath);
+    }
   }
+  // On PostgreSQL the answer waits for the store of record too, in what is left of the same wait.
+  const upstream = trace.upstream;
+  if (upstream === null) return;
+  const left = Math.max(1, timeoutMs - (performance.now() - started));
+  if (!(await upstream.whenShipped(left))) throw storeUnavailable(upstream.label, upstream.failure);
 }

@@ -24,6 +24,7 @@ export const STORAGE_ERRORS = [
   'METIS_ERR_STORAGE_BUSY',
   'METIS_ERR_STORAGE_FULL',
   'METIS_ERR_STORAGE_IO',
+  'METIS_ERR_STORE_UNAVAILABLE',
 ] as const;
 
 /** Codes the HTTP layer answers with, beside those of ERROR_TABLE. */

@@ -14,6 +14,7 @@ import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
 import { watchHandoffs } from '../store/owner-handoffs.js';
+import { openPostgresStore } from '../store/postgres/serve-store.js';
 import { openTraceContext, reportGaps, type TraceContext } from '../store/trace-context.js';
 import { conformanceRoutes } from './conformance-hooks.js';
 import { FAULT_NAMES, type FaultName, type FaultSwitches } from './faults.js';
@@ -39,7 +40,10 @@ function conformanceRuntime(runtime: MetisConfig['runtime']): MetisConfig['runti
 
 export interface RunningService {
   readonly url: string;
+  /** The SQLite file the server runs on: the store, or the working copy of a PostgreSQL store. */
   readonly dbPath: string;
+  /** The PostgreSQL store (password hidden), or null on the embedded store. */
+  readonly store: string | null;
   readonly gaps: readonly DetectedGap[];
   /** What the last run left open and this start closed. */
   readonly recovery: RecoveryReport;
@@ -83,6 +87,8 @@ export async function startService(
     configPath?: string | null;
     /** The local token file when config and environment name no token (default `$METIS_HOME/token`). */
     tokenFile?: string;
+    /** How `config.store.url` was given (`--store`, `$METIS_STORE_URL`), for errors; default `store.url`. */
+    storeSetting?: string;
   } = {},
 ): Promise<RunningService> {
   const conformance = options.conformance;
@@ -99,20 +105,38 @@ export async function startService(
   if (auth.mode === 'token' && auth.deprecation !== null) logger.warn(auth.deprecation);
   if (auth.mode === 'none') logger.warn('server.auth: none: any local user can drive this server');
   const dashboard = dashboardFolder(config.server.dashboard);
-  const release = acquireLock(dbPath);
+  // On PostgreSQL the server runs on a working copy of the store in the data folder (working-copy.ts).
+  const store =
+    config.store.url === null
+      ? null
+      : await openPostgresStore(
+          config.store.url,
+          options.storeSetting ?? 'store.url',
+          dirname(dbPath),
+          logger,
+        );
+  const tracePath = store?.copy.path ?? dbPath;
+  let release: () => void;
+  try {
+    release = acquireLock(tracePath);
+  } catch (error) {
+    await store?.close();
+    throw error;
+  }
   let trace: TraceContext | null = null;
   let plugins: PluginHost | null = null;
   try {
     trace = openTraceContext({
-      dbPath,
+      dbPath: tracePath,
       logger,
       validation: config.bus.validation ?? undefined,
       queueLimit: config.bus.queue_limit,
       synchronous: config.storage.synchronous,
+      upstream: store?.upstream,
     });
     // What a crash left behind is closed before anything else runs: tool processes still running,
     // then turns without an end (docs/decisions.md "Turns a crash cut").
-    const childRecordFile = `${dbPath}.children`;
+    const childRecordFile = `${tracePath}.children`;
     killLeftoverChildren(childRecordFile, logger);
     const recovery = recoverCrashedTurns(trace.db, trace.bus, {
       pricingVersion: config.runtime.pricing_version,
@@ -145,7 +169,7 @@ export async function startService(
       config: runtimeConfig,
       logger,
       childProcesses: new ChildProcessRecord(childRecordFile, logger),
-      protectedPaths: [...(configPath === null ? [] : [configPath]), dbPath],
+      protectedPaths: [...(configPath === null ? [] : [configPath]), tracePath],
       // A fixed pause between tool.called and execution gives the suite a seam to cancel into.
       beforeToolExecute: conformance
         ? () => new Promise((resolve) => setTimeout(resolve, SEAM_PAUSE_MS))
@@ -207,12 +231,14 @@ export async function startService(
         logger.error({ err: (error as Error).message }, 'closing the database at a forced stop failed');
       } finally {
         release();
+        void store?.close();
       }
     };
     return {
       url: server.url,
       dashboardUrl: dashboard === null ? null : server.signInLink(),
-      dbPath,
+      dbPath: tracePath,
+      store: store?.copy.label ?? null,
       gaps,
       recovery,
       runtime,
@@ -254,6 +280,7 @@ export async function startService(
     await plugins?.stop();
     await trace?.close();
     release();
+    await store?.close();
     throw error;
   }
 }

@@ -6,16 +6,17 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { MetisError } from '../errors.js';
 import { type Db, openDatabase } from './database.js';
 import { assertReadableStore, BIGINT_AS_NUMBER, copyTextField } from './postgres/pg-util.js';
-import { migratePostgres } from './postgres/schema.js';
+import { migratePostgres, renewStoreEpoch, SERVE_LOCK_SQL } from './postgres/schema.js';
 
 /**
  * What a copy moves, in an order that satisfies every reference (sessions before what belongs to them,
- * fingerprints before their outcomes). `key` pages through a table in key order. Bookkeeping tables
+ * fingerprints before their outcomes). `key` pages through a table in key order; `pk` names one row. Bookkeeping tables
  * (gap scans, owner handoffs, the stream archive) are not copied: the destination starts its own.
  */
-const TABLES = [
+export const COPIED_TABLES = [
   {
     name: 'sessions',
+    pk: 'id',
     // A worker is created after its planner: creation order puts every parent first.
     key: 'created_at_us, id',
     columns: [
@@ -33,6 +34,7 @@ const TABLES = [
   },
   {
     name: 'events',
+    pk: 'id',
     key: 'id',
     columns: [
       'session_id',
@@ -49,6 +51,7 @@ const TABLES = [
   },
   {
     name: 'messages',
+    pk: 'id',
     key: 'id',
     columns: [
       'id',
@@ -64,6 +67,7 @@ const TABLES = [
   },
   {
     name: 'tool_calls',
+    pk: 'row_id',
     key: 'row_id',
     columns: [
       'row_id',
@@ -82,17 +86,21 @@ const TABLES = [
   },
   {
     name: 'pattern_fingerprints',
+    pk: 'id',
     key: 'id',
     columns: ['id', 'key', 'kind', 'features_json', 'created_at_us'],
   },
   {
     name: 'pattern_outcomes',
+    pk: 'id',
     key: 'id',
     columns: ['id', 'fingerprint_id', 'model', 'session_id', 'score', 'cost_usd', 'turns', 'recorded_at_us'],
   },
 ] as const;
 
-type Table = (typeof TABLES)[number];
+const TABLES = COPIED_TABLES;
+export type CopiedTable = (typeof COPIED_TABLES)[number];
+type Table = CopiedTable;
 type Row = unknown[];
 
 /** Rows read per page, and written per transaction. */
@@ -312,6 +320,17 @@ async function openPostgres(
           { hint: 'Copy into an empty database, or restore with --force to replace the store it holds.' },
         );
       if (holdsStore) await client.query(`TRUNCATE ${ALL_TABLES}`);
+      // A running server's working copy would not see the rewrite: refuse, and hold the lock so that no
+      // server starts on the store until the copy is done (the lock goes with the connection).
+      const free = await client.query<{ free: boolean }>(
+        `SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`,
+      );
+      if (!free.rows[0]!.free)
+        throw new MetisError(
+          'METIS_ERR_DB_LOCKED',
+          `${flag}: a metis serve is using ${redactUrl(url)}; nothing was changed`,
+          { hint: 'Stop the server first.' },
+        );
     }
   } catch (error) {
     await client.end().catch(() => {});
@@ -370,6 +389,7 @@ async function openPostgres(
       );
     },
     async finish() {
+      await renewStoreEpoch(client);
       // Rows copied with their ids: the identity counters continue after the highest.
       for (const [table, column] of [
         ['tool_calls', 'row_id'],

@@ -10,8 +10,27 @@ import { asStorageError } from './storage-errors.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
 
+/**
+ * The store of record behind a working copy (postgres/pg-shipper.ts): what commits locally is shipped
+ * there, and a request is answered once it has arrived.
+ */
+export interface StoreUpstream {
+  /** The store, its password hidden. */
+  readonly label: string;
+  /** Why the store cannot be written now; null while it can. */
+  readonly failure: Error | null;
+  /** Resolves true once everything committed locally so far is shipped; false after `timeoutMs`. */
+  whenShipped(timeoutMs: number): Promise<boolean>;
+  start(): void;
+  /** Called after each local commit. */
+  kick(): void;
+  close(timeoutMs: number): Promise<void>;
+}
+
 export interface TraceContext {
   readonly db: Db;
+  /** The PostgreSQL store the database is a working copy of; null for the embedded store. */
+  readonly upstream: StoreUpstream | null;
   readonly bus: EventBus;
   readonly store: TraceStore;
   readonly writer: TraceWriter;
@@ -41,6 +60,8 @@ export interface OpenTraceContextOptions {
   readonly writerBuffer?: { readonly maxEvents?: number; readonly maxBytes?: number };
   /** How long `close` waits for storage to take what is still buffered before it gives up (default 5 s). */
   readonly closeFlushTimeoutMs?: number;
+  /** Makes the database a working copy of this store of record. */
+  readonly upstream?: (db: Db) => StoreUpstream;
 }
 
 /**
@@ -75,6 +96,11 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     maxBufferedBytes: options.writerBuffer?.maxBytes,
   });
   const writerSubscription = writer.attach(bus);
+  const upstream = options.upstream?.(db) ?? null;
+  if (upstream !== null) {
+    writer.onBatch(() => upstream.kick());
+    upstream.start();
+  }
   const closeHooks: (() => void | Promise<void>)[] = [];
   let closed = false;
   const flush = async () => {
@@ -93,6 +119,7 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
   };
   return {
     db,
+    upstream,
     bus,
     store,
     writer,
@@ -111,6 +138,7 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
       const unregistered = bus.unsubscribe(writerSubscription, 'shutdown');
       if (unregistered !== null) writer.write([unregistered]);
       await flushBounded();
+      await upstream?.close(options.closeFlushTimeoutMs ?? 5000);
       writer.close();
       db.close();
     },

@@ -97,6 +97,21 @@ export const PG_MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX idx_pattern_outcomes_fingerprint ON pattern_outcomes (fingerprint_id, id);
   `,
+  // 3: the bookkeeping of a server's working copy (postgres/working-copy.ts). The epoch changes whenever
+  // something other than a server's shipper rewrites the store (a copy into it, a restore, a prune), so a
+  // working copy taken before knows it is stale; each working copy records how far it has shipped, in
+  // the same transaction as what it ships, so a shipment cut by a crash is neither lost nor sent twice.
+  `
+  CREATE TABLE metis_store_epoch (epoch text NOT NULL);
+  INSERT INTO metis_store_epoch (epoch) VALUES (md5(random()::text || clock_timestamp()::text));
+  CREATE TABLE metis_working_copies (
+    copy_id text PRIMARY KEY,
+    epoch text NOT NULL,
+    shipped_through bigint NOT NULL,
+    host text NOT NULL,
+    updated_at_us bigint NOT NULL
+  );
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
@@ -133,3 +148,15 @@ export async function migratePostgres(client: pg.ClientBase): Promise<number> {
     await client.query('SELECT pg_advisory_unlock(hashtext($1))', ['metis_schema']);
   }
 }
+
+/**
+ * Marks the store as rewritten by something other than a server's shipper: every working copy taken
+ * before is stale and is rebuilt by its server's next start. Runs inside the caller's transaction.
+ */
+export async function renewStoreEpoch(client: pg.ClientBase): Promise<void> {
+  await client.query('UPDATE metis_store_epoch SET epoch = md5(random()::text || clock_timestamp()::text)');
+  await client.query('DELETE FROM metis_working_copies');
+}
+
+/** The advisory lock a `metis serve` holds on its PostgreSQL store for as long as it runs. */
+export const SERVE_LOCK_SQL = "hashtext('metis_serve')";

@@ -1,0 +1,271 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { MetisError } from '../../errors.js';
+import { nowMicros } from '../../events/clock.js';
+import type { Db } from '../database.js';
+import { COPIED_TABLES, type CopiedTable } from '../store-copy.js';
+import type { StoreUpstream } from '../trace-context.js';
+
+export interface ShipperOptions {
+  /** Outbox entries per shipment at most: after an outage the backlog goes in transactions of this size. */
+  readonly batchRows?: number;
+  /** How often the shipper looks for changes a commit did not announce, and pings an idle store. */
+  readonly pollMs?: number;
+  /** First and longest pause between attempts while the store refuses. */
+  readonly retry?: { readonly minMs: number; readonly maxMs: number };
+}
+
+interface OutboxEntry {
+  readonly n: number;
+  readonly tbl: string;
+  readonly row_key: string | number;
+  readonly op: 'upsert' | 'delete';
+}
+
+/** Tables whose rows are named by an integer. */
+const NUMERIC_KEYS = new Set(['tool_calls', 'pattern_outcomes']);
+
+/** Polls between pings of an idle store: a store that went away is known within about a second. */
+const PINGS_EVERY_POLLS = 5;
+
+/**
+ * Ships a working copy's changes (working-copy.ts) to PostgreSQL, oldest first: each shipment reads a
+ * stretch of the outbox, the current rows it names, and writes them (upserts in reference order, then
+ * deletes in the reverse) with the outbox position reached, in one transaction; only then is the
+ * stretch removed from the outbox. A shipment the store refuses is retried with backoff until it goes
+ * through: nothing committed locally is dropped, and a crash after the commit never sends it twice.
+ */
+export class PgShipper implements StoreUpstream {
+  private shipped: number;
+  private lastError: Error | null = null;
+  private attempts = 0;
+  private outageStarted = 0;
+  private running: Promise<void> | null = null;
+  private waiters: { readonly target: number; readonly resolve: (shipped: boolean) => void }[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private polls = 0;
+  private closed = false;
+  private readonly readBatch: (limit: number) => OutboxEntry[];
+  private readonly newest: () => number;
+
+  constructor(
+    private readonly db: Db,
+    private readonly pool: pg.Pool,
+    private readonly copy: {
+      readonly copyId: string;
+      readonly shippedThrough: number;
+      readonly label: string;
+    },
+    private readonly logger: Logger,
+    private readonly options: ShipperOptions = {},
+  ) {
+    this.shipped = copy.shippedThrough;
+    this.readBatch = (limit) =>
+      db.prepare('SELECT n, tbl, row_key, op FROM pg_outbox ORDER BY n LIMIT ?').all(limit) as OutboxEntry[];
+    const newest = db.prepare('SELECT coalesce(max(n), 0) FROM pg_outbox').pluck();
+    this.newest = () => newest.get() as number;
+  }
+
+  get label(): string {
+    return this.copy.label;
+  }
+
+  /** Why the store cannot be written now (the last shipment or ping failed); null while it can. */
+  get failure(): Error | null {
+    return this.lastError;
+  }
+
+  /** Changes committed locally and not yet in PostgreSQL. */
+  get backlog(): number {
+    return Math.max(0, this.newest() - this.shipped);
+  }
+
+  start(): void {
+    // A crash after a shipment committed and before the outbox was trimmed leaves it shipped twice over.
+    this.db.prepare('DELETE FROM pg_outbox WHERE n <= ?').run(this.shipped);
+    this.timer = setInterval(() => this.poll(), this.options.pollMs ?? 200);
+    this.timer.unref();
+    this.kick();
+  }
+
+  /** Starts a shipment unless one runs (called after each local commit). */
+  kick(): void {
+    if (this.running !== null || this.closed) return;
+    this.running = this.drain().finally(() => {
+      this.running = null;
+    });
+  }
+
+  /** Resolves true once everything committed locally so far is in PostgreSQL; false after `timeoutMs`. */
+  whenShipped(timeoutMs: number): Promise<boolean> {
+    const target = this.newest();
+    if (target <= this.shipped) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const waiter = { target, resolve };
+      this.waiters.push(waiter);
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== waiter);
+        resolve(false);
+      }, timeoutMs);
+      timer.unref();
+      this.kick();
+    });
+  }
+
+  /** Ships what is left (for at most `timeoutMs` while the store refuses), then stops. */
+  async close(timeoutMs: number): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    const done = await this.whenShipped(timeoutMs);
+    this.closed = true;
+    if (!done)
+      this.logger.error(
+        { store: this.label, backlog: this.backlog },
+        'stopping while the PostgreSQL store is unreachable: the changes not sent stay in the working copy and go at the next start',
+      );
+    await this.running;
+  }
+
+  private poll(): void {
+    if (this.running !== null || this.closed) return;
+    this.polls += 1;
+    if (this.newest() > this.shipped) {
+      this.kick();
+      return;
+    }
+    if (this.polls % PINGS_EVERY_POLLS !== 0) return;
+    this.running = this.pool
+      .query('SELECT 1')
+      .then(
+        () => this.recovered(),
+        (error: unknown) => this.failed(error),
+      )
+      .finally(() => {
+        this.running = null;
+      });
+  }
+
+  private async drain(): Promise<void> {
+    const limit = this.options.batchRows ?? 5_000;
+    for (;;) {
+      const entries = this.readBatch(limit);
+      if (entries.length === 0) return this.settleWaiters();
+      try {
+        await this.ship(entries);
+      } catch (error) {
+        this.failed(error);
+        if (this.closed) return;
+        const { minMs, maxMs } = this.options.retry ?? { minMs: 100, maxMs: 5_000 };
+        await sleep(Math.min(maxMs, minMs * 2 ** Math.min(this.attempts - 1, 16)));
+        if (this.closed) return;
+        continue;
+      }
+      const through = entries.at(-1)!.n;
+      this.db.prepare('DELETE FROM pg_outbox WHERE n <= ?').run(through);
+      this.shipped = through;
+      this.recovered();
+      this.settleWaiters();
+    }
+  }
+
+  private settleWaiters(): void {
+    const ready = this.waiters.filter((waiter) => waiter.target <= this.shipped);
+    if (ready.length === 0) return;
+    this.waiters = this.waiters.filter((waiter) => waiter.target > this.shipped);
+    for (const waiter of ready) waiter.resolve(true);
+  }
+
+  /** One transaction: the rows' current state, upserted in reference order, deletes in the reverse. */
+  private async ship(entries: readonly OutboxEntry[]): Promise<void> {
+    const latest = new Map<string, Map<string | number, OutboxEntry['op']>>();
+    for (const entry of entries) {
+      const ops = latest.get(entry.tbl) ?? new Map<string | number, OutboxEntry['op']>();
+      latest.set(entry.tbl, ops);
+      ops.delete(entry.row_key); // keep the order of the last change
+      ops.set(entry.row_key, entry.op);
+    }
+    const client = await this.pool.connect();
+    let broken = false;
+    try {
+      await client.query('BEGIN');
+      for (const table of COPIED_TABLES) {
+        const keys = [...(latest.get(table.name) ?? [])]
+          .filter(([, op]) => op === 'upsert')
+          .map(([key]) => key);
+        if (keys.length > 0) await this.upsert(client, table, keys);
+      }
+      for (const table of [...COPIED_TABLES].reverse()) {
+        const keys = [...(latest.get(table.name) ?? [])]
+          .filter(([, op]) => op === 'delete')
+          .map(([key]) => key);
+        if (keys.length > 0)
+          await client.query(
+            `DELETE FROM ${table.name} WHERE ${table.pk} = ANY($1::${NUMERIC_KEYS.has(table.name) ? 'bigint' : 'text'}[])`,
+            [keys],
+          );
+      }
+      const registered = await client.query(
+        'UPDATE metis_working_copies SET shipped_through = $2, updated_at_us = $3 WHERE copy_id = $1',
+        [this.copy.copyId, entries.at(-1)!.n, nowMicros()],
+      );
+      if (registered.rowCount !== 1)
+        throw new MetisError(
+          'METIS_ERR_STORE_DIVERGED',
+          `${this.label} no longer knows this server's working copy: it was restored or copied into while this server ran`,
+        );
+      await client.query('COMMIT');
+    } catch (error) {
+      broken = true;
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  private async upsert(client: pg.PoolClient, table: CopiedTable, keys: readonly (string | number)[]) {
+    const columns = table.columns.join(', ');
+    const rows = this.db
+      .prepare(`SELECT ${columns} FROM ${table.name} WHERE ${table.pk} IN (SELECT value FROM json_each(?))`)
+      .all(JSON.stringify(keys));
+    // A row gone since (deleted later, its delete further on in the outbox) has nothing to upsert.
+    if (rows.length === 0) return;
+    const updates = table.columns
+      .filter((column) => column !== table.pk)
+      .map((column) => `${column} = EXCLUDED.${column}`)
+      .join(', ');
+    await client.query(
+      `INSERT INTO ${table.name} (${columns})
+       SELECT ${columns} FROM json_populate_recordset(NULL::${table.name}, $1::json)
+       ON CONFLICT (${table.pk}) DO UPDATE SET ${updates}`,
+      [JSON.stringify(rows)],
+    );
+  }
+
+  private failed(error: unknown): void {
+    this.attempts += 1;
+    if (this.lastError === null) this.outageStarted = performance.now();
+    this.lastError = error instanceof Error ? error : new Error(String(error));
+    // The first failure of an outage, then attempts 2, 4, 8...: an hour-long outage logs about twenty lines.
+    if ((this.attempts & (this.attempts - 1)) === 0)
+      this.logger.warn(
+        { store: this.label, attempt: this.attempts, backlog: this.backlog, err: this.lastError.message },
+        'PostgreSQL store unreachable: changes wait in the working copy and are sent when it is back; new turns are refused meanwhile',
+      );
+  }
+
+  private recovered(): void {
+    if (this.lastError === null) return;
+    this.logger.info(
+      {
+        store: this.label,
+        outage_ms: Math.round(performance.now() - this.outageStarted),
+        retries: this.attempts,
+      },
+      'PostgreSQL store reachable again; what waited is being sent',
+    );
+    this.lastError = null;
+    this.attempts = 0;
+  }
+}

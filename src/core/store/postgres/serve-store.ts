@@ -1,0 +1,56 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { Db } from '../database.js';
+import type { StoreUpstream } from '../trace-context.js';
+import { PgShipper } from './pg-shipper.js';
+import { BIGINT_AS_NUMBER } from './pg-util.js';
+import { prepareWorkingCopy, type WorkingCopy } from './working-copy.js';
+
+export interface PostgresServeStore {
+  readonly copy: WorkingCopy;
+  /** Makes the trace context's database the working copy, shipping to the store. */
+  readonly upstream: (db: Db) => StoreUpstream;
+  /** Ends the pool and the serve lock. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+/** How long a shipment may wait for a connection, and a statement run, before it counts as failed. */
+const CONNECT_TIMEOUT_MS = 5_000;
+const STATEMENT_TIMEOUT_MS = 30_000;
+
+/** What `metis serve --store postgres://…` runs on: the working copy, and the shipper's pool. */
+export async function openPostgresStore(
+  url: string,
+  setting: string,
+  dataDir: string,
+  logger: Logger,
+): Promise<PostgresServeStore> {
+  const copy = await prepareWorkingCopy({ url, setting, dataDir, logger });
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: 2,
+    types: BIGINT_AS_NUMBER,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    statement_timeout: STATEMENT_TIMEOUT_MS,
+  });
+  // A connection the server drops (a restart) must not crash the process: the pool replaces it.
+  pool.on('error', () => {});
+  // The lock's connection lost means the lock is too: say so, since a second server could now start.
+  copy.lockHolder.on('error', (error) =>
+    logger.warn(
+      { store: copy.label, err: error.message },
+      'lost the connection that holds the PostgreSQL store for this server',
+    ),
+  );
+  let closing: Promise<void> | null = null;
+  return {
+    copy,
+    upstream: (db) => new PgShipper(db, pool, copy, logger),
+    close: () => {
+      closing ??= Promise.all([pool.end().catch(() => {}), copy.lockHolder.end().catch(() => {})]).then(
+        () => {},
+      );
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,207 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { existsSync, renameSync, rmSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { MetisError } from '../../errors.js';
+import { nowMicros } from '../../events/clock.js';
+import { type Db, openDatabase } from '../database.js';
+import { COPIED_TABLES, copyStore, redactUrl } from '../store-copy.js';
+import { BIGINT_AS_NUMBER } from './pg-util.js';
+import { migratePostgres, SERVE_LOCK_SQL } from './schema.js';
+import { startupStoreError } from './startup-errors.js';
+
+/**
+ * `metis serve` on PostgreSQL (docs/decisions.md "The runtime on PostgreSQL"): the runtime, the stream
+ * and their queries run on a SQLite working copy of the store in the data folder, exactly as on the
+ * embedded store, and every change to it is shipped to PostgreSQL, the store of record (pg-shipper.ts).
+ * Triggers put each change of a copied table in `pg_outbox` in the transaction that makes it, so
+ * nothing committed locally can miss the shipment, even across a crash.
+ *
+ * The copy is reused from one start to the next while the store's epoch is the one it was taken at;
+ * when something else rewrote the store (a restore, a copy into it, a prune) it is rebuilt from
+ * PostgreSQL, unless it holds changes never shipped, which is refused rather than lost.
+ */
+
+export interface WorkingCopyOptions {
+  readonly url: string;
+  /** How the URL was given (`--store`, `$METIS_STORE_URL`, `store.url`): errors name it. */
+  readonly setting: string;
+  readonly dataDir: string;
+  readonly logger: Logger;
+}
+
+export interface WorkingCopy {
+  /** The SQLite file the server opens as its trace store. */
+  readonly path: string;
+  readonly copyId: string;
+  /** Highest outbox number PostgreSQL has: rows at or below it are already shipped. */
+  readonly shippedThrough: number;
+  /** The URL with its password hidden. */
+  readonly label: string;
+  /** Holds the serve lock on the store; ending it releases the lock. */
+  readonly lockHolder: pg.Client;
+}
+
+const META_TABLE = 'pg_working_copy';
+
+/** The outbox and its triggers: every insert, update and delete of a copied table, in commit order. */
+function outboxSql(): string {
+  const triggers = COPIED_TABLES.flatMap((table) =>
+    (
+      [
+        ['insert', 'INSERT', 'NEW', 'upsert'],
+        ['update', 'UPDATE', 'NEW', 'upsert'],
+        ['delete', 'DELETE', 'OLD', 'delete'],
+      ] as const
+    ).map(
+      ([name, on, row, op]) =>
+        `CREATE TRIGGER IF NOT EXISTS pg_outbox_${table.name}_${name} AFTER ${on} ON ${table.name}
+         BEGIN INSERT INTO pg_outbox (tbl, row_key, op) VALUES ('${table.name}', ${row}.${table.pk}, '${op}'); END;`,
+    ),
+  );
+  return `
+    CREATE TABLE IF NOT EXISTS ${META_TABLE} (copy_id TEXT NOT NULL, epoch TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS pg_outbox (n INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, row_key NOT NULL, op TEXT NOT NULL);
+    ${triggers.join('\n')}`;
+}
+
+/** The working copy's file for a store: one per database, in the data folder. */
+export function workingCopyPath(dataDir: string, url: string): string {
+  const parsed = new URL(url);
+  const where = `${parsed.hostname}:${parsed.port || '5432'}/${decodeURIComponent(parsed.pathname.slice(1))}`;
+  return join(dataDir, `pg-${createHash('sha256').update(where).digest('hex').slice(0, 12)}.db`);
+}
+
+/**
+ * Connects to the store (bringing its schema up to date), takes the serve lock, and returns a working
+ * copy that matches it, rebuilt when it does not.
+ * @throws MetisError METIS_ERR_STORE_UNUSABLE (exit 2) naming the setting for a store that cannot be
+ *   used; METIS_ERR_DB_LOCKED when another server uses it; METIS_ERR_STORE_DIVERGED as above.
+ */
+export async function prepareWorkingCopy(options: WorkingCopyOptions): Promise<WorkingCopy> {
+  const label = redactUrl(options.url);
+  let path: string;
+  try {
+    path = workingCopyPath(options.dataDir, options.url);
+  } catch (error) {
+    throw startupStoreError(error, options.setting, label);
+  }
+  const lockHolder = new pg.Client({
+    connectionString: options.url,
+    types: BIGINT_AS_NUMBER,
+    connectionTimeoutMillis: 10_000,
+  });
+  lockHolder.on('error', () => {});
+  try {
+    try {
+      await lockHolder.connect();
+      await migratePostgres(lockHolder);
+    } catch (error) {
+      throw startupStoreError(error, options.setting, label);
+    }
+    const locked = await lockHolder.query<{ free: boolean }>(
+      `SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`,
+    );
+    if (!locked.rows[0]!.free)
+      throw new MetisError(
+        'METIS_ERR_DB_LOCKED',
+        `${options.setting}: another metis serve (or a copy or restore) is using ${label}`,
+        { hint: 'Stop the other process first, or point this server at another database.' },
+      );
+    const epoch = (await lockHolder.query<{ epoch: string }>('SELECT epoch FROM metis_store_epoch')).rows[0]!
+      .epoch;
+    const reused = await reusable(lockHolder, path, epoch, label);
+    if (reused !== null) return { path, ...reused, label, lockHolder };
+    const copyId = await rebuild(options, lockHolder, path, epoch);
+    return { path, copyId, shippedThrough: 0, label, lockHolder };
+  } catch (error) {
+    await lockHolder.end().catch(() => {});
+    throw error;
+  }
+}
+
+/** The copy at `path` when it belongs to the store's current epoch; null when it must be rebuilt. */
+async function reusable(
+  client: pg.Client,
+  path: string,
+  epoch: string,
+  label: string,
+): Promise<{ copyId: string; shippedThrough: number } | null> {
+  if (!existsSync(path)) return null;
+  const db = openDatabase(path, { create: false });
+  try {
+    db.exec(outboxSql());
+    const meta = db.prepare(`SELECT copy_id, epoch FROM ${META_TABLE}`).get() as
+      | { copy_id: string; epoch: string }
+      | undefined;
+    const registered =
+      meta === undefined
+        ? undefined
+        : (
+            await client.query<{ epoch: string; shipped_through: number }>(
+              'SELECT epoch, shipped_through FROM metis_working_copies WHERE copy_id = $1',
+              [meta.copy_id],
+            )
+          ).rows[0];
+    if (meta !== undefined && registered !== undefined && meta.epoch === epoch && registered.epoch === epoch)
+      return { copyId: meta.copy_id, shippedThrough: registered.shipped_through };
+    const unshipped = db
+      .prepare('SELECT count(*) FROM pg_outbox WHERE n > ?')
+      .pluck()
+      .get(registered?.shipped_through ?? 0) as number;
+    if (unshipped > 0)
+      throw new MetisError(
+        'METIS_ERR_STORE_DIVERGED',
+        `the working copy ${path} holds ${unshipped} changes never sent to ${label}, and that store was ` +
+          'rewritten since (a restore, a copy into it or a prune): sending them now could contradict it',
+      );
+    return null;
+  } finally {
+    db.close();
+  }
+}
+
+/** A new working copy from the store (a whole-store copy), registered with it. */
+async function rebuild(options: WorkingCopyOptions, client: pg.Client, path: string, epoch: string) {
+  const building = `${path}.building`;
+  removeDatabaseFiles(building);
+  removeDatabaseFiles(path);
+  options.logger.info(
+    { store: redactUrl(options.url), path },
+    'building the working copy of the PostgreSQL store',
+  );
+  const report = await copyStore({
+    from: options.url,
+    to: building,
+    flags: { from: options.setting, to: 'the working copy' },
+  });
+  const copyId = randomUUID();
+  const db: Db = openDatabase(building, { create: false });
+  try {
+    db.exec(outboxSql());
+    db.prepare(`INSERT INTO ${META_TABLE} (copy_id, epoch) VALUES (?, ?)`).run(copyId, epoch);
+    // A store that never had a server lacks the `system` session a new SQLite file starts with; made
+    // here, it is shipped like any other change.
+    db.prepare(
+      "INSERT OR IGNORE INTO sessions (id, status, created_at_us, updated_at_us) VALUES ('system', 'active', 0, 0)",
+    ).run();
+  } finally {
+    db.close();
+  }
+  renameSync(building, path);
+  await client.query(
+    'INSERT INTO metis_working_copies (copy_id, epoch, shipped_through, host, updated_at_us) VALUES ($1, $2, 0, $3, $4)',
+    [copyId, epoch, hostname(), nowMicros()],
+  );
+  options.logger.info(
+    { events: report.tables.find((table) => table.name === 'events')?.rows ?? 0, sessions: report.sessions },
+    'working copy ready',
+  );
+  return copyId;
+}
+
+function removeDatabaseFiles(path: string): void {
+  for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
+}

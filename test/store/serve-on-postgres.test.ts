@@ -1,0 +1,238 @@
+import { existsSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { runConformance } from '../../src/client/conformance/runner.js';
+import { MetisConfigSchema } from '../../src/core/config/schema.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { type RunningService, startService } from '../../src/core/server/serve.js';
+import { openDatabase } from '../../src/core/store/database.js';
+import { jsonRequest } from '../helpers/http.js';
+import {
+  freshDatabase,
+  PASSWORD_ROLE,
+  type PostgresServer,
+  postgresTestsRun,
+  startPostgres,
+} from '../helpers/postgres.js';
+import { runCli, serveCli } from '../helpers/run-cli.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/**
+ * Issue 19's done-when and point 4: `metis serve --store postgres://…` runs on a working copy shipped
+ * to PostgreSQL (src/core/store/postgres/working-copy.ts); it passes the conformance suite, keeps going
+ * through a database restart without losing anything, and refuses a store it cannot use at start-up.
+ */
+
+let pg: PostgresServer;
+beforeAll(async () => {
+  if (postgresTestsRun) pg = await startPostgres();
+}, 60_000);
+afterAll(async () => {
+  await pg?.destroy();
+});
+
+const onPostgres = describe.skipIf(!postgresTestsRun);
+
+function psqlIn(url: string, sql: string): string {
+  return pg.psql(sql, new URL(url).pathname.slice(1)).trim();
+}
+
+async function serveOn(url: string, dir: string): Promise<RunningService> {
+  const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
+  const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
+    tokenFile: join(dir, 'token'),
+  });
+  onTestFinished(() => service.stop());
+  return service;
+}
+
+/** Sends a message and waits for its turn to end. */
+async function turn(service: RunningService, sessionId: string, message: string) {
+  const token = service.auth.token;
+  const submitted = await jsonRequest(
+    service.url,
+    'POST',
+    `/sessions/${sessionId}/turns`,
+    { message },
+    { token },
+  );
+  expect(submitted.status, JSON.stringify(submitted.body)).toBe(202);
+  await service.runtime.currentTurn(sessionId)?.done;
+  return submitted;
+}
+
+async function newSession(service: RunningService): Promise<string> {
+  const created = await jsonRequest(service.url, 'POST', '/sessions', {}, { token: service.auth.token });
+  expect(created.status).toBe(201);
+  return created.body.session_id;
+}
+
+/** Rows per table: in PostgreSQL, and in the SQLite file. */
+function counts(url: string, dbPath: string) {
+  const tables = ['sessions', 'events', 'messages', 'tool_calls'];
+  const db = openDatabase(dbPath, { readonly: true });
+  try {
+    return {
+      postgres: tables.map((table) => Number(psqlIn(url, `SELECT count(*) FROM ${table}`))),
+      sqlite: tables.map((table) => db.prepare(`SELECT count(*) FROM ${table}`).pluck().get() as number),
+    };
+  } finally {
+    db.close();
+  }
+}
+
+onPostgres('metis serve on PostgreSQL', () => {
+  it('metis serve --store passes the whole conformance suite, and the store exports what the server holds', async () => {
+    const url = freshDatabase(pg);
+    const home = tempDir();
+    const server = await serveCli(home, ['--conformance', '--store', url]);
+    const banner = JSON.parse(server.stdout().split('\n')[0]!) as { db: string; store: string };
+    expect(banner.store).toBe(url);
+    expect(banner.db.startsWith(home)).toBe(true);
+    const results = await runConformance({
+      url: server.url,
+      token: (await import('../helpers/home-token.js')).homeToken(home),
+    });
+    expect(results.filter((r) => r.outcome.status !== 'pass')).toEqual([]);
+    expect(results.length).toBeGreaterThanOrEqual(20);
+    expect(await server.stop('SIGTERM')).toBe(0);
+
+    const fromPostgres = await runCli(['export', '--store', url], home);
+    const fromCopy = await runCli(['export', '--db', banner.db], home);
+    expect(fromPostgres.exitCode, fromPostgres.stderr).toBe(0);
+    expect(fromCopy.exitCode, fromCopy.stderr).toBe(0);
+    expect(fromPostgres.stdout.split('\n').length).toBeGreaterThan(500);
+    expect(fromPostgres.stdout).toBe(fromCopy.stdout);
+  }, 180_000);
+
+  it('a restart reuses the working copy; a lost one is rebuilt from the store and the conversation goes on', async () => {
+    const url = freshDatabase(pg);
+    const dir = tempDir();
+    let service = await serveOn(url, dir);
+    const session = await newSession(service);
+    await turn(service, session, 'hello');
+    const copyPath = service.dbPath;
+    await service.stop();
+    const before = counts(url, copyPath);
+    expect(before.postgres).toEqual(before.sqlite);
+    expect(before.postgres[2]).toBe(2); // the user's message and the answer
+
+    const copyId = () => psqlIn(url, 'SELECT copy_id FROM metis_working_copies');
+    const firstCopy = copyId();
+    service = await serveOn(url, dir);
+    expect(service.dbPath).toBe(copyPath);
+    expect(copyId()).toBe(firstCopy); // reused, not rebuilt
+    expect(service.runtime.sessions.getSession(session)?.status).toBe('active');
+    await service.stop();
+
+    rmSync(copyPath);
+    service = await serveOn(url, dir);
+    expect(existsSync(copyPath)).toBe(true);
+    expect(copyId()).not.toBe(firstCopy);
+    expect(service.runtime.sessions.messages(session).map((m) => m.role)).toEqual(['user', 'assistant']);
+    await turn(service, session, 'think: time');
+    const events = await jsonRequest(service.url, 'GET', `/sessions/${session}/trace`, undefined, {
+      token: service.auth.token,
+    });
+    const seqs = (events.body.events as { seq: number; session_id: string }[])
+      .filter((e) => e.session_id === session)
+      .map((e) => e.seq);
+    expect(seqs).toEqual(seqs.map((_, i) => i + 1)); // the rebuilt copy continues the session's seq
+    const messages = service.runtime.sessions.messages(session).length;
+    expect(messages).toBeGreaterThan(2);
+    await service.stop();
+    const after = counts(url, copyPath);
+    expect(after.postgres).toEqual(after.sqlite);
+    expect(after.postgres[2]).toBe(messages);
+  }, 120_000);
+
+  it('a PostgreSQL restart under load loses nothing; while it is down new turns are refused by name', async () => {
+    const url = freshDatabase(pg);
+    const service = await serveOn(url, tempDir());
+    const sessions = await Promise.all([1, 2, 3].map(() => newSession(service)));
+    const load = (async () => {
+      for (let round = 0; round < 6; round += 1)
+        await Promise.all(
+          sessions.map((id) =>
+            turn(service, id, 'think: time').catch(() => service.runtime.currentTurn(id)?.done),
+          ),
+        );
+    })();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await pg.stop();
+    // Within a poll or two the server knows, and says so to a new turn.
+    let refused: { status: number; body: any } | null = null;
+    const extra = await newSession(service).catch(() => null);
+    const deadline = Date.now() + 10_000;
+    while (refused === null && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const attempt = await jsonRequest(
+        service.url,
+        'POST',
+        `/sessions/${extra ?? sessions[0]}/turns`,
+        { message: 'hello' },
+        { token: service.auth.token },
+      );
+      if (attempt.status === 503) refused = attempt;
+    }
+    expect(refused?.body.error.code).toBe('METIS_ERR_STORE_UNAVAILABLE');
+    expect(refused?.body.error.message).toContain('is unreachable');
+    expect(refused?.body.error.message).not.toMatch(/\n\s+at /);
+    await pg.start();
+    await load;
+    expect(await service.trace.upstream!.whenShipped(30_000)).toBe(true);
+    expect(service.trace.upstream!.failure).toBeNull();
+    await service.stop();
+    const { postgres, sqlite } = counts(url, service.dbPath);
+    expect(postgres).toEqual(sqlite);
+    // Every session's seq has no hole in PostgreSQL.
+    expect(
+      psqlIn(
+        url,
+        `SELECT count(*) FROM (SELECT session_id, count(*) AS n, max(seq) AS top FROM events GROUP BY session_id) s WHERE n <> top`,
+      ),
+    ).toBe('0');
+  }, 120_000);
+
+  it('a store it cannot use stops the start with exit 2, naming the setting and the reason', async () => {
+    const home = tempDir();
+    pg.psql(
+      `DO $$ BEGIN CREATE ROLE ${PASSWORD_ROLE} LOGIN PASSWORD 'right'; EXCEPTION WHEN duplicate_object THEN NULL; END $$`,
+    );
+    pg.psql('DO $$ BEGIN CREATE ROLE reader LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$');
+    const url = freshDatabase(pg);
+    const half = freshDatabase(pg);
+    psqlIn(half, 'CREATE TABLE events (id text)'); // a table of that name, and no metis_schema
+    const newer = freshDatabase(pg);
+    await serveOn(newer, tempDir()).then((service) => service.stop());
+    psqlIn(newer, 'UPDATE metis_schema SET version = 99');
+    const noRights = freshDatabase(pg);
+    psqlIn(noRights, 'REVOKE CREATE ON SCHEMA public FROM PUBLIC');
+    const cases: [string[], Record<string, string>, string][] = [
+      [
+        ['--store', url.replace('metis@', `${PASSWORD_ROLE}:wrong@`)],
+        {},
+        '--store: cannot use postgres://metis_password:***@',
+      ],
+      [['--store', `postgres://metis@127.0.0.1:${pg.port + 1}/x`], {}, 'nothing accepts connections there'],
+      [[], { METIS_STORE_URL: url.replace(/\/[^/]+$/, '/no_such_db') }, '$METIS_STORE_URL: cannot use'],
+      [['--store', noRights.replace('metis@', 'reader@')], {}, 'may not create'],
+      [['--store', half], {}, 'half-migrated'],
+      [['--store', newer], {}, 'schema version 99'],
+      [['--store', 'sqlite.db'], {}, '--store: must be a postgres:// URL'],
+    ];
+    for (const [args, env, expected] of cases) {
+      const result = await runCli(['serve', '--port', '0', ...args], home, env);
+      expect(result.exitCode, `${args.join(' ')}\n${result.stderr}`).toBe(2);
+      expect(result.stderr).toContain(expected);
+      expect(result.stderr).not.toContain('wrong@');
+      expect(result.stderr).not.toMatch(/\n\s+at /);
+    }
+    // Another server on the same store: refused while the first runs.
+    const first = await serveOn(url, tempDir());
+    const second = await runCli(['serve', '--port', '0', '--store', url], home);
+    expect(second.exitCode).not.toBe(0);
+    expect(second.stderr).toContain('another metis serve');
+    await first.stop();
+  }, 120_000);
+});
