@@ -28,6 +28,7 @@ export function registerStoreCommands(program: Command): void {
     )
     .option('--dry-run', 'print what would be deleted, by type, and change nothing')
     .option('--db <file>', DB_HELP)
+    .option('--store <url>', STORE_HELP)
     .option('--config <file>', CONFIG_HELP)
     .option('--json', 'print the result (the trace.swept payload plus batches and by_type) as JSON')
     .action(async (options) => (await import('./trace-prune.js')).tracePruneCommand(options));

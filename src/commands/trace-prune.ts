@@ -1,16 +1,25 @@
-import { type PurgeResult, parseRetentionDays, purgeOldEvents } from '../core/store/retention.js';
+import { purgePostgres } from '../core/store/postgres/pg-prune.js';
+import {
+  type PurgeProgress,
+  type PurgeResult,
+  parseRetentionDays,
+  purgeOldEvents,
+  retentionCutoffUs,
+} from '../core/store/retention.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
 import { stderrProgress } from './progress.js';
+import { storeUrlFrom } from './store-option.js';
 
 export interface TracePruneOptions extends DatabaseOptions {
   days?: string;
   dryRun?: boolean;
   json?: boolean;
+  store?: string;
 }
 
 const events = (n: number) => `${n} event${n === 1 ? '' : 's'}`;
 
-function printHuman(result: PurgeResult, days: number): void {
+function printHuman(result: PurgeResult, days: number, isPostgres: boolean): void {
   const older = `older than ${result.cutoff_timestamp} (${days} day${days === 1 ? '' : 's'})`;
   if (result.dry_run) {
     console.log(`dry run: would delete ${events(result.rows_deleted)} ${older}; nothing was changed`);
@@ -32,7 +41,7 @@ function printHuman(result: PurgeResult, days: number): void {
       `trace.swept handed to the running server (pid ${result.handed_to_server_pid}), which records it in the system session`,
     );
   }
-  if (!result.dry_run && result.rows_deleted > 0) {
+  if (!result.dry_run && result.rows_deleted > 0 && !isPostgres) {
     // Users look at the file size next and wonder why it did not move.
     console.log(
       'the file keeps its size: SQLite reuses the freed pages for new events (`metis backup` writes a compact copy)',
@@ -40,20 +49,24 @@ function printHuman(result: PurgeResult, days: number): void {
   }
 }
 
+/** Rows per DELETE on PostgreSQL: each batch is its own short statement, writers wait for one at most. */
+const POSTGRES_BATCH = 5_000;
+
 export async function tracePruneCommand(options: TracePruneOptions): Promise<void> {
   const { dbPath, config } = await databaseFrom(options);
   const days = parseRetentionDays(options.days ?? config.storage.retention_days);
+  const url = storeUrlFrom(options);
   const progress = stderrProgress('deleting events');
-  const result = await purgeOldEvents({
-    dbPath,
-    days,
-    dryRun: options.dryRun ?? false,
-    onProgress: ({ deleted, total }) => progress.update(deleted, total),
-  }).catch((error: unknown) => {
+  const onProgress = ({ deleted, total }: PurgeProgress) => progress.update(deleted, total);
+  const dryRun = options.dryRun ?? false;
+  const result = await (url === null
+    ? purgeOldEvents({ dbPath, days, dryRun, onProgress })
+    : purgePostgres({ url, cutoffUs: retentionCutoffUs(days), dryRun, batchSize: POSTGRES_BATCH, onProgress })
+  ).catch((error: unknown) => {
     progress.fail('prune stopped');
     throw error;
   });
   progress.finish(`deleted ${result.rows_deleted.toLocaleString('en-US')} events`);
   if (options.json) console.log(JSON.stringify(result, null, 2));
-  else printHuman(result, days);
+  else printHuman(result, days, url !== null);
 }

@@ -194,6 +194,37 @@ onPostgres('metis serve on PostgreSQL', () => {
     ).toBe('0');
   }, 120_000);
 
+  it('a server killed while the database was away sends what its working copy holds at the next start', async () => {
+    const url = freshDatabase(pg);
+    const home = tempDir();
+    const first = await serveCli(home, ['--store', url]);
+    const banner = JSON.parse(first.stdout().split('\n')[0]!) as { db: string };
+    const session = (await jsonRequest(first.url, 'POST', '/sessions', {})).body.session_id;
+    const turnId = (
+      await jsonRequest(first.url, 'POST', `/sessions/${session}/turns`, { message: 'slow: a long answer' })
+    ).body.turn_id;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    // The database goes away, the turn is cancelled, then the server dies: the cancellation is only local.
+    await pg.stop();
+    const cancelled = await jsonRequest(first.url, 'POST', `/sessions/${session}/turns/${turnId}/cancel`, {});
+    expect(cancelled.status).toBe(202);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await first.stop('SIGKILL');
+    await pg.start();
+    const db = openDatabase(banner.db, { readonly: true });
+    const unsent = db.prepare('SELECT count(*) FROM pg_outbox').pluck().get() as number;
+    db.close();
+    expect(unsent).toBeGreaterThan(0);
+    const second = await serveCli(home, ['--store', url]);
+    expect(await second.stop('SIGTERM')).toBe(0);
+    const { postgres, sqlite } = counts(url, banner.db);
+    expect(postgres).toEqual(sqlite);
+    // The cancelled turn's end was sent by the second start.
+    expect(
+      psqlIn(url, "SELECT count(*) FROM events WHERE type IN ('turn.completed', 'turn.cancelled')"),
+    ).toBe('1');
+  }, 60_000);
+
   it('a store it cannot use stops the start with exit 2, naming the setting and the reason', async () => {
     const home = tempDir();
     pg.psql(

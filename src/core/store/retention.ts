@@ -69,7 +69,12 @@ function validate(options: PurgeOptions): { days: number; cutoffUs: number; batc
       `batch size must be a positive integer, got ${batchSize}`,
     );
   }
-  return { days, cutoffUs: (options.nowUs ?? nowMicros()) - days * DAY_US, batchSize };
+  return { days, cutoffUs: retentionCutoffUs(days, options.nowUs), batchSize };
+}
+
+/** The cutoff of a sweep keeping `days` days: unix microseconds, `days` before `nowUs` (default now). */
+export function retentionCutoffUs(days: number, nowUs = nowMicros()): number {
+  return nowUs - days * DAY_US;
 }
 
 /** What the lock file of a prune that owns the database says, so a server refused meanwhile names it. */

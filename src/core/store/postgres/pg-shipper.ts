@@ -34,7 +34,8 @@ const PINGS_EVERY_POLLS = 5;
  * stretch of the outbox, the current rows it names, and writes them (upserts in reference order, then
  * deletes in the reverse) with the outbox position reached, in one transaction; only then is the
  * stretch removed from the outbox. A shipment the store refuses is retried with backoff until it goes
- * through: nothing committed locally is dropped, and a crash after the commit never sends it twice.
+ * through: nothing committed locally is dropped. Every write is an upsert or a delete by key, so a
+ * stretch sent twice (a crash between the commit and trimming the outbox) changes nothing.
  */
 export class PgShipper implements StoreUpstream {
   private shipped: number;

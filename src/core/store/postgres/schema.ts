@@ -100,7 +100,7 @@ export const PG_MIGRATIONS: readonly string[] = [
   // 3: the bookkeeping of a server's working copy (postgres/working-copy.ts). The epoch changes whenever
   // something other than a server's shipper rewrites the store (a copy into it, a restore, a prune), so a
   // working copy taken before knows it is stale; each working copy records how far it has shipped, in
-  // the same transaction as what it ships, so a shipment cut by a crash is neither lost nor sent twice.
+  // the same transaction as what it ships (a working copy whose store forgot it is known stale).
   `
   CREATE TABLE metis_store_epoch (epoch text NOT NULL);
   INSERT INTO metis_store_epoch (epoch) VALUES (md5(random()::text || clock_timestamp()::text));

@@ -1,0 +1,134 @@
+import pg from 'pg';
+import { EventBus } from '../../bus/event-bus.js';
+import { MetisError } from '../../errors.js';
+import { AUDIT_EVENT_TYPES } from '../../events/catalog/index.js';
+import { microsToIso, nowMicros } from '../../events/clock.js';
+import { SYSTEM_SESSION_ID } from '../../events/envelope.js';
+import { ensureIdsAfter } from '../../events/ids.js';
+import type { PurgeProgress, PurgeResult } from '../retention.js';
+import { eventIdBound } from '../retention-sweep.js';
+import { redactUrl } from '../store-copy.js';
+import { PgEventStore } from './pg-event-store.js';
+import { assertReadableStore, BIGINT_AS_NUMBER } from './pg-util.js';
+import { renewStoreEpoch, SERVE_LOCK_SQL } from './schema.js';
+
+export interface PostgresPurgeOptions {
+  readonly url: string;
+  /** The sweep's cutoff, unix microseconds: events stamped before it go (audit types stay). */
+  readonly cutoffUs: number;
+  readonly dryRun: boolean;
+  readonly batchSize: number;
+  readonly onProgress?: (progress: PurgeProgress) => void;
+}
+
+/**
+ * Retention on a PostgreSQL store (bus §7.3): what `purgeOldEvents` does to a SQLite file, with the
+ * same result and the same `trace.swept` in the `system` session. Each batch is one short DELETE of
+ * its own, so writers wait for one batch at most. A server's working copy would still hold what went,
+ * so the prune refuses while a server uses the store and marks the store rewritten (its epoch) when
+ * done: the next server start rebuilds its working copy.
+ */
+export async function purgePostgres(options: PostgresPurgeOptions): Promise<PurgeResult> {
+  const label = redactUrl(options.url);
+  const client = new pg.Client({ connectionString: options.url, types: BIGINT_AS_NUMBER });
+  client.on('error', () => {});
+  try {
+    await client.connect().catch((error: unknown) => {
+      throw new MetisError('METIS_ERR_STORE_UNUSABLE', `--store: cannot use ${label}: ${(error as Error).message}`, {
+        cause: error,
+      });
+    });
+    await assertReadableStore(client, `--store: ${label}`);
+    const audit = [...AUDIT_EVENT_TYPES];
+    const bound = eventIdBound(Math.floor(options.cutoffUs / 1000) + 1);
+    const planned = await client.query<{ type: string; n: number }>(
+      'SELECT type, count(*)::bigint AS n FROM events WHERE id < $1 AND timestamp_us < $2 GROUP BY type',
+      [bound, options.cutoffUs],
+    );
+    const byType: Record<string, number> = {};
+    let total = 0;
+    let auditExempt = 0;
+    for (const { type, n } of planned.rows) {
+      if (AUDIT_EVENT_TYPES.has(type)) auditExempt += n;
+      else {
+        byType[type] = n;
+        total += n;
+      }
+    }
+    const oldestKept = async () => {
+      const row = await client.query<{ t: number }>(
+        'SELECT timestamp_us AS t FROM events WHERE timestamp_us >= $1 OR type = ANY($2) ORDER BY id LIMIT 1',
+        [options.cutoffUs, audit],
+      );
+      return row.rows[0] === undefined ? null : microsToIso(row.rows[0].t);
+    };
+    const result = (batches: number, oldest: string | null): PurgeResult => ({
+      rows_deleted: total,
+      rows_audit_exempt: auditExempt,
+      cutoff_timestamp: microsToIso(options.cutoffUs),
+      oldest_kept_timestamp: oldest,
+      dry_run: options.dryRun,
+      swept_at: microsToIso(nowMicros()),
+      batches,
+      by_type: byType,
+      handed_to_server_pid: null,
+    });
+    if (options.dryRun) return result(0, await oldestKept());
+
+    const locked = await client.query<{ free: boolean }>(`SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`);
+    if (!locked.rows[0]!.free)
+      throw new MetisError(
+        'METIS_ERR_DB_LOCKED',
+        `--store: a metis serve is using ${label}; prune its working copy instead (metis trace prune --db <the file its banner names>), whose deletions it sends to the store`,
+      );
+    let deleted = 0;
+    let batches = 0;
+    options.onProgress?.({ deleted, total });
+    for (;;) {
+      const gone = await client.query(
+        `DELETE FROM events WHERE id IN (
+           SELECT id FROM events WHERE id < $1 AND timestamp_us < $2 AND type <> ALL($3) ORDER BY id LIMIT $4)`,
+        [bound, options.cutoffUs, audit, options.batchSize],
+      );
+      const count = gone.rowCount ?? 0;
+      if (count === 0) break;
+      deleted += count;
+      batches += 1;
+      options.onProgress?.({ deleted, total: Math.max(total, deleted) });
+      if (count < options.batchSize) break;
+    }
+    total = deleted;
+    const swept = result(batches, await oldestKept());
+    await recordSwept(options.url, swept);
+    await client.query('BEGIN');
+    await renewStoreEpoch(client);
+    await client.query('COMMIT');
+    return swept;
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/** `trace.swept` in the `system` session, stamped like any event: ids and `seq` after the stored ones. */
+async function recordSwept(url: string, swept: PurgeResult): Promise<void> {
+  const store = await PgEventStore.open({ url });
+  try {
+    ensureIdsAfter(await store.lastEventId());
+    const lastSeq = await store.lastSeq(SYSTEM_SESSION_ID);
+    const event = new EventBus({ lastSeq: () => lastSeq }).emit({
+      type: 'trace.swept',
+      session_id: SYSTEM_SESSION_ID,
+      payload: {
+        rows_deleted: swept.rows_deleted,
+        rows_audit_exempt: swept.rows_audit_exempt,
+        cutoff_timestamp: swept.cutoff_timestamp,
+        oldest_kept_timestamp: swept.oldest_kept_timestamp,
+        dry_run: false,
+        swept_at: swept.swept_at,
+      },
+    });
+    if (event !== null) await store.append([event]);
+  } finally {
+    await store.close();
+  }
+}

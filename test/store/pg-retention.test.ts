@@ -1,0 +1,135 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { MetisConfigSchema } from '../../src/core/config/schema.js';
+import { AUDIT_EVENT_TYPES } from '../../src/core/events/catalog/index.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { startService } from '../../src/core/server/serve.js';
+import { openDatabase } from '../../src/core/store/database.js';
+import { copyStore } from '../../src/core/store/store-copy.js';
+import { insertOldEvents } from '../helpers/old-events.js';
+import { freshDatabase, type PostgresServer, postgresTestsRun, startPostgres } from '../helpers/postgres.js';
+import { runCli } from '../helpers/run-cli.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/** Issue 19 point 2: retention on PostgreSQL, the same sweep and record as on SQLite. */
+
+let pg: PostgresServer;
+beforeAll(async () => {
+  if (postgresTestsRun) pg = await startPostgres();
+}, 60_000);
+afterAll(async () => {
+  await pg?.destroy();
+});
+
+const AUDIT_TYPE = [...AUDIT_EVENT_TYPES][0]!;
+
+/** A SQLite store with events 100, 60 and 1 days old, some of an audit type. */
+function agedStore(): string {
+  const path = join(tempDir(), 'aged.db');
+  const db = openDatabase(path, { create: true });
+  try {
+    insertOldEvents(db, { sessionId: 'sess_old', ageDays: 100, count: 1200 });
+    insertOldEvents(db, { sessionId: 'sess_old', ageDays: 100, count: 3, type: AUDIT_TYPE });
+    insertOldEvents(db, { sessionId: 'sess_mid', ageDays: 60, count: 40, type: 'turn.completed' });
+    insertOldEvents(db, { sessionId: 'sess_new', ageDays: 1, count: 5 });
+  } finally {
+    db.close();
+  }
+  return path;
+}
+
+const withoutTimes = (result: Record<string, unknown>) => ({
+  ...result,
+  swept_at: null,
+  cutoff_timestamp: null,
+});
+
+describe.skipIf(!postgresTestsRun)('metis trace prune --store', () => {
+  it('deletes what the SQLite prune deletes, keeps the audit types, and records trace.swept', async () => {
+    const sqlite = agedStore();
+    const url = freshDatabase(pg);
+    await copyStore({ from: sqlite, to: url });
+    const home = tempDir();
+
+    const dry = await runCli(['trace', 'prune', '--store', url, '--days', '30', '--dry-run', '--json'], home);
+    expect(dry.exitCode, dry.stderr).toBe(0);
+    expect(JSON.parse(dry.stdout)).toMatchObject({ rows_deleted: 1240, rows_audit_exempt: 3, dry_run: true });
+    expect(pg.psql('SELECT count(*) FROM events', new URL(url).pathname.slice(1)).trim()).toBe('1248');
+
+    const onPostgres = await runCli(['trace', 'prune', '--store', url, '--days', '30', '--json'], home);
+    const onSqlite = await runCli(['trace', 'prune', '--db', sqlite, '--days', '30', '--json'], home);
+    expect(onPostgres.exitCode, onPostgres.stderr).toBe(0);
+    expect(onSqlite.exitCode, onSqlite.stderr).toBe(0);
+    const [fromPostgres, fromSqlite] = [JSON.parse(onPostgres.stdout), JSON.parse(onSqlite.stdout)];
+    expect(fromPostgres.rows_deleted).toBe(1240);
+    expect(fromPostgres.by_type).toEqual({ 'turn.started': 1200, 'turn.completed': 40 });
+    expect(withoutTimes(fromPostgres)).toEqual({
+      ...withoutTimes(fromSqlite),
+      batches: fromPostgres.batches,
+    });
+
+    // The same events are left, and each side recorded one trace.swept.
+    const exported = async (args: string[]) =>
+      (await runCli(['export', ...args], home)).stdout
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => JSON.parse(line));
+    const [left, right] = [await exported(['--store', url]), await exported(['--db', sqlite])];
+    // (The SQLite prune also records its trace writer's registration in `system`: sessions' events only.)
+    const kept = (events: { session_id: string; id: string }[]) =>
+      events.filter((e) => e.session_id !== 'system').map((e) => e.id);
+    expect(kept(left)).toEqual(kept(right));
+    expect(kept(left)).toHaveLength(8);
+    const swept = left.filter((e) => e.type === 'trace.swept');
+    expect(swept).toHaveLength(1);
+    expect(swept[0].payload.rows_deleted).toBe(1240);
+    expect(swept[0].session_id).toBe('system');
+  }, 60_000);
+
+  it('refuses while a server uses the store; the working copy prunes instead and the server sends the deletions', async () => {
+    const url = freshDatabase(pg);
+    await copyStore({ from: agedStore(), to: url });
+    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
+    const dir = tempDir();
+    const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
+      tokenFile: join(dir, 'token'),
+    });
+    onTestFinished(() => service.stop());
+    const home = tempDir();
+    const refused = await runCli(['trace', 'prune', '--store', url, '--days', '30'], home);
+    expect(refused.exitCode).not.toBe(0);
+    expect(refused.stderr).toContain('prune its working copy instead');
+
+    const beside = await runCli(['trace', 'prune', '--db', service.dbPath, '--days', '30', '--json'], home);
+    expect(beside.exitCode, beside.stderr).toBe(0);
+    expect(JSON.parse(beside.stdout).rows_deleted).toBe(1240);
+    const count = (sql: string) => pg.psql(sql, new URL(url).pathname.slice(1)).trim();
+    const deadline = Date.now() + 10_000;
+    while (count("SELECT count(*) FROM events WHERE type = 'trace.swept'") !== '1' && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(count("SELECT count(*) FROM events WHERE session_id <> 'system'")).toBe('8');
+    expect(count("SELECT count(*) FROM events WHERE type = 'trace.swept'")).toBe('1');
+  }, 60_000);
+
+  it('a server started after a prune rebuilds its working copy without what was pruned', async () => {
+    const url = freshDatabase(pg);
+    await copyStore({ from: agedStore(), to: url });
+    const dir = tempDir();
+    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
+    const start = () =>
+      startService(config, join(dir, 'metis.db'), silentLogger(), { tokenFile: join(dir, 'token') });
+    let service = await start();
+    const path = service.dbPath;
+    await service.stop();
+    const pruned = await runCli(['trace', 'prune', '--store', url, '--days', '30'], tempDir());
+    expect(pruned.exitCode, pruned.stderr).toBe(0);
+    service = await start();
+    onTestFinished(() => service.stop());
+    const db = openDatabase(path, { readonly: true });
+    try {
+      expect(db.prepare("SELECT count(*) FROM events WHERE session_id = 'sess_old'").pluck().get()).toBe(3);
+    } finally {
+      db.close();
+    }
+  }, 60_000);
+});
