@@ -19,7 +19,7 @@ export function printRecord(record: object, json: boolean | undefined): void {
 }
 
 export async function backupCommand(dest: string, options: BackupOptions): Promise<void> {
-  const url = storeUrlFrom(options);
+  const url = await storeUrlFrom(options);
   if (url !== null) {
     const result = await withSpinner(
       'backing up the PostgreSQL store',

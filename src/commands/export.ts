@@ -18,7 +18,7 @@ export interface ExportOptions extends DatabaseOptions {
 
 export async function exportCommand(options: ExportOptions): Promise<void> {
   const query = parseExportFlags(options);
-  const url = storeUrlFrom(options);
+  const url = await storeUrlFrom(options);
   // A PostgreSQL store's rows go through the same encoder: the same events export the same bytes.
   const run =
     url === null

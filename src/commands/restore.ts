@@ -12,7 +12,7 @@ export interface RestoreOptions extends DatabaseOptions {
 }
 
 export async function restoreCommand(src: string, options: RestoreOptions): Promise<void> {
-  const url = storeUrlFrom(options);
+  const url = await storeUrlFrom(options);
   if (url !== null) {
     const result = await withSpinner(
       `checking ${src} and restoring it into PostgreSQL`,

@@ -1,5 +1,4 @@
 import { loadConfig } from '../core/config/load-config.js';
-import type { MetisConfig } from '../core/config/schema.js';
 import { MetisError } from '../core/errors.js';
 import { createServiceLogger, logFormatFor } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
@@ -7,7 +6,7 @@ import { bearerTokenFromEnv, type ServerAuth } from '../core/server/local-token.
 import { CONFORMANCE_WARNING, startService } from '../core/server/serve.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { asStorageError } from '../core/store/storage-errors.js';
-import { isPostgresUrl, redactUrl } from '../core/store/store-copy.js';
+import { pickStore } from './store-option.js';
 
 export interface ServeOptions {
   host?: string;
@@ -58,28 +57,6 @@ export async function serveCommand(options: ServeOptions): Promise<void> {
   exitWhenDone();
 }
 
-/**
- * Puts the PostgreSQL store to run on in `config.store.url`: `--store`, else `$METIS_STORE_URL`, else
- * the config file's; returns how it was given, for errors that name the setting to fix.
- */
-function chooseStore(config: MetisConfig, flag: string | undefined): string {
-  const fromEnv = process.env.METIS_STORE_URL === '' ? undefined : process.env.METIS_STORE_URL;
-  const [url, setting] =
-    flag !== undefined
-      ? [flag, '--store']
-      : fromEnv !== undefined
-        ? [fromEnv, '$METIS_STORE_URL']
-        : [null, 'store.url'];
-  if (url === null) return setting;
-  if (!isPostgresUrl(url))
-    throw new MetisError(
-      'METIS_ERR_STORE_UNUSABLE',
-      `${setting}: must be a postgres:// URL, not ${JSON.stringify(redactUrl(url))} (a SQLite file goes to --db)`,
-    );
-  config.store.url = url;
-  return setting;
-}
-
 async function serve(options: ServeOptions): Promise<void> {
   const { config, filepath } = await loadConfig({ explicitPath: options.config ?? null });
   if (options.host) config.server.host = options.host;
@@ -102,7 +79,8 @@ async function serve(options: ServeOptions): Promise<void> {
     }
     config.runtime.default_model = options.model;
   }
-  const storeSetting = chooseStore(config, options.store);
+  const store = pickStore(options, config.store.url);
+  config.store.url = store?.url ?? null;
   bearerTokenFromEnv(); // a weak token in the environment is refused before anything starts
   const dbPath = resolveDbPath(options.db ?? config.storage.database);
   const logger = createServiceLogger(process.env.METIS_LOG_LEVEL ?? 'info', logFormatFor(process.stderr));
@@ -122,7 +100,7 @@ async function serve(options: ServeOptions): Promise<void> {
   const service = await startService(config, dbPath, logger, {
     conformance: options.conformance ? { faults: faults as FaultName[] } : undefined,
     configPath: filepath,
-    storeSetting,
+    storeSetting: store?.setting,
   }).catch((error: unknown) => {
     // A full disk or a held lock at start-up (the lock file, the database) names the database path.
     throw asStorageError(error, dbPath);

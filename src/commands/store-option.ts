@@ -1,22 +1,47 @@
+import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
 import { isPostgresUrl, redactUrl } from '../core/store/store-copy.js';
 
 /** `--store` of the store commands that read a PostgreSQL store. */
 export const STORE_HELP =
-  'a PostgreSQL store, postgres://user:pass@host:port/db, instead of a SQLite file (default: $METIS_STORE_URL when --db is not given)';
+  'a PostgreSQL store, postgres://user:pass@host:port/db, instead of a SQLite file (default: $METIS_STORE_URL, then store.url of the config, when --db is not given)';
 
 /**
- * The PostgreSQL store a command should read: `--store`, else `$METIS_STORE_URL` unless `--db` names a
- * file; null for the SQLite store. Anything but a postgres:// URL is refused naming the flag.
+ * The PostgreSQL store a command works on, and how it was given: `--store`, else `$METIS_STORE_URL`,
+ * else the config's `store.url`, the last two unless `--db` names a file; null for the SQLite store.
+ * Anything but a postgres:// URL is refused naming where it came from (exit 2).
  */
-export function storeUrlFrom(options: { readonly store?: string; readonly db?: string }): string | null {
-  const fromEnv = options.db === undefined ? process.env.METIS_STORE_URL : undefined;
-  const url = options.store ?? (fromEnv === '' ? undefined : fromEnv);
-  if (url === undefined) return null;
+export function pickStore(
+  options: { readonly store?: string; readonly db?: string },
+  configUrl: string | null,
+): { readonly url: string; readonly setting: string } | null {
+  const fromEnv = process.env.METIS_STORE_URL;
+  const [url, setting] =
+    options.store !== undefined
+      ? [options.store, '--store']
+      : options.db !== undefined
+        ? [null, '']
+        : fromEnv !== undefined && fromEnv !== ''
+          ? [fromEnv, '$METIS_STORE_URL']
+          : [configUrl, 'store.url'];
+  if (url === null) return null;
   if (!isPostgresUrl(url))
     throw new MetisError(
       'METIS_ERR_INVALID_ARGUMENT',
-      `${options.store === undefined ? '$METIS_STORE_URL' : '--store'}: must be a postgres:// URL, not ${JSON.stringify(redactUrl(url))} (a SQLite file goes to --db)`,
+      `${setting}: must be a postgres:// URL, not ${JSON.stringify(redactUrl(url))} (a SQLite file goes to --db)`,
     );
-  return url;
+  return { url, setting };
+}
+
+/** `pickStore` for the store commands, which read the config only when flags and environment are silent. */
+export async function storeUrlFrom(options: {
+  readonly store?: string;
+  readonly db?: string;
+  readonly config?: string;
+}): Promise<string | null> {
+  const silent = options.store === undefined && options.db === undefined && !process.env.METIS_STORE_URL;
+  const configUrl = silent
+    ? (await loadConfig({ explicitPath: options.config ?? null })).config.store.url
+    : null;
+  return pickStore(options, configUrl)?.url ?? null;
 }

@@ -55,7 +55,7 @@ const POSTGRES_BATCH = 5_000;
 export async function tracePruneCommand(options: TracePruneOptions): Promise<void> {
   const { dbPath, config } = await databaseFrom(options);
   const days = parseRetentionDays(options.days ?? config.storage.retention_days);
-  const url = storeUrlFrom(options);
+  const url = await storeUrlFrom(options);
   const progress = stderrProgress('deleting events');
   const onProgress = ({ deleted, total }: PurgeProgress) => progress.update(deleted, total);
   const dryRun = options.dryRun ?? false;

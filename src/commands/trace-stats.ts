@@ -39,7 +39,7 @@ function printHuman(stats: TraceStats): void {
 }
 
 export async function traceStatsCommand(options: TraceStatsOptions): Promise<void> {
-  const url = storeUrlFrom(options);
+  const url = await storeUrlFrom(options);
   const stats =
     url === null ? traceStats((await databaseFrom(options)).dbPath) : await postgresTraceStats(url);
   if (options.json) console.log(JSON.stringify(stats, null, 2));

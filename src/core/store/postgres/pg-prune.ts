@@ -34,9 +34,13 @@ export async function purgePostgres(options: PostgresPurgeOptions): Promise<Purg
   client.on('error', () => {});
   try {
     await client.connect().catch((error: unknown) => {
-      throw new MetisError('METIS_ERR_STORE_UNUSABLE', `--store: cannot use ${label}: ${(error as Error).message}`, {
-        cause: error,
-      });
+      throw new MetisError(
+        'METIS_ERR_STORE_UNUSABLE',
+        `--store: cannot use ${label}: ${(error as Error).message}`,
+        {
+          cause: error,
+        },
+      );
     });
     await assertReadableStore(client, `--store: ${label}`);
     const audit = [...AUDIT_EVENT_TYPES];
@@ -75,7 +79,9 @@ export async function purgePostgres(options: PostgresPurgeOptions): Promise<Purg
     });
     if (options.dryRun) return result(0, await oldestKept());
 
-    const locked = await client.query<{ free: boolean }>(`SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`);
+    const locked = await client.query<{ free: boolean }>(
+      `SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`,
+    );
     if (!locked.rows[0]!.free)
       throw new MetisError(
         'METIS_ERR_DB_LOCKED',
