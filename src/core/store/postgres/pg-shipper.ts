@@ -1,11 +1,15 @@
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from 'pino';
 import { MetisError } from '../../errors.js';
 import { nowMicros } from '../../events/clock.js';
 import type { Db } from '../database.js';
 import { COPIED_TABLES, type CopiedTable } from '../store-copy.js';
 import type { StoreUpstream } from '../trace-context.js';
+import { copyTextField } from './pg-util.js';
 
 export interface ShipperOptions {
   /** Outbox entries per shipment at most: after an outage the backlog goes in transactions of this size. */
@@ -23,6 +27,18 @@ interface OutboxEntry {
   readonly op: 'upsert' | 'delete';
 }
 
+const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
+const EVENT_ID = EVENTS.columns.indexOf('id');
+
+/** Events in COPY's text format, in the table's column order. */
+async function copyEvents(client: pg.PoolClient, rows: readonly unknown[][]): Promise<void> {
+  const text = `${rows.map((row) => row.map(copyTextField).join('\t')).join('\n')}\n`;
+  await pipeline(
+    Readable.from([text]),
+    client.query(copyFrom(`COPY events (${EVENTS.columns.join(', ')}) FROM STDIN`)),
+  );
+}
+
 /** Tables whose rows are named by an integer. */
 const NUMERIC_KEYS = new Set(['tool_calls', 'pattern_outcomes']);
 
@@ -30,25 +46,33 @@ const NUMERIC_KEYS = new Set(['tool_calls', 'pattern_outcomes']);
 const PINGS_EVERY_POLLS = 5;
 
 /**
- * Ships a working copy's changes (working-copy.ts) to PostgreSQL, oldest first: each shipment reads a
- * stretch of the outbox, the current rows it names, and writes them (upserts in reference order, then
- * deletes in the reverse) with the outbox position reached, in one transaction; only then is the
- * stretch removed from the outbox. A shipment the store refuses is retried with backoff until it goes
- * through: nothing committed locally is dropped. Every write is an upsert or a delete by key, so a
- * stretch sent twice (a crash between the commit and trimming the outbox) changes nothing.
+ * Ships a working copy's changes (working-copy.ts) to PostgreSQL, oldest first. Each shipment is one
+ * transaction: the events committed since the last one (read by id: the server commits them in id
+ * order) by COPY, the outbox stretch's rows in their current state (upserts in reference order, then
+ * deletes in the reverse), and both positions reached. Only then is the stretch trimmed locally; at a
+ * start the positions are read back from PostgreSQL, so a crash between the commit and the trim neither
+ * loses nor repeats anything. A shipment the store refuses is retried with backoff until it goes
+ * through: nothing committed locally is dropped.
  */
 export class PgShipper implements StoreUpstream {
   private shipped: number;
+  private eventsShipped: string;
   private lastError: Error | null = null;
   private attempts = 0;
   private outageStarted = 0;
   private running: Promise<void> | null = null;
-  private waiters: { readonly target: number; readonly resolve: (shipped: boolean) => void }[] = [];
+  private waiters: {
+    readonly target: number;
+    readonly eventTarget: string;
+    readonly resolve: (shipped: boolean) => void;
+  }[] = [];
   private timer: NodeJS.Timeout | null = null;
   private polls = 0;
   private closed = false;
   private readonly readBatch: (limit: number) => OutboxEntry[];
+  private readonly readEvents: (after: string, limit: number) => unknown[][];
   private readonly newest: () => number;
+  private readonly newestEvent: () => string;
 
   constructor(
     private readonly db: Db,
@@ -56,16 +80,24 @@ export class PgShipper implements StoreUpstream {
     private readonly copy: {
       readonly copyId: string;
       readonly shippedThrough: number;
+      readonly eventsThrough: string;
       readonly label: string;
     },
     private readonly logger: Logger,
     private readonly options: ShipperOptions = {},
   ) {
     this.shipped = copy.shippedThrough;
-    this.readBatch = (limit) =>
-      db.prepare('SELECT n, tbl, row_key, op FROM pg_outbox ORDER BY n LIMIT ?').all(limit) as OutboxEntry[];
+    this.eventsShipped = copy.eventsThrough;
+    const outbox = db.prepare('SELECT n, tbl, row_key, op FROM pg_outbox ORDER BY n LIMIT ?');
+    this.readBatch = (limit) => outbox.all(limit) as OutboxEntry[];
+    const events = db
+      .prepare(`SELECT ${EVENTS.columns.join(', ')} FROM events WHERE id > ? ORDER BY id LIMIT ?`)
+      .raw();
+    this.readEvents = (after, limit) => events.all(after, limit) as unknown[][];
     const newest = db.prepare('SELECT coalesce(max(n), 0) FROM pg_outbox').pluck();
     this.newest = () => newest.get() as number;
+    const newestEvent = db.prepare("SELECT coalesce(max(id), '') FROM events").pluck();
+    this.newestEvent = () => newestEvent.get() as string;
   }
 
   get label(): string {
@@ -77,9 +109,17 @@ export class PgShipper implements StoreUpstream {
     return this.lastError;
   }
 
-  /** Changes committed locally and not yet in PostgreSQL. */
+  /** Changes committed locally and not yet in PostgreSQL (outbox entries and events). */
   get backlog(): number {
-    return Math.max(0, this.newest() - this.shipped);
+    const events = this.db
+      .prepare('SELECT count(*) FROM events WHERE id > ?')
+      .pluck()
+      .get(this.eventsShipped);
+    return Math.max(0, this.newest() - this.shipped) + (events as number);
+  }
+
+  private pending(): boolean {
+    return this.newest() > this.shipped || this.newestEvent() > this.eventsShipped;
   }
 
   start(): void {
@@ -101,9 +141,10 @@ export class PgShipper implements StoreUpstream {
   /** Resolves true once everything committed locally so far is in PostgreSQL; false after `timeoutMs`. */
   whenShipped(timeoutMs: number): Promise<boolean> {
     const target = this.newest();
-    if (target <= this.shipped) return Promise.resolve(true);
+    const eventTarget = this.newestEvent();
+    if (this.reached(target, eventTarget)) return Promise.resolve(true);
     return new Promise((resolve) => {
-      const waiter = { target, resolve };
+      const waiter = { target, eventTarget, resolve };
       this.waiters.push(waiter);
       const timer = setTimeout(() => {
         this.waiters = this.waiters.filter((w) => w !== waiter);
@@ -131,7 +172,7 @@ export class PgShipper implements StoreUpstream {
   private poll(): void {
     if (this.running !== null || this.closed) return;
     this.polls += 1;
-    if (this.newest() > this.shipped) {
+    if (this.pending()) {
       this.kick();
       return;
     }
@@ -151,9 +192,12 @@ export class PgShipper implements StoreUpstream {
     const limit = this.options.batchRows ?? 5_000;
     for (;;) {
       const entries = this.readBatch(limit);
-      if (entries.length === 0) return this.settleWaiters();
+      const events = this.readEvents(this.eventsShipped, limit);
+      if (entries.length === 0 && events.length === 0) return this.settleWaiters();
+      const through = entries.at(-1)?.n ?? this.shipped;
+      const eventsThrough = (events.at(-1)?.[EVENT_ID] as string | undefined) ?? this.eventsShipped;
       try {
-        await this.ship(entries);
+        await this.ship(entries, events, through, eventsThrough);
       } catch (error) {
         this.failed(error);
         if (this.closed) return;
@@ -162,23 +206,35 @@ export class PgShipper implements StoreUpstream {
         if (this.closed) return;
         continue;
       }
-      const through = entries.at(-1)!.n;
-      this.db.prepare('DELETE FROM pg_outbox WHERE n <= ?').run(through);
+      if (entries.length > 0) this.db.prepare('DELETE FROM pg_outbox WHERE n <= ?').run(through);
       this.shipped = through;
+      this.eventsShipped = eventsThrough;
       this.recovered();
       this.settleWaiters();
     }
   }
 
   private settleWaiters(): void {
-    const ready = this.waiters.filter((waiter) => waiter.target <= this.shipped);
+    const ready = this.waiters.filter((waiter) => this.reached(waiter.target, waiter.eventTarget));
     if (ready.length === 0) return;
-    this.waiters = this.waiters.filter((waiter) => waiter.target > this.shipped);
+    this.waiters = this.waiters.filter((waiter) => !ready.includes(waiter));
     for (const waiter of ready) waiter.resolve(true);
   }
 
-  /** One transaction: the rows' current state, upserted in reference order, deletes in the reverse. */
-  private async ship(entries: readonly OutboxEntry[]): Promise<void> {
+  private reached(target: number, eventTarget: string): boolean {
+    return target <= this.shipped && eventTarget <= this.eventsShipped;
+  }
+
+  /**
+   * One transaction: the new events (COPY: each is shipped once, the position committed with it), the
+   * outbox rows' current state upserted in reference order, deletes in the reverse, and the positions.
+   */
+  private async ship(
+    entries: readonly OutboxEntry[],
+    events: readonly unknown[][],
+    through: number,
+    eventsThrough: string,
+  ): Promise<void> {
     const latest = new Map<string, Map<string | number, OutboxEntry['op']>>();
     for (const entry of entries) {
       const ops = latest.get(entry.tbl) ?? new Map<string | number, OutboxEntry['op']>();
@@ -190,6 +246,7 @@ export class PgShipper implements StoreUpstream {
     let broken = false;
     try {
       await client.query('BEGIN');
+      if (events.length > 0) await copyEvents(client, events);
       for (const table of COPIED_TABLES) {
         const keys = [...(latest.get(table.name) ?? [])]
           .filter(([, op]) => op === 'upsert')
@@ -207,8 +264,8 @@ export class PgShipper implements StoreUpstream {
           );
       }
       const registered = await client.query(
-        'UPDATE metis_working_copies SET shipped_through = $2, updated_at_us = $3 WHERE copy_id = $1',
-        [this.copy.copyId, entries.at(-1)!.n, nowMicros()],
+        'UPDATE metis_working_copies SET shipped_through = $2, events_through = $3, updated_at_us = $4 WHERE copy_id = $1',
+        [this.copy.copyId, through, eventsThrough, nowMicros()],
       );
       if (registered.rowCount !== 1)
         throw new MetisError(

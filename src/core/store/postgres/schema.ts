@@ -108,6 +108,7 @@ export const PG_MIGRATIONS: readonly string[] = [
     copy_id text PRIMARY KEY,
     epoch text NOT NULL,
     shipped_through bigint NOT NULL,
+    events_through text COLLATE "C" NOT NULL,
     host text NOT NULL,
     updated_at_us bigint NOT NULL
   );
