@@ -8,9 +8,9 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from './free-port.js';
 
 /**
  * A real PostgreSQL server for the tests: Debian's server binaries (`/usr/lib/postgresql/<n>/bin`, or
@@ -49,14 +49,6 @@ function serverAccount(): { uid: number; gid: number } | null {
     }
   }
   throw new Error('running as root, and neither a postgres nor a nobody account exists to run PostgreSQL');
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /** The role whose password the cluster checks (create it with one: `CREATE ROLE ... PASSWORD '...'`). */

@@ -1,10 +1,10 @@
 import { request as httpRequest } from 'node:http';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { EventSource } from 'eventsource';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { emitPadded } from '../helpers/flood.js';
+import { freePort } from '../helpers/free-port.js';
 import { startTestServer } from '../helpers/server.js';
 import { serverOnFile } from '../helpers/server-on-file.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -59,14 +59,6 @@ function readAll(
     req.on('error', reject);
     req.end();
   });
-}
-
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
 }
 
 describe('server-sent events', () => {
