@@ -5,6 +5,7 @@
  *      raw better-sqlite3 INSERT in its own transaction on an identical table (spec: p95 < 1 ms);
  *   2. group-commit throughput through the bus with ~300-byte payloads and every index, against raw
  *      inserts of the same rows in transactions of 1,000 (target ≥ 0.8× raw);
+ *      beside it, sustained ingest: the same events emitted 100 at a time without waiting (store-sustained.ts);
  *   3. replay of 10,000 events of one session out of 1,000,000 in 50 interleaved sessions, as the server
  *      replays (TraceStore.replayJson, then the event frame around each envelope), warm and cold, against the spec's §7.1 rowid layout (target ≤ 30 ms warm);
  *   4. prune of every one of those 1,000,000 (old) events while another process commits 1,000 events/s:
@@ -39,6 +40,7 @@ import {
   residentBytes,
   tempStoreDir,
 } from './lib/store-fixtures.js';
+import { benchSustainedIngest } from './store-sustained.js';
 
 const LATENCY_SESSION = 'sess_bench_latency';
 
@@ -195,6 +197,7 @@ async function benchGroupCommit(opts: SuiteOptions): Promise<Figure[]> {
     }
   }
   return [
+    ...(await benchSustainedIngest(events, median(busRates))),
     figure({
       name: `group commit through the bus (${BURST.toLocaleString('en-US')}-event bursts)`,
       value: median(busRates),
