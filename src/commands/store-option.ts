@@ -33,15 +33,17 @@ export function pickStore(
   return { url, setting };
 }
 
+type StoreOptions = { readonly store?: string; readonly db?: string; readonly config?: string };
+
 /** `pickStore` for the store commands, which read the config only when flags and environment are silent. */
-export async function storeUrlFrom(options: {
-  readonly store?: string;
-  readonly db?: string;
-  readonly config?: string;
-}): Promise<string | null> {
+export async function storeFrom(options: StoreOptions): Promise<{ url: string; setting: string } | null> {
   const silent = options.store === undefined && options.db === undefined && !process.env.METIS_STORE_URL;
   const configUrl = silent
     ? (await loadConfig({ explicitPath: options.config ?? null })).config.store.url
     : null;
-  return pickStore(options, configUrl)?.url ?? null;
+  return pickStore(options, configUrl);
+}
+
+export async function storeUrlFrom(options: StoreOptions): Promise<string | null> {
+  return (await storeFrom(options))?.url ?? null;
 }

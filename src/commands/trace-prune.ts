@@ -8,7 +8,7 @@ import {
 } from '../core/store/retention.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
 import { stderrProgress } from './progress.js';
-import { storeUrlFrom } from './store-option.js';
+import { storeFrom } from './store-option.js';
 
 export interface TracePruneOptions extends DatabaseOptions {
   days?: string;
@@ -55,13 +55,21 @@ const POSTGRES_BATCH = 5_000;
 export async function tracePruneCommand(options: TracePruneOptions): Promise<void> {
   const { dbPath, config } = await databaseFrom(options);
   const days = parseRetentionDays(options.days ?? config.storage.retention_days);
-  const url = await storeUrlFrom(options);
+  const store = await storeFrom(options);
+  const url = store?.url ?? null;
   const progress = stderrProgress('deleting events');
   const onProgress = ({ deleted, total }: PurgeProgress) => progress.update(deleted, total);
   const dryRun = options.dryRun ?? false;
   const result = await (url === null
     ? purgeOldEvents({ dbPath, days, dryRun, onProgress })
-    : purgePostgres({ url, cutoffUs: retentionCutoffUs(days), dryRun, batchSize: POSTGRES_BATCH, onProgress })
+    : purgePostgres({
+        url,
+        setting: store!.setting,
+        cutoffUs: retentionCutoffUs(days),
+        dryRun,
+        batchSize: POSTGRES_BATCH,
+        onProgress,
+      })
   ).catch((error: unknown) => {
     progress.fail('prune stopped');
     throw error;

@@ -19,16 +19,19 @@ export interface PostgresPurgeOptions {
   readonly dryRun: boolean;
   readonly batchSize: number;
   readonly onProgress?: (progress: PurgeProgress) => void;
+  /** How the URL was given (`--store`, `$METIS_STORE_URL`, `store.url`), for messages. */
+  readonly setting?: string;
 }
 
 /**
  * Retention on a PostgreSQL store (bus §7.3): what `purgeOldEvents` does to a SQLite file, with the
  * same result and the same `trace.swept` in the `system` session. Each batch is one short DELETE of
  * its own, so writers wait for one batch at most. A server's working copy would still hold what went,
- * so the prune refuses while a server uses the store and marks the store rewritten (its epoch) when
- * done: the next server start rebuilds its working copy.
+ * so the prune refuses while a server uses the store and marks the store rewritten (its epoch) before
+ * it deletes anything: the next server start rebuilds its working copy.
  */
 export async function purgePostgres(options: PostgresPurgeOptions): Promise<PurgeResult> {
+  const setting = options.setting ?? '--store';
   const label = redactUrl(options.url);
   const client = new pg.Client({ connectionString: options.url, types: BIGINT_AS_NUMBER });
   client.on('error', () => {});
@@ -36,13 +39,13 @@ export async function purgePostgres(options: PostgresPurgeOptions): Promise<Purg
     await client.connect().catch((error: unknown) => {
       throw new MetisError(
         'METIS_ERR_STORE_UNUSABLE',
-        `--store: cannot use ${label}: ${(error as Error).message}`,
+        `${setting}: cannot use ${label}: ${(error as Error).message}`,
         {
           cause: error,
         },
       );
     });
-    await assertReadableStore(client, `--store: ${label}`);
+    await assertReadableStore(client, `${setting}: ${label}`);
     const audit = [...AUDIT_EVENT_TYPES];
     const bound = eventIdBound(Math.floor(options.cutoffUs / 1000) + 1);
     const planned = await client.query<{ type: string; n: number }>(
@@ -85,30 +88,41 @@ export async function purgePostgres(options: PostgresPurgeOptions): Promise<Purg
     if (!locked.rows[0]!.free)
       throw new MetisError(
         'METIS_ERR_DB_LOCKED',
-        `--store: a metis serve is using ${label}; prune its working copy instead (metis trace prune --db <the file its banner names>), whose deletions it sends to the store`,
+        `${setting}: a metis serve is using ${label}; prune its working copy instead (metis trace prune --db <the file its banner names>), whose deletions it sends to the store`,
       );
-    let deleted = 0;
-    let batches = 0;
-    options.onProgress?.({ deleted, total });
-    for (;;) {
-      const gone = await client.query(
-        `DELETE FROM events WHERE id IN (
-           SELECT id FROM events WHERE id < $1 AND timestamp_us < $2 AND type <> ALL($3) ORDER BY id LIMIT $4)`,
-        [bound, options.cutoffUs, audit, options.batchSize],
-      );
-      const count = gone.rowCount ?? 0;
-      if (count === 0) break;
-      deleted += count;
-      batches += 1;
-      options.onProgress?.({ deleted, total: Math.max(total, deleted) });
-      if (count < options.batchSize) break;
-    }
-    total = deleted;
-    const swept = result(batches, await oldestKept());
-    await recordSwept(options.url, swept);
+    // Before the first delete: a prune cut short still leaves every working copy stale, never one that
+    // holds what is gone.
     await client.query('BEGIN');
     await renewStoreEpoch(client);
     await client.query('COMMIT');
+    let deleted = 0;
+    let batches = 0;
+    let after = '';
+    for (const type of Object.keys(byType)) byType[type] = 0;
+    options.onProgress?.({ deleted, total });
+    for (;;) {
+      // The cursor skips the audit rows kept below it instead of reading them again every batch.
+      const gone = await client.query<{ id: string; type: string }>(
+        `DELETE FROM events WHERE id IN (
+           SELECT id FROM events WHERE id > $5 AND id < $1 AND timestamp_us < $2 AND type <> ALL($3)
+           ORDER BY id LIMIT $4)
+         RETURNING id, type`,
+        [bound, options.cutoffUs, audit, options.batchSize, after],
+      );
+      if (gone.rows.length === 0) break;
+      for (const row of gone.rows) {
+        byType[row.type] = (byType[row.type] ?? 0) + 1;
+        if (row.id > after) after = row.id;
+      }
+      deleted += gone.rows.length;
+      batches += 1;
+      options.onProgress?.({ deleted, total: Math.max(total, deleted) });
+      if (gone.rows.length < options.batchSize) break;
+    }
+    total = deleted;
+    for (const [type, count] of Object.entries(byType)) if (count === 0) delete byType[type];
+    const swept = result(batches, await oldestKept());
+    await recordSwept(options.url, swept);
     return swept;
   } finally {
     await client.end().catch(() => {});

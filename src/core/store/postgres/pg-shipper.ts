@@ -48,8 +48,8 @@ const PINGS_EVERY_POLLS = 5;
 /**
  * Ships a working copy's changes (working-copy.ts) to PostgreSQL, oldest first. Each shipment is one
  * transaction: the events committed since the last one (read by id: the server commits them in id
- * order) by COPY, the outbox stretch's rows in their current state (upserts in reference order, then
- * deletes in the reverse), and both positions reached. Only then is the stretch trimmed locally; at a
+ * order) by COPY, the outbox stretch's deletes (children first) and rows in their current state
+ * (parents first), and both positions reached. Only then is the stretch trimmed locally; at a
  * start the positions are read back from PostgreSQL, so a crash between the commit and the trim neither
  * loses nor repeats anything. A shipment the store refuses is retried with backoff until it goes
  * through: nothing committed locally is dropped.
@@ -69,10 +69,15 @@ export class PgShipper implements StoreUpstream {
   private timer: NodeJS.Timeout | null = null;
   private polls = 0;
   private closed = false;
+  /** A kick that came while a ping ran: the drain starts when the ping ends. */
+  private kickWaiting = false;
+  /** Cuts a retry's backoff short when the shipper closes. */
+  private readonly stopping = new AbortController();
   private readonly readBatch: (limit: number) => OutboxEntry[];
   private readonly readEvents: (after: string, limit: number) => unknown[][];
   private readonly newest: () => number;
   private readonly newestEvent: () => string;
+  private readonly saveEventsPosition: ReturnType<Db['prepare']>;
 
   constructor(
     private readonly db: Db,
@@ -96,6 +101,7 @@ export class PgShipper implements StoreUpstream {
     this.readEvents = (after, limit) => events.all(after, limit) as unknown[][];
     const newest = db.prepare('SELECT coalesce(max(n), 0) FROM pg_outbox').pluck();
     this.newest = () => newest.get() as number;
+    this.saveEventsPosition = db.prepare('UPDATE pg_working_copy SET events_through = ?');
     const newestEvent = db.prepare("SELECT coalesce(max(id), '') FROM events").pluck();
     this.newestEvent = () => newestEvent.get() as string;
   }
@@ -132,10 +138,18 @@ export class PgShipper implements StoreUpstream {
 
   /** Starts a shipment unless one runs (called after each local commit). */
   kick(): void {
-    if (this.running !== null || this.closed) return;
-    this.running = this.drain().finally(() => {
-      this.running = null;
-    });
+    if (this.closed) return;
+    if (this.running !== null) {
+      this.kickWaiting = true;
+      return;
+    }
+    this.kickWaiting = false;
+    this.running = this.drain().finally(() => this.ended());
+  }
+
+  private ended(): void {
+    this.running = null;
+    if (this.kickWaiting) this.kick();
   }
 
   /** Resolves true once everything committed locally so far is in PostgreSQL; false after `timeoutMs`. */
@@ -161,6 +175,7 @@ export class PgShipper implements StoreUpstream {
     this.timer = null;
     const done = await this.whenShipped(timeoutMs);
     this.closed = true;
+    this.stopping.abort();
     if (!done)
       this.logger.error(
         { store: this.label, backlog: this.backlog },
@@ -170,6 +185,8 @@ export class PgShipper implements StoreUpstream {
   }
 
   private poll(): void {
+    // A forced stop closes the database without closing the shipper.
+    if (!this.db.open) this.closed = true;
     if (this.running !== null || this.closed) return;
     this.polls += 1;
     if (this.pending()) {
@@ -183,9 +200,7 @@ export class PgShipper implements StoreUpstream {
         () => this.recovered(),
         (error: unknown) => this.failed(error),
       )
-      .finally(() => {
-        this.running = null;
-      });
+      .finally(() => this.ended());
   }
 
   private async drain(): Promise<void> {
@@ -202,16 +217,36 @@ export class PgShipper implements StoreUpstream {
         this.failed(error);
         if (this.closed) return;
         const { minMs, maxMs } = this.options.retry ?? { minMs: 100, maxMs: 5_000 };
-        await sleep(Math.min(maxMs, minMs * 2 ** Math.min(this.attempts - 1, 16)));
+        await sleep(Math.min(maxMs, minMs * 2 ** Math.min(this.attempts - 1, 16)), undefined, {
+          signal: this.stopping.signal,
+        }).catch(() => {});
         if (this.closed) return;
+        // The failed attempt may have committed before its answer was lost: resume from the store's word.
+        await this.readPositions().catch(() => {});
         continue;
       }
-      if (entries.length > 0) this.db.prepare('DELETE FROM pg_outbox WHERE n <= ?').run(through);
-      this.shipped = through;
-      this.eventsShipped = eventsThrough;
+      this.shippedTo(through, eventsThrough);
       this.recovered();
-      this.settleWaiters();
     }
+  }
+
+  /** Records what PostgreSQL now holds: the outbox is trimmed, the events position kept locally too. */
+  private shippedTo(through: number, eventsThrough: string): void {
+    if (through > this.shipped) this.db.prepare('DELETE FROM pg_outbox WHERE n <= ?').run(through);
+    if (eventsThrough !== this.eventsShipped) this.saveEventsPosition.run(eventsThrough);
+    this.shipped = through;
+    this.eventsShipped = eventsThrough;
+    this.settleWaiters();
+  }
+
+  private async readPositions(): Promise<void> {
+    const row = (
+      await this.pool.query<{ shipped_through: number; events_through: string }>(
+        'SELECT shipped_through, events_through FROM metis_working_copies WHERE copy_id = $1',
+        [this.copy.copyId],
+      )
+    ).rows[0];
+    if (row !== undefined) this.shippedTo(row.shipped_through, row.events_through);
   }
 
   private settleWaiters(): void {
@@ -227,7 +262,7 @@ export class PgShipper implements StoreUpstream {
 
   /**
    * One transaction: the new events (COPY: each is shipped once, the position committed with it), the
-   * outbox rows' current state upserted in reference order, deletes in the reverse, and the positions.
+   * outbox's deletes (children first), its rows' current state (parents first), and the positions.
    */
   private async ship(
     entries: readonly OutboxEntry[],
@@ -247,12 +282,8 @@ export class PgShipper implements StoreUpstream {
     try {
       await client.query('BEGIN');
       if (events.length > 0) await copyEvents(client, events);
-      for (const table of COPIED_TABLES) {
-        const keys = [...(latest.get(table.name) ?? [])]
-          .filter(([, op]) => op === 'upsert')
-          .map(([key]) => key);
-        if (keys.length > 0) await this.upsert(client, table, keys);
-      }
+      // Deletes first (children before parents): a row deleted and one inserted under another key with
+      // the same unique value (a pattern fingerprint's key) must not meet in the store.
       for (const table of [...COPIED_TABLES].reverse()) {
         const keys = [...(latest.get(table.name) ?? [])]
           .filter(([, op]) => op === 'delete')
@@ -263,6 +294,12 @@ export class PgShipper implements StoreUpstream {
             [keys],
           );
       }
+      for (const table of COPIED_TABLES) {
+        const keys = [...(latest.get(table.name) ?? [])]
+          .filter(([, op]) => op === 'upsert')
+          .map(([key]) => key);
+        if (keys.length > 0) await this.upsert(client, table, keys);
+      }
       const registered = await client.query(
         'UPDATE metis_working_copies SET shipped_through = $2, events_through = $3, updated_at_us = $4 WHERE copy_id = $1',
         [this.copy.copyId, through, eventsThrough, nowMicros()],
@@ -270,7 +307,7 @@ export class PgShipper implements StoreUpstream {
       if (registered.rowCount !== 1)
         throw new MetisError(
           'METIS_ERR_STORE_DIVERGED',
-          `${this.label} no longer knows this server's working copy: it was restored or copied into while this server ran`,
+          `${this.label} no longer knows this server's working copy: something else changed the store while this server ran (a restore, a copy into it, a prune, or another server that started on it)`,
         );
       await client.query('COMMIT');
     } catch (error) {

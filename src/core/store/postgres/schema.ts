@@ -122,17 +122,23 @@ export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
  * makes the second wait and then find nothing to do. A database newer than this metis is refused.
  */
 export async function migratePostgres(client: pg.ClientBase): Promise<number> {
+  // A store already up to date is only read: a user with rights on metis's tables, and none to create
+  // tables, can run on it.
+  const present = await client.query<{ present: boolean }>(
+    "SELECT to_regclass('metis_schema') IS NOT NULL AS present",
+  );
+  const known = present.rows[0]!.present
+    ? ((await client.query<{ version: number }>('SELECT version FROM metis_schema')).rows[0]?.version ?? null)
+    : null;
+  if (known !== null && known > PG_SCHEMA_VERSION) throw newerSchema(known);
+  if (known === PG_SCHEMA_VERSION) return PG_SCHEMA_VERSION;
   await client.query('SELECT pg_advisory_lock(hashtext($1))', ['metis_schema']);
   try {
     await client.query('CREATE TABLE IF NOT EXISTS metis_schema (version integer NOT NULL)');
     const found = await client.query<{ version: number }>('SELECT version FROM metis_schema');
     if (found.rowCount === 0) await client.query('INSERT INTO metis_schema (version) VALUES (0)');
     const current = found.rows[0]?.version ?? 0;
-    if (current > PG_SCHEMA_VERSION)
-      throw new MetisError(
-        'METIS_ERR_SCHEMA_VERSION',
-        `the PostgreSQL store is at schema version ${current}; this metis knows up to ${PG_SCHEMA_VERSION}`,
-      );
+    if (current > PG_SCHEMA_VERSION) throw newerSchema(current);
     for (let version = current + 1; version <= PG_SCHEMA_VERSION; version += 1) {
       await client.query('BEGIN');
       try {
@@ -148,6 +154,13 @@ export async function migratePostgres(client: pg.ClientBase): Promise<number> {
   } finally {
     await client.query('SELECT pg_advisory_unlock(hashtext($1))', ['metis_schema']);
   }
+}
+
+function newerSchema(version: number): MetisError {
+  return new MetisError(
+    'METIS_ERR_SCHEMA_VERSION',
+    `the PostgreSQL store is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
+  );
 }
 
 /**

@@ -32,6 +32,10 @@ export async function openPostgresStore(
     types: BIGINT_AS_NUMBER,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     statement_timeout: STATEMENT_TIMEOUT_MS,
+    // A network that drops packets silently answers nothing: the client gives up on its own, and TCP
+    // keepalive notices a dead peer on an idle connection.
+    query_timeout: STATEMENT_TIMEOUT_MS + CONNECT_TIMEOUT_MS,
+    keepAlive: true,
   });
   // A connection the server drops (a restart) must not crash the process: the pool replaces it.
   pool.on('error', () => {});

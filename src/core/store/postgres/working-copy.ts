@@ -73,7 +73,7 @@ function outboxSql(): string {
   return `
     DROP TRIGGER IF EXISTS pg_outbox_events_insert;
     DROP TRIGGER IF EXISTS pg_outbox_events_update;
-    CREATE TABLE IF NOT EXISTS ${META_TABLE} (copy_id TEXT NOT NULL, epoch TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS ${META_TABLE} (copy_id TEXT NOT NULL, epoch TEXT NOT NULL, events_through TEXT NOT NULL DEFAULT '');
     CREATE TABLE IF NOT EXISTS pg_outbox (n INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, row_key NOT NULL, op TEXT NOT NULL);
     ${triggers.join('\n')}`;
 }
@@ -87,65 +87,72 @@ export function workingCopyPath(dataDir: string, url: string): string {
 
 /**
  * Connects to the store (bringing its schema up to date), takes the serve lock, and returns a working
- * copy that matches it, rebuilt when it does not.
+ * copy that matches it, rebuilt when it does not. The copy chosen becomes the store's only registered
+ * one: a copy elsewhere (another data folder, another host) that shipped before is stale from now on,
+ * and its own shipments are refused (the registration is what fences a server that lost the lock).
  * @throws MetisError METIS_ERR_STORE_UNUSABLE (exit 2) naming the setting for a store that cannot be
  *   used; METIS_ERR_DB_LOCKED when another server uses it; METIS_ERR_STORE_DIVERGED as above.
  */
 export async function prepareWorkingCopy(options: WorkingCopyOptions): Promise<WorkingCopy> {
   const label = redactUrl(options.url);
-  let path: string;
+  let lockHolder: pg.Client | null = null;
   try {
-    path = workingCopyPath(options.dataDir, options.url);
-  } catch (error) {
-    throw startupStoreError(error, options.setting, label);
-  }
-  const lockHolder = new pg.Client({
-    connectionString: options.url,
-    types: BIGINT_AS_NUMBER,
-    connectionTimeoutMillis: 10_000,
-  });
-  lockHolder.on('error', () => {});
-  try {
-    try {
-      await lockHolder.connect();
-      await migratePostgres(lockHolder);
-    } catch (error) {
-      throw startupStoreError(error, options.setting, label);
-    }
-    const locked = await lockHolder.query<{ free: boolean }>(
+    const path = workingCopyPath(options.dataDir, options.url);
+    lockHolder = new pg.Client({
+      connectionString: options.url,
+      types: BIGINT_AS_NUMBER,
+      connectionTimeoutMillis: 10_000,
+      keepAlive: true,
+    });
+    const client = lockHolder;
+    client.on('error', () => {});
+    await client.connect();
+    await migratePostgres(client);
+    const locked = await client.query<{ free: boolean }>(
       `SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`,
     );
     if (!locked.rows[0]!.free)
       throw new MetisError(
         'METIS_ERR_DB_LOCKED',
-        `${options.setting}: another metis serve (or a copy or restore) is using ${label}`,
+        `${options.setting}: another metis serve (or a copy, restore or prune) is using ${label}`,
         { hint: 'Stop the other process first, or point this server at another database.' },
       );
-    const epoch = (await lockHolder.query<{ epoch: string }>('SELECT epoch FROM metis_store_epoch')).rows[0]!
+    const epoch = (await client.query<{ epoch: string }>('SELECT epoch FROM metis_store_epoch')).rows[0]!
       .epoch;
-    const reused = await reusable(lockHolder, path, epoch, label);
-    if (reused !== null) return { path, ...reused, label, lockHolder };
-    const rebuilt = await rebuild(options, lockHolder, path, epoch);
-    return { path, ...rebuilt, shippedThrough: 0, label, lockHolder };
+    const copy =
+      (await reusable(client, path, epoch, label)) ?? (await rebuild(options, client, path, epoch));
+    await client.query('DELETE FROM metis_working_copies WHERE copy_id <> $1', [copy.copyId]);
+    return { path, ...copy, label, lockHolder: client };
   } catch (error) {
-    await lockHolder.end().catch(() => {});
-    throw error;
+    await lockHolder?.end().catch(() => {});
+    if (error instanceof MetisError && error.code !== 'METIS_ERR_SCHEMA_VERSION') throw error;
+    throw startupStoreError(error, options.setting, label);
   }
 }
 
-/** The copy at `path` when it belongs to the store's current epoch; null when it must be rebuilt. */
+interface Positions {
+  readonly copyId: string;
+  readonly shippedThrough: number;
+  readonly eventsThrough: string;
+}
+
+/**
+ * The copy at `path` when it is the store's registered copy of the current epoch and holds at least
+ * what the store says it shipped (a copy restored from an older file snapshot does not); null when it
+ * must be rebuilt. A copy holding changes never shipped is refused rather than rebuilt over.
+ */
 async function reusable(
   client: pg.Client,
   path: string,
   epoch: string,
   label: string,
-): Promise<{ copyId: string; shippedThrough: number; eventsThrough: string } | null> {
+): Promise<Positions | null> {
   if (!existsSync(path)) return null;
   const db = openDatabase(path, { create: false });
   try {
     db.exec(outboxSql());
-    const meta = db.prepare(`SELECT copy_id, epoch FROM ${META_TABLE}`).get() as
-      | { copy_id: string; epoch: string }
+    const meta = db.prepare(`SELECT copy_id, epoch, events_through FROM ${META_TABLE}`).get() as
+      | { copy_id: string; epoch: string; events_through: string }
       | undefined;
     const registered =
       meta === undefined
@@ -156,29 +163,36 @@ async function reusable(
               [meta.copy_id],
             )
           ).rows[0];
-    if (meta !== undefined && registered !== undefined && meta.epoch === epoch && registered.epoch === epoch)
+    const outboxCounter = (db
+      .prepare("SELECT seq FROM sqlite_sequence WHERE name = 'pg_outbox'")
+      .pluck()
+      .get() ?? 0) as number;
+    const newestEvent = (db.prepare("SELECT coalesce(max(id), '') FROM events").pluck().get() ??
+      '') as string;
+    if (
+      meta !== undefined &&
+      registered !== undefined &&
+      meta.epoch === epoch &&
+      registered.epoch === epoch &&
+      outboxCounter >= registered.shipped_through &&
+      newestEvent >= registered.events_through
+    )
       return {
         copyId: meta.copy_id,
         shippedThrough: registered.shipped_through,
         eventsThrough: registered.events_through,
       };
-    // Without a registration nothing is known to be shipped, and every event may be new.
+    // What this copy knows it shipped: the store's word while it still registers the copy, else its own.
+    const shippedThrough = registered?.shipped_through ?? 0;
+    const eventsThrough = registered?.events_through ?? meta?.events_through ?? '';
     const unshipped =
-      (db
-        .prepare('SELECT count(*) FROM pg_outbox WHERE n > ?')
-        .pluck()
-        .get(registered?.shipped_through ?? 0) as number) +
-      (registered === undefined
-        ? 0
-        : (db
-            .prepare('SELECT count(*) FROM events WHERE id > ?')
-            .pluck()
-            .get(registered.events_through) as number));
+      (db.prepare('SELECT count(*) FROM pg_outbox WHERE n > ?').pluck().get(shippedThrough) as number) +
+      (db.prepare('SELECT count(*) FROM events WHERE id > ?').pluck().get(eventsThrough) as number);
     if (unshipped > 0)
       throw new MetisError(
         'METIS_ERR_STORE_DIVERGED',
         `the working copy ${path} holds ${unshipped} changes never sent to ${label}, and that store was ` +
-          'rewritten since (a restore, a copy into it or a prune): sending them now could contradict it',
+          'changed since by something else (a restore, a copy into it, a prune, or a server using another working copy): sending them now could contradict it',
       );
     return null;
   } finally {
@@ -186,11 +200,19 @@ async function reusable(
   }
 }
 
-/** A new working copy from the store (a whole-store copy), registered with it. */
-async function rebuild(options: WorkingCopyOptions, client: pg.Client, path: string, epoch: string) {
+/**
+ * A new working copy from the store (a whole-store copy), registered with it before it takes the copy's
+ * place. The store of record counts as verified: each session's gap-scan cursor starts at its newest
+ * event, so holes a prune left there are not reported again by every copy built from it.
+ */
+async function rebuild(
+  options: WorkingCopyOptions,
+  client: pg.Client,
+  path: string,
+  epoch: string,
+): Promise<Positions> {
   const building = `${path}.building`;
   removeDatabaseFiles(building);
-  removeDatabaseFiles(path);
   options.logger.info(
     { store: redactUrl(options.url), path },
     'building the working copy of the PostgreSQL store',
@@ -206,7 +228,15 @@ async function rebuild(options: WorkingCopyOptions, client: pg.Client, path: str
   try {
     eventsThrough = (db.prepare('SELECT max(id) FROM events').pluck().get() as string | null) ?? '';
     db.exec(outboxSql());
-    db.prepare(`INSERT INTO ${META_TABLE} (copy_id, epoch) VALUES (?, ?)`).run(copyId, epoch);
+    db.prepare(
+      `INSERT INTO gap_scan_state (session_id, last_seq, last_id)
+       SELECT session_id, max(seq), id FROM events GROUP BY session_id`,
+    ).run();
+    db.prepare(`INSERT INTO ${META_TABLE} (copy_id, epoch, events_through) VALUES (?, ?, ?)`).run(
+      copyId,
+      epoch,
+      eventsThrough,
+    );
     // A store that never had a server lacks the `system` session a new SQLite file starts with; made
     // here, it is shipped like any other change.
     db.prepare(
@@ -215,17 +245,18 @@ async function rebuild(options: WorkingCopyOptions, client: pg.Client, path: str
   } finally {
     db.close();
   }
-  renameSync(building, path);
   await client.query(
     `INSERT INTO metis_working_copies (copy_id, epoch, shipped_through, events_through, host, updated_at_us)
      VALUES ($1, $2, 0, $3, $4, $5)`,
     [copyId, epoch, eventsThrough, hostname(), nowMicros()],
   );
+  removeDatabaseFiles(path);
+  renameSync(building, path);
   options.logger.info(
     { events: report.tables.find((table) => table.name === 'events')?.rows ?? 0, sessions: report.sessions },
     'working copy ready',
   );
-  return { copyId, eventsThrough };
+  return { copyId, shippedThrough: 0, eventsThrough };
 }
 
 function removeDatabaseFiles(path: string): void {

@@ -1,0 +1,139 @@
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { MetisConfigSchema } from '../../src/core/config/schema.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { startService } from '../../src/core/server/serve.js';
+import { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
+import { openPostgresStore } from '../../src/core/store/postgres/serve-store.js';
+import { openTraceContext } from '../../src/core/store/trace-context.js';
+import { freshDatabase, type PostgresServer, postgresTestsRun, startPostgres } from '../helpers/postgres.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/**
+ * The working copy's shipper (src/core/store/postgres/pg-shipper.ts) in the cases a review found it
+ * wrong: a unique value that moves from a deleted row to a new one, a commit whose answer is lost, and
+ * a store that another server's working copy wrote to in between.
+ */
+
+let server: PostgresServer;
+beforeAll(async () => {
+  if (postgresTestsRun) server = await startPostgres();
+}, 60_000);
+afterAll(async () => {
+  await server?.destroy();
+});
+
+function psqlIn(url: string, sql: string): string {
+  return server.psql(sql, new URL(url).pathname.slice(1)).trim();
+}
+
+/** A working copy of a fresh store with its shipper, built from `pool` when given (fault injection). */
+async function workingCopy(url: string, pool?: (real: pg.Pool) => pg.Pool) {
+  const store = await openPostgresStore(url, '--store', tempDir(), silentLogger());
+  const real = new pg.Pool({ connectionString: url, max: 2 });
+  let shipper: PgShipper | null = null;
+  const context = openTraceContext({
+    dbPath: store.copy.path,
+    logger: silentLogger(),
+    upstream: (db) => {
+      shipper = new PgShipper(db, pool?.(real) ?? real, store.copy, silentLogger(), {
+        retry: { minMs: 20, maxMs: 50 },
+      });
+      return shipper;
+    },
+  });
+  onTestFinished(async () => {
+    await context.close();
+    await real.end();
+    await store.close();
+  });
+  return { context, shipper: shipper! };
+}
+
+describe.skipIf(!postgresTestsRun)('the working copy shipper', () => {
+  it('a fingerprint deleted and its key taken by a new one in the same shipment reach the store', async () => {
+    const url = freshDatabase(server);
+    const { context } = await workingCopy(url);
+    const insert = context.db.prepare(
+      "INSERT INTO pattern_fingerprints (id, key, kind, features_json, created_at_us) VALUES (?, 'k1', 'task', '{}', 1)",
+    );
+    insert.run('fp_old');
+    expect(await context.upstream!.whenShipped(10_000)).toBe(true);
+    context.db.transaction(() => {
+      context.db.prepare("DELETE FROM pattern_fingerprints WHERE id = 'fp_old'").run();
+      insert.run('fp_new');
+    })();
+    expect(await context.upstream!.whenShipped(10_000)).toBe(true);
+    expect(psqlIn(url, 'SELECT id FROM pattern_fingerprints')).toBe('fp_new');
+  }, 60_000);
+
+  it('a commit whose answer is lost is not shipped again', async () => {
+    const url = freshDatabase(server);
+    let lost = 0;
+    let armed = false;
+    // The first COMMIT goes through, then its answer is "lost": the shipper sees an error.
+    const losing = (real: pg.Pool) =>
+      ({
+        query: real.query.bind(real),
+        connect: async () => {
+          const client = await real.connect();
+          const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
+          // Only the COMMIT is wrapped: COPY hands back a stream, which must pass through untouched.
+          (client as unknown as { query: typeof query }).query = (text, ...rest) => {
+            if (text !== 'COMMIT' || !armed || lost > 0) return query(text, ...rest);
+            lost += 1;
+            return query(text, ...rest).then(() => {
+              throw new Error('Connection terminated unexpectedly');
+            });
+          };
+          return client;
+        },
+      }) as unknown as pg.Pool;
+    const { context, shipper } = await workingCopy(url, losing);
+    expect(await context.upstream!.whenShipped(10_000)).toBe(true); // the start's own changes
+    armed = true;
+    for (let i = 0; i < 20; i += 1)
+      context.bus.emit({
+        type: 'bus.subscriber_registered',
+        session_id: 'system',
+        payload: { subscription_name: `s${i}`, filter: {}, fast_path: false },
+      });
+    await context.flush();
+    expect(await context.upstream!.whenShipped(10_000)).toBe(true);
+    expect(lost).toBe(1);
+    expect(shipper.failure).toBeNull();
+    const local = context.db.prepare('SELECT count(*) FROM events').pluck().get();
+    expect(Number(psqlIn(url, 'SELECT count(*) FROM events'))).toBe(local);
+  }, 60_000);
+
+  it('a server started from another data folder makes the first one rebuild its copy', async () => {
+    const url = freshDatabase(server);
+    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
+    const start = async (dir: string) => {
+      const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
+        tokenFile: join(dir, 'token'),
+      });
+      onTestFinished(() => service.stop());
+      return service;
+    };
+    const [a, b] = [tempDir(), tempDir()];
+    let service = await start(a);
+    const first = service.runtime.createSession({}).id;
+    await service.stop();
+    service = await start(b);
+    const second = service.runtime.createSession({}).id;
+    await service.stop();
+    service = await start(a);
+    expect(service.runtime.sessions.getSession(first)).not.toBeNull();
+    expect(service.runtime.sessions.getSession(second)).not.toBeNull();
+    await service.stop();
+    // Every session's seq is unique in the store: no two copies numbered the same events.
+    expect(
+      psqlIn(
+        url,
+        'SELECT count(*) FROM (SELECT session_id, seq FROM events GROUP BY 1, 2 HAVING count(*) > 1) d',
+      ),
+    ).toBe('0');
+  }, 60_000);
+});
