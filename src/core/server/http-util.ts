@@ -41,6 +41,8 @@ const RETRY_AFTER_SECONDS: Readonly<Record<string, number>> = {
   METIS_ERR_STORAGE_IO: 2,
   METIS_ERR_STORAGE_FULL: 10,
   METIS_ERR_BUS_OVERFLOW: 1,
+  // The server pings an unreachable PostgreSQL store every second and knows within one that it is back.
+  METIS_ERR_STORE_UNAVAILABLE: 2,
 };
 
 /** The headers of an error answer: `Retry-After` for the codes that have one. */

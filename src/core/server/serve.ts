@@ -14,7 +14,11 @@ import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
 import { watchHandoffs } from '../store/owner-handoffs.js';
-import { openPostgresStore } from '../store/postgres/serve-store.js';
+import {
+  openPostgresStore,
+  type PostgresServeStore,
+  workingCopyFile,
+} from '../store/postgres/serve-store.js';
 import { openTraceContext, reportGaps, type TraceContext } from '../store/trace-context.js';
 import { conformanceRoutes } from './conformance-hooks.js';
 import { FAULT_NAMES, type FaultName, type FaultSwitches } from './faults.js';
@@ -105,22 +109,20 @@ export async function startService(
   if (auth.mode === 'token' && auth.deprecation !== null) logger.warn(auth.deprecation);
   if (auth.mode === 'none') logger.warn('server.auth: none: any local user can drive this server');
   const dashboard = dashboardFolder(config.server.dashboard);
-  // On PostgreSQL the server runs on a working copy of the store in the data folder (working-copy.ts).
-  const store =
-    config.store.url === null
-      ? null
-      : await openPostgresStore(
-          config.store.url,
-          options.storeSetting ?? 'store.url',
-          dirname(dbPath),
-          logger,
-        );
-  const tracePath = store?.copy.path ?? dbPath;
-  let release: () => void;
+  // On PostgreSQL the server runs on a working copy of the store in the data folder (working-copy.ts),
+  // locked like the database file before it is checked or rebuilt.
+  const storeSetting = options.storeSetting ?? 'store.url';
+  const tracePath =
+    config.store.url === null ? dbPath : workingCopyFile(config.store.url, storeSetting, dirname(dbPath));
+  const release = acquireLock(tracePath);
+  let store: PostgresServeStore | null = null;
   try {
-    release = acquireLock(tracePath);
+    store =
+      config.store.url === null
+        ? null
+        : await openPostgresStore(config.store.url, storeSetting, dirname(dbPath), logger);
   } catch (error) {
-    await store?.close();
+    release();
     throw error;
   }
   let trace: TraceContext | null = null;

@@ -1,10 +1,12 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Db } from '../database.js';
+import { redactUrl } from '../store-copy.js';
 import type { StoreUpstream } from '../trace-context.js';
 import { PgShipper } from './pg-shipper.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
-import { prepareWorkingCopy, type WorkingCopy } from './working-copy.js';
+import { startupStoreError } from './startup-errors.js';
+import { prepareWorkingCopy, type WorkingCopy, workingCopyPath } from './working-copy.js';
 
 export interface PostgresServeStore {
   readonly copy: WorkingCopy;
@@ -17,6 +19,15 @@ export interface PostgresServeStore {
 /** How long a shipment may wait for a connection, and a statement run, before it counts as failed. */
 const CONNECT_TIMEOUT_MS = 5_000;
 const STATEMENT_TIMEOUT_MS = 30_000;
+
+/** Where the working copy of the store at `url` lives; a URL that does not parse is named, exit 2. */
+export function workingCopyFile(url: string, setting: string, dataDir: string): string {
+  try {
+    return workingCopyPath(dataDir, url);
+  } catch (error) {
+    throw startupStoreError(error, setting, redactUrl(url));
+  }
+}
 
 /** What `metis serve --store postgres://…` runs on: the working copy, and the shipper's pool. */
 export async function openPostgresStore(
