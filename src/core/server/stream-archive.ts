@@ -1,5 +1,6 @@
 import { isoToMicros, nowMicros } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
+import { eventJson } from '../events/event-json.js';
 import type { Db } from '../store/database.js';
 import { writerOf } from '../store/trace-writer.js';
 
@@ -151,7 +152,7 @@ export class StreamArchive {
           event.session_id,
           event.id,
           isoToMicros(event.timestamp),
-          JSON.stringify(event),
+          eventJson(event),
         );
       }
     };

@@ -1,4 +1,6 @@
 import * as ws from 'ws';
+import type { MetisEvent } from '../events/envelope.js';
+import { eventJson } from '../events/event-json.js';
 
 /** The part of `ws`'s Sender used here; @types/ws does not declare the class, the package exports it. */
 interface WsFramer {
@@ -31,11 +33,11 @@ export class EventFrames {
   private websocket: Buffer | null = null;
   private sse: Buffer | null = null;
 
-  constructor(readonly event: { readonly id: string }) {}
+  constructor(readonly event: MetisEvent) {}
 
   /** The frame's JSON text, the same on every transport: `{"type":"event","event":{...}}`. */
   text(): string {
-    this.json ??= `{"type":"event","event":${JSON.stringify(this.event)}}`;
+    this.json ??= `{"type":"event","event":${eventJson(this.event)}}`;
     return this.json;
   }
 

@@ -1,5 +1,6 @@
 import { isoToMicros, microsToIso } from '../events/clock.js';
 import type { Actor, MetisEvent, Sensitivity } from '../events/envelope.js';
+import { payloadJson } from '../events/event-json.js';
 
 /** Columns of the `events` table in `SELECT` order, shared by every query that returns events. */
 export const EVENT_COLUMNS =
@@ -30,7 +31,7 @@ export function eventToParams(event: MetisEvent): unknown[] {
     event.type,
     event.actor,
     event.sensitivity,
-    JSON.stringify(event.payload),
+    payloadJson(event),
   ];
 }
 
