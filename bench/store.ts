@@ -40,7 +40,7 @@ import {
   residentBytes,
   tempStoreDir,
 } from './lib/store-fixtures.js';
-import { benchSustainedIngest } from './store-sustained.js';
+import { benchSustainedIngest, SUSTAINED_CHUNK } from './store-sustained.js';
 
 const LATENCY_SESSION = 'sess_bench_latency';
 
@@ -177,6 +177,7 @@ async function benchGroupCommit(opts: SuiteOptions): Promise<Figure[]> {
   const rounds = opts.quick ? 1 : 3;
   const busRates: number[] = [];
   const rawRates: number[] = [];
+  const rawChunkRates: number[] = [];
   for (let round = 0; round < rounds; round += 1) {
     const dir = tempStoreDir();
     try {
@@ -192,12 +193,13 @@ async function benchGroupCommit(opts: SuiteOptions): Promise<Figure[]> {
       db.close();
       if (rows.length !== events) throw new Error(`bus throughput: ${rows.length} of ${events} rows stored`);
       rawRates.push(rawThroughput(join(dir, 'raw.db'), rows));
+      rawChunkRates.push(rawThroughput(join(dir, 'raw-chunks.db'), rows, SUSTAINED_CHUNK));
     } finally {
       removeDir(dir);
     }
   }
   return [
-    ...(await benchSustainedIngest(events, median(busRates))),
+    ...(await benchSustainedIngest(events, median(rawChunkRates), median(busRates))),
     figure({
       name: `group commit through the bus (${BURST.toLocaleString('en-US')}-event bursts)`,
       value: median(busRates),
@@ -248,8 +250,8 @@ async function busThroughput(dbPath: string, events: number): Promise<number> {
   }
 }
 
-/** The same rows, raw, in transactions of 1,000 into a fresh database with the same schema. */
-function rawThroughput(dbPath: string, rows: readonly unknown[][]): number {
+/** The same rows, raw, in transactions of `perTransaction` into a fresh database with the same schema. */
+function rawThroughput(dbPath: string, rows: readonly unknown[][], perTransaction = BURST): number {
   const db = openDatabase(dbPath, { create: true });
   try {
     const sessions = [...new Set(rows.map((r) => r[0] as string))];
@@ -263,8 +265,8 @@ function rawThroughput(dbPath: string, rows: readonly unknown[][]): number {
     });
     collectGarbage();
     const start = performance.now();
-    for (let from = 0; from < rows.length; from += BURST) {
-      commit.immediate(from, Math.min(from + BURST, rows.length));
+    for (let from = 0; from < rows.length; from += perTransaction) {
+      commit.immediate(from, Math.min(from + perTransaction, rows.length));
     }
     return rows.length / ((performance.now() - start) / 1000);
   } finally {
