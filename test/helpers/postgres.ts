@@ -10,6 +10,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
 import { freePort } from './free-port.js';
 
 /**
@@ -156,4 +157,24 @@ export function freshDatabase(server: PostgresServer): string {
   const name = `metis_test_${process.pid}_${databases}`;
   server.psql(`CREATE DATABASE ${name}`);
   return server.urlOf(name);
+}
+
+/**
+ * One PostgreSQL server for the calling test file: started before its tests (when the binaries are
+ * there), destroyed after them. The object returned stands for the server once it has started.
+ */
+export function postgresForFile(): PostgresServer {
+  let started: PostgresServer | null = null;
+  beforeAll(async () => {
+    if (postgresTestsRun) started = await startPostgres();
+  }, 60_000);
+  afterAll(async () => {
+    await started?.destroy();
+  });
+  return new Proxy({} as PostgresServer, {
+    get: (_, key) => {
+      if (started === null) throw new Error('the PostgreSQL server of this file has not started');
+      return started[key as keyof PostgresServer];
+    },
+  });
 }

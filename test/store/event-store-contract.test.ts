@@ -1,11 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { microsToIso, nowMicros } from '../../src/core/events/clock.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { newEventId } from '../../src/core/events/ids.js';
 import type { EventStore } from '../../src/core/store/event-store.js';
 import { PgEventStore } from '../../src/core/store/postgres/pg-event-store.js';
 import { SqliteEventStore } from '../../src/core/store/sqlite-event-store.js';
-import { freshDatabase, type PostgresServer, postgresTestsRun, startPostgres } from '../helpers/postgres.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { tempTraceContext } from '../helpers/tmp.js';
 
 /**
@@ -14,16 +14,10 @@ import { tempTraceContext } from '../helpers/tmp.js';
  * mandatory in CI).
  */
 
-let pg: PostgresServer | null = null;
-beforeAll(async () => {
-  if (postgresTestsRun) pg = await startPostgres();
-}, 60_000);
-afterAll(async () => {
-  await pg?.destroy();
-});
+const pg = postgresForFile();
 
 async function openPostgres(): Promise<EventStore> {
-  const store = await PgEventStore.open({ url: freshDatabase(pg!), retry: { minMs: 20, maxMs: 200 } });
+  const store = await PgEventStore.open({ url: freshDatabase(pg), retry: { minMs: 20, maxMs: 200 } });
   onTestFinished(() => store.close());
   return store;
 }
@@ -133,7 +127,7 @@ describe.runIf(postgresTestsRun)('the PostgreSQL event log when the database goe
     const s = 'sess_restart';
     const before = [event(s), event(s)];
     await store.append(before);
-    await pg!.stop();
+    await pg.stop();
     const during = Array.from({ length: 10 }, () => [event(s)]);
     const pending = during.map((batch) => store.append(batch));
     let settled = 0;
@@ -141,7 +135,7 @@ describe.runIf(postgresTestsRun)('the PostgreSQL event log when the database goe
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(settled).toBe(0);
     expect((store as PgEventStore).failure).not.toBeNull();
-    await pg!.start();
+    await pg.start();
     await Promise.all(pending);
     expect((store as PgEventStore).failure).toBeNull();
     const page = await store.replay({ sessionIds: [s], afterId: null, limit: 1000 });
@@ -164,24 +158,24 @@ describe.runIf(postgresTestsRun)('the PostgreSQL event log when the database goe
   });
 
   it('closing while the database is away refuses what waits instead of leaving it hanging', async () => {
-    const url = freshDatabase(pg!);
+    const url = freshDatabase(pg);
     const store = await PgEventStore.open({ url, retry: { minMs: 20, maxMs: 50 } });
-    await pg!.stop();
+    await pg.stop();
     try {
       const waiting = store.append([event('sess_closing')]);
       await new Promise((resolve) => setTimeout(resolve, 200));
       await store.close();
       await expect(waiting).rejects.toBeDefined();
     } finally {
-      await pg!.start();
+      await pg.start();
     }
   }, 30_000);
 
   it('refuses a database whose schema is newer than this metis knows', async () => {
-    const url = freshDatabase(pg!);
+    const url = freshDatabase(pg);
     const first = await PgEventStore.open({ url });
     await first.close();
-    pg!.psql('UPDATE metis_schema SET version = version + 1', new URL(url).pathname.slice(1));
+    pg.psql('UPDATE metis_schema SET version = version + 1', new URL(url).pathname.slice(1));
     await expect(PgEventStore.open({ url })).rejects.toMatchObject({ code: 'METIS_ERR_SCHEMA_VERSION' });
   });
 });

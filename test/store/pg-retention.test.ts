@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { AUDIT_EVENT_TYPES } from '../../src/core/events/catalog/index.js';
 import { silentLogger } from '../../src/core/logger.js';
@@ -7,19 +7,13 @@ import { startService } from '../../src/core/server/serve.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import { copyStore } from '../../src/core/store/store-copy.js';
 import { insertOldEvents } from '../helpers/old-events.js';
-import { freshDatabase, type PostgresServer, postgresTestsRun, startPostgres } from '../helpers/postgres.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /** Issue 19 point 2: retention on PostgreSQL, the same sweep and record as on SQLite. */
 
-let pg: PostgresServer;
-beforeAll(async () => {
-  if (postgresTestsRun) pg = await startPostgres();
-}, 60_000);
-afterAll(async () => {
-  await pg?.destroy();
-});
+const pg = postgresForFile();
 
 const AUDIT_TYPE = [...AUDIT_EVENT_TYPES][0]!;
 

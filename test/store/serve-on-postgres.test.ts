@@ -1,20 +1,14 @@
 import { createHash } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { runConformance } from '../../src/client/conformance/runner.js';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { type RunningService, startService } from '../../src/core/server/serve.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import { jsonRequest } from '../helpers/http.js';
-import {
-  freshDatabase,
-  PASSWORD_ROLE,
-  type PostgresServer,
-  postgresTestsRun,
-  startPostgres,
-} from '../helpers/postgres.js';
+import { freshDatabase, PASSWORD_ROLE, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli, serveCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
 
@@ -24,13 +18,7 @@ import { tempDir } from '../helpers/tmp.js';
  * through a database restart without losing anything, and refuses a store it cannot use at start-up.
  */
 
-let pg: PostgresServer;
-beforeAll(async () => {
-  if (postgresTestsRun) pg = await startPostgres();
-}, 60_000);
-afterAll(async () => {
-  await pg?.destroy();
-});
+const pg = postgresForFile();
 
 const onPostgres = describe.skipIf(!postgresTestsRun);
 

@@ -1,11 +1,11 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
 import { exportDatabase, parseExportFlags } from '../../src/core/store/export.js';
 import { copyStore } from '../../src/core/store/store-copy.js';
-import { freshDatabase, type PostgresServer, postgresTestsRun, startPostgres } from '../helpers/postgres.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
 import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -15,13 +15,7 @@ import { tempDir } from '../helpers/tmp.js';
  * SQLite, verified, and the store that comes back exports byte-identical JSONL.
  */
 
-let pg: PostgresServer;
-beforeAll(async () => {
-  if (postgresTestsRun) pg = await startPostgres();
-}, 60_000);
-afterAll(async () => {
-  await pg?.destroy();
-});
+const pg = postgresForFile();
 
 async function exportJsonl(dbPath: string): Promise<string> {
   const stream = new PassThrough();

@@ -1,13 +1,13 @@
 import { join } from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { startService } from '../../src/core/server/serve.js';
 import { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { openPostgresStore } from '../../src/core/store/postgres/serve-store.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
-import { freshDatabase, type PostgresServer, postgresTestsRun, startPostgres } from '../helpers/postgres.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**
@@ -16,13 +16,7 @@ import { tempDir } from '../helpers/tmp.js';
  * a store that another server's working copy wrote to in between.
  */
 
-let server: PostgresServer;
-beforeAll(async () => {
-  if (postgresTestsRun) server = await startPostgres();
-}, 60_000);
-afterAll(async () => {
-  await server?.destroy();
-});
+const server = postgresForFile();
 
 function psqlIn(url: string, sql: string): string {
   return server.psql(sql, new URL(url).pathname.slice(1)).trim();

@@ -106,7 +106,8 @@ function takeOwnership(dbPath: string): Ownership {
   );
 }
 
-function sweptPayload(swept: PurgeResult): Record<string, unknown> {
+/** The `trace.swept` payload (bus §6.14) of a sweep's result. */
+export function sweptPayload(swept: PurgeResult): Record<string, unknown> {
   return {
     rows_deleted: swept.rows_deleted,
     rows_audit_exempt: swept.rows_audit_exempt,

@@ -5,7 +5,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { isoToMicros, microsToIso } from '../../events/clock.js';
 import type { Actor, MetisEvent, Sensitivity } from '../../events/envelope.js';
 import type { EventPage, EventQuery, EventStore } from '../event-store.js';
-import { copyTextField } from './pg-util.js';
+import { copyTextField, inTransaction } from './pg-util.js';
 import { migratePostgres } from './schema.js';
 
 export interface PgEventStoreOptions {
@@ -232,23 +232,12 @@ export class PgEventStore implements EventStore {
 
   private async commit(events: readonly MetisEvent[]): Promise<void> {
     if (events.length === 0) return;
-    const client = await this.pool.connect();
-    let broken = false;
-    try {
-      await client.query('BEGIN');
+    await inTransaction(this.pool, async (client) => {
       await pipeline(
         Readable.from([copyText(events)]),
         client.query(copyFrom(`COPY events (${COLUMNS}) FROM STDIN`)),
       );
-      await client.query('COMMIT');
-    } catch (error) {
-      broken = true;
-      await client.query('ROLLBACK').catch(() => {});
-      throw error;
-    } finally {
-      // A connection that failed mid-COPY is not reused.
-      client.release(broken);
-    }
+    });
   }
 }
 

@@ -5,7 +5,7 @@ import { AUDIT_EVENT_TYPES } from '../../events/catalog/index.js';
 import { microsToIso, nowMicros } from '../../events/clock.js';
 import { SYSTEM_SESSION_ID } from '../../events/envelope.js';
 import { ensureIdsAfter } from '../../events/ids.js';
-import type { PurgeProgress, PurgeResult } from '../retention.js';
+import { type PurgeProgress, type PurgeResult, sweptPayload } from '../retention.js';
 import { eventIdBound } from '../retention-sweep.js';
 import { redactUrl } from '../store-copy.js';
 import { PgEventStore } from './pg-event-store.js';
@@ -138,14 +138,7 @@ async function recordSwept(url: string, swept: PurgeResult): Promise<void> {
     const event = new EventBus({ lastSeq: () => lastSeq }).emit({
       type: 'trace.swept',
       session_id: SYSTEM_SESSION_ID,
-      payload: {
-        rows_deleted: swept.rows_deleted,
-        rows_audit_exempt: swept.rows_audit_exempt,
-        cutoff_timestamp: swept.cutoff_timestamp,
-        oldest_kept_timestamp: swept.oldest_kept_timestamp,
-        dry_run: false,
-        swept_at: swept.swept_at,
-      },
+      payload: sweptPayload(swept),
     });
     if (event !== null) await store.append([event]);
   } finally {

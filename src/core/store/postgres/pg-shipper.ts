@@ -9,7 +9,7 @@ import { nowMicros } from '../../events/clock.js';
 import type { Db } from '../database.js';
 import { COPIED_TABLES, type CopiedTable } from '../store-copy.js';
 import type { StoreUpstream } from '../trace-context.js';
-import { copyTextField } from './pg-util.js';
+import { copyTextField, inTransaction } from './pg-util.js';
 
 export interface ShipperOptions {
   /** Outbox entries per shipment at most: after an outage the backlog goes in transactions of this size. */
@@ -277,10 +277,7 @@ export class PgShipper implements StoreUpstream {
       ops.delete(entry.row_key); // keep the order of the last change
       ops.set(entry.row_key, entry.op);
     }
-    const client = await this.pool.connect();
-    let broken = false;
-    try {
-      await client.query('BEGIN');
+    await inTransaction(this.pool, async (client) => {
       if (events.length > 0) await copyEvents(client, events);
       // Deletes first (children before parents): a row deleted and one inserted under another key with
       // the same unique value (a pattern fingerprint's key) must not meet in the store.
@@ -309,14 +306,7 @@ export class PgShipper implements StoreUpstream {
           'METIS_ERR_STORE_DIVERGED',
           `${this.label} no longer knows this server's working copy: something else changed the store while this server ran (a restore, a copy into it, a prune, or another server that started on it)`,
         );
-      await client.query('COMMIT');
-    } catch (error) {
-      broken = true;
-      await client.query('ROLLBACK').catch(() => {});
-      throw error;
-    } finally {
-      client.release(broken);
-    }
+    });
   }
 
   private async upsert(client: pg.PoolClient, table: CopiedTable, keys: readonly (string | number)[]) {

@@ -33,3 +33,26 @@ export async function assertReadableStore(client: pg.ClientBase, label: string):
       `${label} is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
     );
 }
+
+/**
+ * Runs `work` in one transaction on a connection of `pool`: committed when it resolves, rolled back when
+ * it throws. A connection that failed (a lost server, a broken COPY) is discarded, not reused.
+ */
+export async function inTransaction(
+  pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<void>,
+): Promise<void> {
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    await work(client);
+    await client.query('COMMIT');
+  } catch (error) {
+    broken = true;
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release(broken);
+  }
+}
