@@ -1,9 +1,11 @@
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { startService } from '../../src/core/server/serve.js';
+import { openDatabase } from '../../src/core/store/database.js';
 import { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { openPostgresStore } from '../../src/core/store/postgres/serve-store.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
@@ -99,6 +101,29 @@ describe.skipIf(!postgresTestsRun)('the working copy shipper', () => {
     expect(shipper.failure).toBeNull();
     const local = context.db.prepare('SELECT count(*) FROM events').pluck().get();
     expect(Number(psqlIn(url, 'SELECT count(*) FROM events'))).toBe(local);
+  }, 60_000);
+
+  it('a copy holding events never sent to a store rewritten since is refused, not rebuilt over', async () => {
+    const url = freshDatabase(server);
+    const dir = tempDir();
+    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
+    const start = () =>
+      startService(config, join(dir, 'metis.db'), silentLogger(), { tokenFile: join(dir, 'token') });
+    const service = await start();
+    const path = service.dbPath;
+    await service.stop();
+    // An event the server committed and could not ship (the database was away when it stopped)...
+    const db = openDatabase(path, { create: false });
+    db.prepare(
+      `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
+       SELECT 'system', 'evt_ZZZZZZZZZZZZZZZZZZZZZZZZZZ', max(seq) + 1, 0, NULL, NULL, 'trace.swept', 'system', 'pseudonymous', '{}'
+       FROM events WHERE session_id = 'system'`,
+    ).run();
+    db.close();
+    // ...then the store is restored (a new epoch, no registered copy).
+    psqlIn(url, "UPDATE metis_store_epoch SET epoch = 'restored'; DELETE FROM metis_working_copies");
+    await expect(start()).rejects.toMatchObject({ code: 'METIS_ERR_STORE_DIVERGED' });
+    expect(existsSync(path)).toBe(true);
   }, 60_000);
 
   it('a server started from another data folder makes the first one rebuild its copy', async () => {
