@@ -1,15 +1,20 @@
 import { accessSync, constants, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname } from 'node:path';
+import pg from 'pg';
 import type { MetisConfig } from '../core/config/schema.js';
 import { isMetisError } from '../core/errors.js';
 import { resolveProviders } from '../core/runtime/models/providers.js';
 import { openDatabase, schemaVersionOf } from '../core/store/database.js';
 import { describeLockOwner, lockOwner } from '../core/store/lock.js';
 import { resolveDbPath } from '../core/store/paths.js';
+import { PG_SCHEMA_VERSION, SERVE_LOCK_SQL } from '../core/store/postgres/schema.js';
+import { startupStoreError } from '../core/store/postgres/startup-errors.js';
 import { SCHEMA_VERSION } from '../core/store/schema.js';
+import { redactUrl } from '../core/store/store-copy.js';
 import { probe } from './probe.js';
 import { configuredUrl } from './server-target.js';
+import { pickStore } from './store-option.js';
 
 /** One finding: `problem` fails the doctor (exit 1); `warn` is worth knowing and fails nothing. */
 export interface Check {
@@ -145,4 +150,68 @@ function defaultBaseUrl(kind: string, name: string): string | null {
   if (kind === 'anthropic') return 'https://api.anthropic.com';
   if (name === 'openai') return 'https://api.openai.com/v1';
   return null;
+}
+
+/**
+ * The PostgreSQL store, when one is set (`$METIS_STORE_URL`, `store.url`): that it answers, which schema
+ * it holds, that this user may create it when it holds none, and whether a server uses it. Changes
+ * nothing. Null when the server runs on the SQLite file.
+ */
+export async function checkStore(config: MetisConfig): Promise<Check | null> {
+  let picked: ReturnType<typeof pickStore>;
+  try {
+    picked = pickStore({}, config.store.url);
+  } catch (error) {
+    return { name: 'store', status: 'problem', detail: (error as Error).message };
+  }
+  if (picked === null) return null;
+  const label = redactUrl(picked.url);
+  const client = new pg.Client({ connectionString: picked.url, connectionTimeoutMillis: 5_000 });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    const present = await client.query<{ present: boolean; create: boolean }>(
+      "SELECT to_regclass('metis_schema') IS NOT NULL AS present, has_schema_privilege(current_schema(), 'CREATE') AS create",
+    );
+    const { present: hasSchema, create } = present.rows[0]!;
+    if (!hasSchema)
+      return create
+        ? {
+            name: 'store',
+            status: 'ok',
+            detail: `${label} (${picked.setting}; empty: metis serve creates the schema)`,
+          }
+        : {
+            name: 'store',
+            status: 'problem',
+            detail: `${label} (${picked.setting}) holds no metis store and this user may not create one`,
+            hint: 'Grant CREATE on the schema, or create the store once as its owner (metis serve --store).',
+          };
+    const version = (await client.query<{ version: number }>('SELECT version FROM metis_schema')).rows[0]
+      ?.version;
+    if (version === undefined || version > PG_SCHEMA_VERSION)
+      return {
+        name: 'store',
+        status: 'problem',
+        detail: `${label} (${picked.setting}) is at schema version ${version ?? 'none'}; this metis knows up to ${PG_SCHEMA_VERSION}`,
+        hint: 'Run the metis version that wrote it, or point the setting at another database.',
+      };
+    const free = (
+      await client.query<{ free: boolean }>(`SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`)
+    ).rows[0]!.free;
+    const holder = free ? '' : '; a metis serve (or a copy, restore or prune) uses it now';
+    return {
+      name: 'store',
+      status: 'ok',
+      detail: `${label} (${picked.setting}; schema ${version}${holder})`,
+    };
+  } catch (error) {
+    return {
+      name: 'store',
+      status: 'problem',
+      detail: startupStoreError(error, picked.setting, label).message,
+    };
+  } finally {
+    await client.end().catch(() => {});
+  }
 }

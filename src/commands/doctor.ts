@@ -4,7 +4,7 @@ import { visibleJson, visibleText } from '../client/visible-text.js';
 import { loadConfig } from '../core/config/load-config.js';
 import type { MetisConfig } from '../core/config/schema.js';
 import { isMetisError } from '../core/errors.js';
-import { type Check, checkDatabase, checkPort, checkProviders } from './doctor-checks.js';
+import { type Check, checkDatabase, checkPort, checkProviders, checkStore } from './doctor-checks.js';
 
 export interface DoctorOptions {
   config?: string;
@@ -41,6 +41,8 @@ export async function doctorCommand(options: DoctorOptions): Promise<void> {
   if (config !== null) {
     live?.message('checking the database');
     checks.push(checkDatabase(config));
+    const store = await checkStore(config);
+    if (store !== null) checks.push(store);
     live?.message('checking the port');
     checks.push(await checkPort(config));
     live?.message('checking the providers');

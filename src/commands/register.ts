@@ -79,7 +79,7 @@ export function registerCommands(program: Command): void {
   program
     .command('doctor')
     .description(
-      'check that metis serve can run here: config, database, port, provider keys and addresses, plugins',
+      'check that metis serve can run here: config, database, PostgreSQL store (when set), port, provider keys and addresses, plugins',
     )
     .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
     .option('--json', 'print { ok, checks: [{ name, status, detail, hint }] }')
