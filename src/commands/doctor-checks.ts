@@ -10,6 +10,7 @@ import { describeLockOwner, lockOwner } from '../core/store/lock.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { PG_SCHEMA_VERSION, SERVE_LOCK_SQL } from '../core/store/postgres/schema.js';
 import { startupStoreError } from '../core/store/postgres/startup-errors.js';
+import { workingCopyPath } from '../core/store/postgres/working-copy.js';
 import { SCHEMA_VERSION } from '../core/store/schema.js';
 import { redactUrl } from '../core/store/store-copy.js';
 import { probe } from './probe.js';
@@ -24,15 +25,29 @@ export interface Check {
   readonly hint?: string;
 }
 
+/** The SQLite file `metis serve` opens: the database, or the working copy of the PostgreSQL store. */
+function serverFile(config: MetisConfig): string {
+  const dbPath = resolveDbPath(config.storage.database);
+  try {
+    const store = pickStore({}, config.store.url);
+    return store === null ? dbPath : workingCopyPath(dirname(dbPath), store.url);
+  } catch {
+    return dbPath; // a bad store setting is the store check's to report
+  }
+}
+
 /** Why a probe failed, in a word: the socket error's code, else the message. */
 function probeFailure(error: Error): string {
   const cause = error.cause as { code?: string; message?: string } | undefined;
   return cause?.code ?? cause?.message ?? error.message;
 }
 
-/** The database: where it is, that it opens with this metis's schema, and who holds it. */
+/**
+ * The database: where it is, that it opens with this metis's schema, and who holds it. With a
+ * PostgreSQL store set, the file the server runs on is its working copy beside the database file.
+ */
 export function checkDatabase(config: MetisConfig): Check {
-  const path = resolveDbPath(config.storage.database);
+  const path = serverFile(config);
   if (!existsSync(path)) {
     let folder = dirname(path);
     while (!existsSync(folder) && dirname(folder) !== folder) folder = dirname(folder);
@@ -154,7 +169,8 @@ function defaultBaseUrl(kind: string, name: string): string | null {
 
 /**
  * The PostgreSQL store, when one is set (`$METIS_STORE_URL`, `store.url`): that it answers, which schema
- * it holds, that this user may create it when it holds none, and whether a server uses it. Changes
+ * it holds, that this user may create or migrate it when it must be, and whether a server holds it (read
+ * from pg_locks: taking the lock, even for a moment, could turn a server starting then away). Changes
  * nothing. Null when the server runs on the SQLite file.
  */
 export async function checkStore(config: MetisConfig): Promise<Check | null> {
@@ -165,51 +181,55 @@ export async function checkStore(config: MetisConfig): Promise<Check | null> {
     return { name: 'store', status: 'problem', detail: (error as Error).message };
   }
   if (picked === null) return null;
-  const label = redactUrl(picked.url);
-  const client = new pg.Client({ connectionString: picked.url, connectionTimeoutMillis: 5_000 });
+  const where = `${redactUrl(picked.url)} (${picked.setting}`;
+  const client = new pg.Client({
+    connectionString: picked.url,
+    connectionTimeoutMillis: 5_000,
+    query_timeout: 10_000,
+  });
   client.on('error', () => {});
   try {
     await client.connect();
-    const present = await client.query<{ present: boolean; create: boolean }>(
-      "SELECT to_regclass('metis_schema') IS NOT NULL AS present, has_schema_privilege(current_schema(), 'CREATE') AS create",
-    );
-    const { present: hasSchema, create } = present.rows[0]!;
-    if (!hasSchema)
-      return create
-        ? {
-            name: 'store',
-            status: 'ok',
-            detail: `${label} (${picked.setting}; empty: metis serve creates the schema)`,
-          }
-        : {
-            name: 'store',
-            status: 'problem',
-            detail: `${label} (${picked.setting}) holds no metis store and this user may not create one`,
-            hint: 'Grant CREATE on the schema, or create the store once as its owner (metis serve --store).',
-          };
-    const version = (await client.query<{ version: number }>('SELECT version FROM metis_schema')).rows[0]
-      ?.version;
-    if (version === undefined || version > PG_SCHEMA_VERSION)
+    const state = (
+      await client.query<{ present: boolean; create: boolean; held: boolean }>(
+        `SELECT to_regclass('metis_schema') IS NOT NULL AS present,
+                has_schema_privilege(current_schema(), 'CREATE') AS create,
+                EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+                          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                          AND ((classid::bigint << 32) | objid::bigint) = ${SERVE_LOCK_SQL}::bigint) AS held`,
+      )
+    ).rows[0]!;
+    // A schema table without its row is what an interrupted first start leaves: the next start repairs it.
+    const version = state.present
+      ? ((await client.query<{ version: number }>('SELECT version FROM metis_schema')).rows[0]?.version ?? 0)
+      : 0;
+    if (version > PG_SCHEMA_VERSION)
       return {
         name: 'store',
         status: 'problem',
-        detail: `${label} (${picked.setting}) is at schema version ${version ?? 'none'}; this metis knows up to ${PG_SCHEMA_VERSION}`,
+        detail: `${where}) is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
         hint: 'Run the metis version that wrote it, or point the setting at another database.',
       };
-    const free = (
-      await client.query<{ free: boolean }>(`SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`)
-    ).rows[0]!.free;
-    const holder = free ? '' : '; a metis serve (or a copy, restore or prune) uses it now';
-    return {
-      name: 'store',
-      status: 'ok',
-      detail: `${label} (${picked.setting}; schema ${version}${holder})`,
-    };
+    if (version < PG_SCHEMA_VERSION && !state.create)
+      return {
+        name: 'store',
+        status: 'problem',
+        detail: `${where}) ${version === 0 ? 'holds no metis store' : `needs a migration to schema ${PG_SCHEMA_VERSION}`} and this user may not create tables there`,
+        hint: 'Grant CREATE on the schema, or run metis serve --store once as the owner of the database.',
+      };
+    const schema =
+      version === 0
+        ? 'empty: metis serve creates the schema'
+        : version < PG_SCHEMA_VERSION
+          ? `schema ${version}: metis serve migrates it to ${PG_SCHEMA_VERSION}`
+          : `schema ${version}`;
+    const holder = state.held ? '; a metis serve (or a copy, restore or prune) uses it now' : '';
+    return { name: 'store', status: 'ok', detail: `${where}; ${schema}${holder})` };
   } catch (error) {
     return {
       name: 'store',
       status: 'problem',
-      detail: startupStoreError(error, picked.setting, label).message,
+      detail: startupStoreError(error, picked.setting, redactUrl(picked.url)).message,
     };
   } finally {
     await client.end().catch(() => {});

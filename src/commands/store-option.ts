@@ -1,6 +1,6 @@
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
-import { isPostgresUrl, redactUrl } from '../core/store/store-copy.js';
+import { isPostgresUrl } from '../core/store/store-copy.js';
 
 /** `--store` of the store commands that read a PostgreSQL store. */
 export const STORE_HELP =
@@ -28,9 +28,18 @@ export function pickStore(
   if (!isPostgresUrl(url))
     throw new MetisError(
       'METIS_ERR_INVALID_ARGUMENT',
-      `${setting}: must be a postgres:// URL, not ${JSON.stringify(redactUrl(url))} (a SQLite file goes to --db)`,
+      `${setting}: must be a postgres:// URL${describeNonUrl(url)} (a SQLite file goes to --db)`,
     );
   return { url, setting };
+}
+
+/**
+ * What was given instead, without the value: a string that is not a postgres:// URL may hold a password
+ * in a form no URL parser finds (`user:secret@host`, libpq's `password=secret`).
+ */
+function describeNonUrl(value: string): string {
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(value)?.[1];
+  return scheme === undefined ? ', not a URL' : `, not a ${scheme}:// one`;
 }
 
 type StoreOptions = { readonly store?: string; readonly db?: string; readonly config?: string };

@@ -1,4 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { MetisConfigSchema } from '../../src/core/config/schema.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { startService } from '../../src/core/server/serve.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -27,6 +31,30 @@ describe.skipIf(!postgresTestsRun)('metis doctor with a PostgreSQL store', () =>
         .psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", new URL(url).pathname.slice(1))
         .trim(),
     ).toBe('0');
+  }, 60_000);
+
+  it('a store a server holds is reported as in use, and the doctor does not take it', async () => {
+    const url = freshDatabase(pg);
+    const dir = tempDir();
+    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
+    const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
+      tokenFile: join(dir, 'token'),
+    });
+    onTestFinished(() => service.stop());
+    const { store, exitCode } = await storeCheck(url);
+    expect(exitCode).toBe(0);
+    expect(store).toMatchObject({ status: 'ok', detail: expect.stringContaining('uses it now') });
+    await service.stop();
+    const free = await storeCheck(url);
+    expect(free.store!.detail).toContain('schema 3');
+    expect(free.store!.detail).not.toContain('uses it now');
+  }, 60_000);
+
+  it('a schema table without its row (an interrupted first start) is empty, not newer', async () => {
+    const url = freshDatabase(pg);
+    pg.psql('CREATE TABLE metis_schema (version integer NOT NULL)', new URL(url).pathname.slice(1));
+    const { store } = await storeCheck(url);
+    expect(store).toMatchObject({ status: 'ok', detail: expect.stringContaining('empty') });
   }, 60_000);
 
   it('an unreachable store or a newer schema is a problem (exit 1), named without its password', async () => {

@@ -55,6 +55,28 @@ describe('eventJson', () => {
     }
   });
 
+  it('encodes the payload once for the store and the frame', () => {
+    let encoded = 0;
+    const payload = { message_id: 'msg_1', content_block_index: 0, text: 'hi' };
+    // JSON.stringify calls toJSON each time it meets the payload: the count is the number of encodings.
+    Object.defineProperty(payload, 'toJSON', {
+      value() {
+        encoded += 1;
+        return { ...this };
+      },
+    });
+    const event = new StreamingChannel().publish({
+      type: 'text.delta',
+      session_id: 'sess_1',
+      turn_id: 'turn_1',
+      parent_event_id: null,
+      payload,
+    } as Parameters<StreamingChannel['publish']>[0]);
+    expect(payloadJson(event)).toBe('{"message_id":"msg_1","content_block_index":0,"text":"hi"}');
+    expect(eventJson(event)).toBe(JSON.stringify(event));
+    expect(encoded).toBe(2); // once for the store and the frame, once more by the check's own JSON.stringify
+  });
+
   it('falls back to JSON.stringify for objects not shaped as the bus stamps them', () => {
     const base = {
       id: 'evt_1',

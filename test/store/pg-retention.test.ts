@@ -5,6 +5,8 @@ import { AUDIT_EVENT_TYPES } from '../../src/core/events/catalog/index.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { startService } from '../../src/core/server/serve.js';
 import { openDatabase } from '../../src/core/store/database.js';
+import { purgePostgres } from '../../src/core/store/postgres/pg-prune.js';
+import { purgeOldEvents, retentionCutoffUs } from '../../src/core/store/retention.js';
 import { copyStore } from '../../src/core/store/store-copy.js';
 import { insertOldEvents } from '../helpers/old-events.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
@@ -78,6 +80,47 @@ describe.skipIf(!postgresTestsRun)('metis trace prune --store', () => {
     expect(swept).toHaveLength(1);
     expect(swept[0].payload.rows_deleted).toBe(1240);
     expect(swept[0].session_id).toBe('system');
+  }, 60_000);
+
+  it('in many small batches past kept audit rows, deletes exactly what the SQLite sweep deletes', async () => {
+    // Audit rows between the old ones, so every batch after the first starts past kept rows.
+    const path = join(tempDir(), 'interleaved.db');
+    const db = openDatabase(path, { create: true });
+    for (let round = 0; round < 6; round += 1) {
+      insertOldEvents(db, { sessionId: `sess_${round}`, ageDays: 100 - round, count: 11 });
+      insertOldEvents(db, { sessionId: `sess_${round}`, ageDays: 100 - round, count: 2, type: AUDIT_TYPE });
+    }
+    insertOldEvents(db, { sessionId: 'sess_new', ageDays: 1, count: 3 });
+    db.close();
+    const url = freshDatabase(pg);
+    await copyStore({ from: path, to: url });
+    const cutoffUs = retentionCutoffUs(30);
+    const onPostgres = await purgePostgres({ url, cutoffUs, dryRun: false, batchSize: 7 });
+    const onSqlite = await purgeOldEvents({
+      dbPath: path,
+      days: 30,
+      batchSize: 7,
+      nowUs: cutoffUs + 30 * 86_400_000_000,
+    });
+    expect(onPostgres.batches).toBeGreaterThan(5);
+    expect(onPostgres.rows_deleted).toBe(66);
+    expect(onPostgres.by_type).toEqual(onSqlite.by_type);
+    expect(onPostgres.rows_audit_exempt).toBe(12);
+    const left = pg
+      .psql(
+        "SELECT string_agg(id, ',' ORDER BY id) FROM events WHERE session_id <> 'system'",
+        new URL(url).pathname.slice(1),
+      )
+      .trim();
+    const sqlite = openDatabase(path, { readonly: true });
+    const kept = (
+      sqlite
+        .prepare("SELECT id FROM events WHERE session_id <> 'system' ORDER BY id")
+        .pluck()
+        .all() as string[]
+    ).join(',');
+    sqlite.close();
+    expect(left).toBe(kept);
   }, 60_000);
 
   it('refuses while a server uses the store; the working copy prunes instead and the server sends the deletions', async () => {

@@ -7,6 +7,7 @@ import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { type RunningService, startService } from '../../src/core/server/serve.js';
 import { openDatabase } from '../../src/core/store/database.js';
+import type { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, PASSWORD_ROLE, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli, serveCli } from '../helpers/run-cli.js';
@@ -61,11 +62,33 @@ async function newSession(service: RunningService): Promise<string> {
  * SQLite file. Equal digests mean the same rows with the same content, not only as many.
  */
 function counts(url: string, dbPath: string) {
+  // Every column, nulls spelled out, joined with a separator no value here holds.
+  const row = (columns: string) =>
+    columns
+      .split(' ')
+      .map((column) => `coalesce(CAST(${column} AS TEXT), '∅')`)
+      .join(` || '¦' || `);
   const tables: [string, string, string][] = [
-    ['sessions', 'id', "id || status || coalesce(disposition, '')"],
-    ['events', 'id', 'id || seq || payload_json'],
-    ['messages', 'id', 'id || status || content_json'],
-    ['tool_calls', 'row_id', "id || status || coalesce(output_json, '')"],
+    [
+      'sessions',
+      'id',
+      row(
+        'id parent_session_id workspace_path workspace_hash active_model status disposition created_at_us updated_at_us sticky_model',
+      ),
+    ],
+    [
+      'events',
+      'id',
+      row('session_id id seq timestamp_us turn_id parent_event_id type actor sensitivity payload_json'),
+    ],
+    ['messages', 'id', row('id session_id turn_id role content_json status model usage_json created_at_us')],
+    [
+      'tool_calls',
+      'row_id',
+      row(
+        'row_id id session_id turn_id message_id tool_name input_json status output_json error_class created_at_us updated_at_us',
+      ),
+    ],
   ];
   const db = openDatabase(dbPath, { readonly: true });
   try {
@@ -182,6 +205,8 @@ onPostgres('metis serve on PostgreSQL', () => {
       if (attempt.status === 503) refused = attempt;
     }
     expect(refused?.body.error.code).toBe('METIS_ERR_STORE_UNAVAILABLE');
+    // What the running turns did meanwhile is only local: that is what the restart must bring over.
+    expect((service.trace.upstream as PgShipper).backlog).toBeGreaterThan(0);
     expect(refused?.body.error.message).toContain('is unreachable');
     expect(refused?.body.error.message).not.toMatch(/\n\s+at /);
     await pg.start();

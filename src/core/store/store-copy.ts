@@ -148,7 +148,8 @@ export function redactUrl(url: string): string {
     if (parsed.searchParams.has('password')) parsed.searchParams.set('password', '***');
     return parsed.toString();
   } catch {
-    return url.replace(/:[^:@/]*@/, ':***@').replace(/([?&]password=)[^&]*/i, '$1***');
+    // Not a URL the parser takes (a password with a '/' in it, say): hide everything before the host.
+    return url.replace(/^([a-z][a-z0-9+.-]*:\/\/).*@/i, '$1***@').replace(/([?&]password=)[^&]*/i, '$1***');
   }
 }
 

@@ -10,7 +10,8 @@ import { eventIdBound } from '../retention-sweep.js';
 import { redactUrl } from '../store-copy.js';
 import { PgEventStore } from './pg-event-store.js';
 import { assertReadableStore, BIGINT_AS_NUMBER } from './pg-util.js';
-import { renewStoreEpoch, SERVE_LOCK_SQL } from './schema.js';
+import { migratePostgres, renewStoreEpoch, SERVE_LOCK_SQL } from './schema.js';
+import { startupStoreError } from './startup-errors.js';
 
 export interface PostgresPurgeOptions {
   readonly url: string;
@@ -33,7 +34,15 @@ export interface PostgresPurgeOptions {
 export async function purgePostgres(options: PostgresPurgeOptions): Promise<PurgeResult> {
   const setting = options.setting ?? '--store';
   const label = redactUrl(options.url);
-  const client = new pg.Client({ connectionString: options.url, types: BIGINT_AS_NUMBER });
+  const client = new pg.Client({
+    connectionString: options.url,
+    types: BIGINT_AS_NUMBER,
+    connectionTimeoutMillis: 10_000,
+    // One batch, or the plan over the whole table, is one statement: bounded, and bounded again here
+    // should the network drop packets without a word.
+    statement_timeout: 300_000,
+    query_timeout: 310_000,
+  });
   client.on('error', () => {});
   try {
     await client.connect().catch((error: unknown) => {
@@ -90,6 +99,10 @@ export async function purgePostgres(options: PostgresPurgeOptions): Promise<Purg
         'METIS_ERR_DB_LOCKED',
         `${setting}: a metis serve is using ${label}; prune its working copy instead (metis trace prune --db <the file its banner names>), whose deletions it sends to the store`,
       );
+    // A store older than this metis gets the bookkeeping the epoch below lives in.
+    await migratePostgres(client).catch((error: unknown) => {
+      throw startupStoreError(error, setting, label);
+    });
     // Before the first delete: a prune cut short still leaves every working copy stale, never one that
     // holds what is gone.
     await client.query('BEGIN');
