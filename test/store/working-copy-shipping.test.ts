@@ -126,6 +126,26 @@ describe.skipIf(!postgresTestsRun)('the working copy shipper', () => {
     expect(existsSync(path)).toBe(true);
   }, 60_000);
 
+  it('the serve lock is taken again after a database restart, so a second server is still refused', async () => {
+    const url = freshDatabase(server);
+    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
+    const start = (dir: string) =>
+      startService(config, join(dir, 'metis.db'), silentLogger(), { tokenFile: join(dir, 'token') });
+    const first = await start(tempDir());
+    onTestFinished(() => first.stop());
+    await server.stop();
+    await server.start();
+    const held = () =>
+      psqlIn(url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted") === '1';
+    const deadline = Date.now() + 15_000;
+    while (!held() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(held()).toBe(true);
+    await expect(start(tempDir())).rejects.toMatchObject({ code: 'METIS_ERR_DB_LOCKED' });
+    // And the first server still ships.
+    first.runtime.createSession({});
+    expect(await first.trace.upstream!.whenShipped(15_000)).toBe(true);
+  }, 60_000);
+
   it('a server started from another data folder makes the first one rebuild its copy', async () => {
     const url = freshDatabase(server);
     const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });

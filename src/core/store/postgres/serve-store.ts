@@ -5,6 +5,7 @@ import { redactUrl } from '../store-copy.js';
 import type { StoreUpstream } from '../trace-context.js';
 import { PgShipper } from './pg-shipper.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
+import { ServeLock } from './serve-lock.js';
 import { startupStoreError } from './startup-errors.js';
 import { prepareWorkingCopy, type WorkingCopy, workingCopyPath } from './working-copy.js';
 
@@ -50,21 +51,13 @@ export async function openPostgresStore(
   });
   // A connection the server drops (a restart) must not crash the process: the pool replaces it.
   pool.on('error', () => {});
-  // The lock's connection lost means the lock is too: say so, since a second server could now start.
-  copy.lockHolder.on('error', (error) =>
-    logger.warn(
-      { store: copy.label, err: error.message },
-      'lost the connection that holds the PostgreSQL store for this server',
-    ),
-  );
+  const lock = new ServeLock(copy.lockHolder, url, copy.label, logger);
   let closing: Promise<void> | null = null;
   return {
     copy,
     upstream: (db) => new PgShipper(db, pool, copy, logger),
     close: () => {
-      closing ??= Promise.all([pool.end().catch(() => {}), copy.lockHolder.end().catch(() => {})]).then(
-        () => {},
-      );
+      closing ??= Promise.all([pool.end().catch(() => {}), lock.close()]).then(() => {});
       return closing;
     },
   };

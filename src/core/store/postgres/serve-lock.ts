@@ -1,0 +1,90 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { SERVE_LOCK_SQL } from './schema.js';
+
+/** Pause between attempts to take the lock again after its connection was lost. */
+const RETAKE_MS = 1_000;
+
+/**
+ * The advisory lock a server holds on its PostgreSQL store (no second server, copy, restore or prune
+ * beside it). The lock lives as long as its connection: when a restart or a network cut ends that, it
+ * is taken again on a new connection as soon as the store answers. Should another process have taken it
+ * meanwhile, this server keeps trying and says so; its shipments are fenced by its registration anyway
+ * (working-copy.ts), so the two never write over each other.
+ */
+export class ServeLock {
+  private timer: NodeJS.Timeout | null = null;
+  private closed = false;
+  private taken = true;
+
+  constructor(
+    private holder: pg.Client,
+    private readonly url: string,
+    private readonly label: string,
+    private readonly logger: Logger,
+  ) {
+    this.watch(holder);
+  }
+
+  /** Whether this server holds the lock now. */
+  get held(): boolean {
+    return this.taken;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    await this.holder.end().catch(() => {});
+  }
+
+  private watch(client: pg.Client): void {
+    client.on('error', () => {});
+    client.once('end', () => {
+      if (this.closed || client !== this.holder) return;
+      this.taken = false;
+      this.logger.warn(
+        { store: this.label },
+        'lost the connection that holds the PostgreSQL store for this server; taking it again',
+      );
+      this.retakeLater();
+    });
+  }
+
+  private retakeLater(): void {
+    if (this.closed) return;
+    this.timer = setTimeout(() => void this.retake(), RETAKE_MS);
+    this.timer.unref();
+  }
+
+  private async retake(): Promise<void> {
+    const client = new pg.Client({
+      connectionString: this.url,
+      connectionTimeoutMillis: 5_000,
+      keepAlive: true,
+    });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      const free = (
+        await client.query<{ free: boolean }>(`SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`)
+      ).rows[0]!.free;
+      if (this.closed || !free) {
+        await client.end().catch(() => {});
+        if (!free && !this.closed)
+          this.logger.error(
+            { store: this.label },
+            'another process holds the PostgreSQL store this server ran on; this server keeps trying (its shipments are refused if that process registered its own working copy)',
+          );
+        this.retakeLater();
+        return;
+      }
+      this.holder = client;
+      this.taken = true;
+      this.watch(client);
+      this.logger.info({ store: this.label }, 'holds the PostgreSQL store again');
+    } catch {
+      await client.end().catch(() => {});
+      this.retakeLater();
+    }
+  }
+}
