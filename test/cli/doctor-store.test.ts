@@ -1,10 +1,7 @@
-import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { MetisConfigSchema } from '../../src/core/config/schema.js';
-import { silentLogger } from '../../src/core/logger.js';
-import { startService } from '../../src/core/server/serve.js';
+import { describe, expect, it } from 'vitest';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
+import { serveOnStore } from '../helpers/serve-on-store.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /** `metis doctor` says whether the PostgreSQL store `metis serve` would use is ready, changing nothing. */
@@ -35,12 +32,7 @@ describe.skipIf(!postgresTestsRun)('metis doctor with a PostgreSQL store', () =>
 
   it('a store a server holds is reported as in use, and the doctor does not take it', async () => {
     const url = freshDatabase(pg);
-    const dir = tempDir();
-    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
-    const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
-      tokenFile: join(dir, 'token'),
-    });
-    onTestFinished(() => service.stop());
+    const service = await serveOnStore(url);
     const { store, exitCode } = await storeCheck(url);
     expect(exitCode).toBe(0);
     expect(store).toMatchObject({ status: 'ok', detail: expect.stringContaining('uses it now') });

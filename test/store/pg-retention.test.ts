@@ -1,9 +1,6 @@
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { AUDIT_EVENT_TYPES } from '../../src/core/events/catalog/index.js';
-import { silentLogger } from '../../src/core/logger.js';
-import { startService } from '../../src/core/server/serve.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import { purgePostgres } from '../../src/core/store/postgres/pg-prune.js';
 import { purgeOldEvents, retentionCutoffUs } from '../../src/core/store/retention.js';
@@ -11,6 +8,7 @@ import { copyStore } from '../../src/core/store/store-copy.js';
 import { insertOldEvents } from '../helpers/old-events.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
+import { serveOnStore } from '../helpers/serve-on-store.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /** Issue 19 point 2: retention on PostgreSQL, the same sweep and record as on SQLite. */
@@ -126,12 +124,7 @@ describe.skipIf(!postgresTestsRun)('metis trace prune --store', () => {
   it('refuses while a server uses the store; the working copy prunes instead and the server sends the deletions', async () => {
     const url = freshDatabase(pg);
     await copyStore({ from: agedStore(), to: url });
-    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
-    const dir = tempDir();
-    const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
-      tokenFile: join(dir, 'token'),
-    });
-    onTestFinished(() => service.stop());
+    const service = await serveOnStore(url);
     const home = tempDir();
     const refused = await runCli(['trace', 'prune', '--store', url, '--days', '30'], home);
     expect(refused.exitCode).not.toBe(0);
@@ -152,9 +145,7 @@ describe.skipIf(!postgresTestsRun)('metis trace prune --store', () => {
     const url = freshDatabase(pg);
     await copyStore({ from: agedStore(), to: url });
     const dir = tempDir();
-    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
-    const start = () =>
-      startService(config, join(dir, 'metis.db'), silentLogger(), { tokenFile: join(dir, 'token') });
+    const start = () => serveOnStore(url, dir);
     let service = await start();
     const path = service.dbPath;
     await service.stop();

@@ -1,16 +1,14 @@
 import { createHash } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runConformance } from '../../src/client/conformance/runner.js';
-import { MetisConfigSchema } from '../../src/core/config/schema.js';
-import { silentLogger } from '../../src/core/logger.js';
-import { type RunningService, startService } from '../../src/core/server/serve.js';
+import type { RunningService } from '../../src/core/server/serve.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import type { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, PASSWORD_ROLE, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli, serveCli } from '../helpers/run-cli.js';
+import { serveOnStore } from '../helpers/serve-on-store.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**
@@ -25,15 +23,6 @@ const onPostgres = describe.skipIf(!postgresTestsRun);
 
 function psqlIn(url: string, sql: string): string {
   return pg.psql(sql, new URL(url).pathname.slice(1)).trim();
-}
-
-async function serveOn(url: string, dir: string): Promise<RunningService> {
-  const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
-  const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
-    tokenFile: join(dir, 'token'),
-  });
-  onTestFinished(() => service.stop());
-  return service;
 }
 
 /** Sends a message and waits for its turn to end. */
@@ -137,7 +126,7 @@ onPostgres('metis serve on PostgreSQL', () => {
   it('a restart reuses the working copy; a lost one is rebuilt from the store and the conversation goes on', async () => {
     const url = freshDatabase(pg);
     const dir = tempDir();
-    let service = await serveOn(url, dir);
+    let service = await serveOnStore(url, dir);
     const session = await newSession(service);
     await turn(service, session, 'hello');
     const copyPath = service.dbPath;
@@ -148,14 +137,14 @@ onPostgres('metis serve on PostgreSQL', () => {
 
     const copyId = () => psqlIn(url, 'SELECT copy_id FROM metis_working_copies');
     const firstCopy = copyId();
-    service = await serveOn(url, dir);
+    service = await serveOnStore(url, dir);
     expect(service.dbPath).toBe(copyPath);
     expect(copyId()).toBe(firstCopy); // reused, not rebuilt
     expect(service.runtime.sessions.getSession(session)?.status).toBe('active');
     await service.stop();
 
     rmSync(copyPath);
-    service = await serveOn(url, dir);
+    service = await serveOnStore(url, dir);
     expect(existsSync(copyPath)).toBe(true);
     expect(copyId()).not.toBe(firstCopy);
     expect(service.runtime.sessions.messages(session).map((m) => m.role)).toEqual(['user', 'assistant']);
@@ -177,7 +166,7 @@ onPostgres('metis serve on PostgreSQL', () => {
 
   it('a PostgreSQL restart under load loses nothing; while it is down new turns are refused by name', async () => {
     const url = freshDatabase(pg);
-    const service = await serveOn(url, tempDir());
+    const service = await serveOnStore(url, tempDir());
     const sessions = await Promise.all([1, 2, 3].map(() => newSession(service)));
     const load = (async () => {
       for (let round = 0; round < 6; round += 1)
@@ -266,7 +255,7 @@ onPostgres('metis serve on PostgreSQL', () => {
     const half = freshDatabase(pg);
     psqlIn(half, 'CREATE TABLE events (id text)'); // a table of that name, and no metis_schema
     const newer = freshDatabase(pg);
-    await serveOn(newer, tempDir()).then((service) => service.stop());
+    await serveOnStore(newer, tempDir()).then((service) => service.stop());
     psqlIn(newer, 'UPDATE metis_schema SET version = 99');
     const noRights = freshDatabase(pg);
     psqlIn(noRights, 'REVOKE CREATE ON SCHEMA public FROM PUBLIC');
@@ -296,7 +285,7 @@ onPostgres('metis serve on PostgreSQL', () => {
       expect(result.stderr).not.toMatch(/\n\s+at /);
     }
     // Another server on the same store: refused while the first runs.
-    const first = await serveOn(url, tempDir());
+    const first = await serveOnStore(url, tempDir());
     const second = await runCli(['serve', '--port', '0', '--store', url], home);
     expect(second.exitCode).not.toBe(0);
     expect(second.stderr).toContain('another metis serve');
@@ -305,7 +294,7 @@ onPostgres('metis serve on PostgreSQL', () => {
     pg.psql('DO $$ BEGIN CREATE ROLE writer LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$');
     psqlIn(url, 'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO writer');
     psqlIn(url, 'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO writer');
-    const least = await serveOn(url.replace('metis@', 'writer@'), tempDir());
+    const least = await serveOnStore(url.replace('metis@', 'writer@'), tempDir());
     expect(least.store).toContain('writer@');
     await least.stop();
   }, 120_000);

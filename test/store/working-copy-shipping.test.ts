@@ -1,15 +1,13 @@
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
-import { startService } from '../../src/core/server/serve.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { openPostgresStore } from '../../src/core/store/postgres/serve-store.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { serveOnStore } from '../helpers/serve-on-store.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**
@@ -106,9 +104,7 @@ describe.skipIf(!postgresTestsRun)('the working copy shipper', () => {
   it('a copy holding events never sent to a store rewritten since is refused, not rebuilt over', async () => {
     const url = freshDatabase(server);
     const dir = tempDir();
-    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
-    const start = () =>
-      startService(config, join(dir, 'metis.db'), silentLogger(), { tokenFile: join(dir, 'token') });
+    const start = () => serveOnStore(url, dir);
     const service = await start();
     const path = service.dbPath;
     await service.stop();
@@ -128,11 +124,8 @@ describe.skipIf(!postgresTestsRun)('the working copy shipper', () => {
 
   it('the serve lock is taken again after a database restart, so a second server is still refused', async () => {
     const url = freshDatabase(server);
-    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
-    const start = (dir: string) =>
-      startService(config, join(dir, 'metis.db'), silentLogger(), { tokenFile: join(dir, 'token') });
+    const start = (dir: string) => serveOnStore(url, dir);
     const first = await start(tempDir());
-    onTestFinished(() => first.stop());
     await server.stop();
     await server.start();
     const held = () =>
@@ -148,14 +141,7 @@ describe.skipIf(!postgresTestsRun)('the working copy shipper', () => {
 
   it('a server started from another data folder makes the first one rebuild its copy', async () => {
     const url = freshDatabase(server);
-    const config = MetisConfigSchema.parse({ server: { port: 0 }, store: { url } });
-    const start = async (dir: string) => {
-      const service = await startService(config, join(dir, 'metis.db'), silentLogger(), {
-        tokenFile: join(dir, 'token'),
-      });
-      onTestFinished(() => service.stop());
-      return service;
-    };
+    const start = (dir: string) => serveOnStore(url, dir);
     const [a, b] = [tempDir(), tempDir()];
     let service = await start(a);
     const first = service.runtime.createSession({}).id;
