@@ -1,6 +1,6 @@
-import { writeFileSync } from 'node:fs';
+import { utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { startRuntime } from '../helpers/runtime.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -12,9 +12,26 @@ import { tempDir } from '../helpers/tmp.js';
 
 const POLL_MS = 20;
 
-async function until(condition: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 200 && !condition(); i += 1) await new Promise((resolve) => setTimeout(resolve, 10));
-  if (!condition()) throw new Error(`timed out waiting for ${what}`);
+/**
+ * Waits for an edit of `path` to be read. The file is polled by stat on libuv's thread pool: on a loaded
+ * machine the watcher's first stat can land after the edit, which it then takes as the starting state, so
+ * the file's mtime is moved on every second until the edit is seen (a user's later save would do the same).
+ */
+async function until(condition: () => boolean, what: string, path: string): Promise<void> {
+  let touches = 0;
+  const started = Date.now();
+  await vi.waitFor(
+    () => {
+      if (condition()) return;
+      if (Date.now() - started > (touches + 1) * 1_000) {
+        touches += 1;
+        const later = new Date(Date.now() + touches * 1_000);
+        utimesSync(path, later, later);
+      }
+      throw new Error(`timed out waiting for ${what}`);
+    },
+    { timeout: 15_000, interval: 10 },
+  );
 }
 
 function harness(initial: string, name = 'policy.yaml') {
@@ -28,7 +45,7 @@ function harness(initial: string, name = 'policy.yaml') {
     const decided = h.frames.find((e) => e.type === 'route.decided' && e.turn_id === turnId)!;
     return decided.payload.chosen_model as string;
   };
-  const invalid = (): MetisEvent[] => h.frames.filter((e) => e.type === 'routing.policy_invalid');
+  const invalid = (): MetisEvent[] => h.frames.filter((e) => e.type === 'routing.policy_invalid', path);
   return { h, path, session, chosenFor, invalid };
 }
 
@@ -40,7 +57,7 @@ describe('a routing policy file', () => {
     expect(await chosenFor('write some code')).toBe('scripted:coder');
     const before = h.runtime.getSession(session.id).routing_policy_version;
     writeFileSync(path, 'rules:\n  - { name: poems, match: poem, model: "scripted:poet" }\n');
-    await until(() => h.runtime.routing.version !== before, 'the edit to be read');
+    await until(() => h.runtime.routing.version !== before, 'the edit to be read', path);
     expect(await chosenFor('a poem please')).toBe('scripted:poet');
     expect(await chosenFor('write some code')).toBe('scripted:demo');
     expect(h.runtime.getSession(session.id).routing_policy_version).not.toBe(before);
@@ -56,7 +73,7 @@ describe('a routing policy file', () => {
       path,
       '{ "rules": [{ "name": "", "match": "code", "model": "coder" }, { "name": "x", "match": "(?=ahead)", "model": "scripted:x" }] }',
     );
-    await until(() => invalid().length > 0, 'routing.policy_invalid');
+    await until(() => invalid().length > 0, 'routing.policy_invalid', path);
     const [event] = invalid();
     expect(event).toMatchObject({
       session_id: 'system',
@@ -71,7 +88,7 @@ describe('a routing policy file', () => {
     expect(h.runtime.routing.version).toBe(good);
     expect(await chosenFor('more code')).toBe('scripted:coder');
     writeFileSync(path, '{ not json');
-    await until(() => invalid().length > 1, 'the second routing.policy_invalid');
+    await until(() => invalid().length > 1, 'the second routing.policy_invalid', path);
     expect(invalid()[1]!.payload.errors).toEqual([expect.stringContaining('is not valid JSON')]);
   });
 
@@ -99,8 +116,8 @@ describe('a routing policy file', () => {
       path,
       'rules:\n  - { name: a, match: a, model: "nope:model" }\n  - { name: b, match: b, model: "scripted:broken" }\n',
     );
-    const invalid = () => h.frames.filter((e) => e.type === 'routing.policy_invalid');
-    await until(() => invalid().length > 0, 'routing.policy_invalid');
+    const invalid = () => h.frames.filter((e) => e.type === 'routing.policy_invalid', path);
+    await until(() => invalid().length > 0, 'routing.policy_invalid', path);
     const errors = invalid()[0]!.payload.errors as string[];
     expect(errors).toEqual([
       expect.stringMatching(/^rules\.0\.model: "nope:model" cannot serve: no provider "nope" in the config/),
