@@ -109,4 +109,22 @@ export function registerStoreCommands(program: Command): void {
     .option('--store <url>', STORE_HELP)
     .option('--config <file>', CONFIG_HELP)
     .action(async (options) => (await import('./export.js')).exportCommand(options));
+
+  program
+    .command('cluster')
+    .description('the nodes of a metis cluster (several metis serve on one PostgreSQL store)')
+    .command('status')
+    .description(
+      "list the cluster's nodes from its store: alive, stopped or silent, where each runs, its last beat",
+    )
+    .option(
+      '--store <url>',
+      `the cluster's store, ${STORE_HELP.split(', instead')[0]} (default $METIS_STORE_URL, then store.url)`,
+    )
+    .option('--config <file>', CONFIG_HELP)
+    .option(
+      '--json',
+      'print JSON: {node_timeout_ms, nodes: [{node_id, state, url, host, pid, version, started_at, last_beat_at, stopped_at}]}',
+    )
+    .action(async (options) => (await import('./cluster-status.js')).clusterStatusCommand(options));
 }

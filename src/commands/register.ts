@@ -42,9 +42,17 @@ export function registerCommands(program: Command): void {
       '--store <url>',
       'run on a PostgreSQL store, postgres://user:pass@host:port/db (default $METIS_STORE_URL, then store.url in config); a working copy is kept beside --db',
     )
+    .option(
+      '--nats <url>',
+      'join a cluster through this NATS broker, nats://host:port (default $METIS_NATS_URL, then cluster.nats in config); needs a PostgreSQL store',
+    )
+    .option(
+      '--node-id <id>',
+      "this node's name in the cluster (default cluster.node_id, else the host name and a hash of the data folder)",
+    )
     .option('--model <model>', 'default model as provider:name (default scripted:demo)')
     .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
-    .option('--json', 'print the startup line as JSON (url, db, config)')
+    .option('--json', 'print the startup line as JSON (url, db, config, node)')
     .option('--conformance', 'enable the test-only hooks of docs/conformance.md (never in production)')
     .addOption(
       new Option('--fault <name...>', 'with --conformance: break one guarantee on purpose').choices(

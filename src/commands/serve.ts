@@ -6,6 +6,7 @@ import { bearerTokenFromEnv, type ServerAuth } from '../core/server/local-token.
 import { CONFORMANCE_WARNING, startService } from '../core/server/serve.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { asStorageError } from '../core/store/storage-errors.js';
+import { pickCluster } from './cluster-option.js';
 import { pickStore } from './store-option.js';
 
 export interface ServeOptions {
@@ -13,6 +14,8 @@ export interface ServeOptions {
   port?: string;
   db?: string;
   store?: string;
+  nats?: string;
+  nodeId?: string;
   model?: string;
   config?: string;
   json?: boolean;
@@ -81,6 +84,7 @@ async function serve(options: ServeOptions): Promise<void> {
   }
   const store = pickStore(options, config.store.url);
   config.store.url = store?.url ?? null;
+  const clusterSettings = pickCluster(options, config);
   bearerTokenFromEnv(); // a weak token in the environment is refused before anything starts
   const dbPath = resolveDbPath(options.db ?? config.storage.database);
   const logger = createServiceLogger(process.env.METIS_LOG_LEVEL ?? 'info', logFormatFor(process.stderr));
@@ -101,6 +105,7 @@ async function serve(options: ServeOptions): Promise<void> {
     conformance: options.conformance ? { faults: faults as FaultName[] } : undefined,
     configPath: filepath,
     storeSetting: store?.setting,
+    clusterSettings,
   }).catch((error: unknown) => {
     // A full disk or a held lock at start-up (the lock file, the database) names the database path.
     throw asStorageError(error, dbPath);
@@ -156,6 +161,8 @@ async function serve(options: ServeOptions): Promise<void> {
         dashboard_url: service.dashboardUrl,
         db: service.dbPath,
         store: service.store,
+        node_id: service.cluster?.nodeId ?? null,
+        peers: service.cluster?.peers().map((peer) => ({ node_id: peer.node_id, url: peer.url })) ?? [],
         config: filepath,
         gaps: service.gaps.length,
         recovered_turns: service.recovery.turns,
@@ -171,6 +178,13 @@ async function serve(options: ServeOptions): Promise<void> {
     console.log(`metis serving on ${service.url}`);
     if (service.store === null) console.log(`  database  ${dbPath}`);
     else console.log(`  store     ${service.store} (working copy ${service.dbPath})`);
+    if (service.cluster !== null) {
+      const peers = service.cluster.peers();
+      console.log(`  node      ${service.cluster.nodeId}`);
+      console.log(
+        `  peers     ${peers.length === 0 ? '(none alive)' : peers.map((peer) => `${peer.node_id} ${peer.url}`).join(', ')}`,
+      );
+    }
     console.log(`  config    ${filepath ?? '(built-in defaults)'}`);
     console.log(`  model     ${config.runtime.default_model}`);
     console.log(`  auth      ${describeAuth(service.auth)}`);

@@ -85,6 +85,21 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'The PostgreSQL store is unreachable; metis keeps what it has and sends it when the database is back. Try again then.',
   },
+  METIS_ERR_BROKER_UNREACHABLE: {
+    status: 503,
+    exitCode: 2,
+    hint: 'Start the NATS server, or fix cluster.nats (--nats, $METIS_NATS_URL): host, port, credentials.',
+  },
+  METIS_ERR_NODE_ID_TAKEN: {
+    status: 409,
+    exitCode: 2,
+    hint: 'Give this node another name (cluster.node_id or --node-id), or stop the node that has it.',
+  },
+  METIS_ERR_CLUSTER_CONFIG: {
+    status: 400,
+    exitCode: 2,
+    hint: 'A cluster needs a PostgreSQL store shared by its nodes: set store.url (or --store, $METIS_STORE_URL).',
+  },
   METIS_ERR_STORE_DIVERGED: {
     status: 409,
     exitCode: 2,

@@ -51,6 +51,36 @@ export const StoreConfigSchema = z.strictObject({
     .default(null),
 });
 
+/** A node name: it appears in NATS subjects and in `metis cluster status`, so letters, digits, - and _. */
+export const NODE_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
+
+/**
+ * Several `metis serve` nodes on one PostgreSQL store (docs/scale-out.md): the NATS broker they share,
+ * this node's name, and how long a node that stopped beating counts as alive.
+ */
+export const ClusterConfigSchema = z.strictObject({
+  /** `nats://host:port` (several comma-separated); null: not part of a cluster. */
+  nats: z
+    .string()
+    .regex(/^(nats|tls):\/\/[^\s,]+(,(nats|tls):\/\/[^\s,]+)*$/i, {
+      error: 'must be a nats:// URL (several separated by commas)',
+    })
+    .nullable()
+    .default(null),
+  /** This node's name, unique in the cluster; default: the host name and a hash of the data folder. */
+  node_id: z
+    .string()
+    .regex(NODE_ID_PATTERN, {
+      error: 'must be 1-63 letters, digits, - or _, starting with a letter or digit',
+    })
+    .nullable()
+    .default(null),
+  /** How often a node records that it is alive. */
+  heartbeat_ms: z.number().int().min(100).max(60_000).default(1_000),
+  /** A node silent this long counts as gone: its name may be taken again. */
+  node_timeout_ms: z.number().int().min(1_000).max(600_000).default(10_000),
+});
+
 export const BusConfigSchema = z.strictObject({
   validation: z.enum(['strict', 'lenient']).nullable().default(null),
   queue_limit: z.number().int().positive().default(10_000),
@@ -73,6 +103,7 @@ export const MetisConfigSchema = z.strictObject({
   server: ServerConfigSchema.default(ServerConfigSchema.parse({})),
   storage: StorageConfigSchema.default(StorageConfigSchema.parse({})),
   store: StoreConfigSchema.default(StoreConfigSchema.parse({})),
+  cluster: ClusterConfigSchema.default(ClusterConfigSchema.parse({})),
   bus: BusConfigSchema.default(BusConfigSchema.parse({})),
   runtime: RuntimeConfigSchema.default(RuntimeConfigSchema.parse({})),
   /** Plugins (docs/plugins.md): a built-in name, a package name or a path, optionally with options. */

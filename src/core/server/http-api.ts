@@ -57,6 +57,20 @@ export interface ApiContext {
   readonly wsBase: () => string;
   /** Every other route the server serves, for `GET /openapi.json`. */
   readonly otherRoutes?: () => readonly RouteDoc[];
+  /** The store's and the cluster's state, for `GET /healthz`. */
+  readonly health?: () => Record<string, unknown>;
+}
+
+/**
+ * `ok`, or `degraded` when the store refuses writes or the broker is away: the process is alive (200
+ * either way), and a load balancer that reads the body can send new turns elsewhere.
+ */
+function healthStatus(parts: Record<string, unknown>): 'ok' | 'degraded' {
+  const store = parts.store as { state?: string } | undefined;
+  const broker = parts.broker as { state?: string } | undefined;
+  if (store !== undefined && store.state !== 'ok') return 'degraded';
+  if (broker !== undefined && broker.state !== 'connected') return 'degraded';
+  return 'ok';
 }
 
 /**
@@ -70,12 +84,19 @@ export function apiRoutes(context: ApiContext): Route[] {
       {
         method: 'GET',
         path: '/healthz',
-        summary: 'Liveness',
+        summary: 'Liveness, and the state of the store and the cluster',
         open: true,
-        success: { status: 200, description: '{status: ok}' },
+        success: {
+          status: 200,
+          description:
+            '{status: ok | degraded}, with {store: {state}} on PostgreSQL and {node_id, broker: {state}} in a cluster',
+        },
         errors: [],
       },
-      async () => [200, { status: 'ok' }],
+      async () => {
+        const parts = context.health?.() ?? {};
+        return [200, { status: healthStatus(parts), ...parts }];
+      },
     ),
     jsonRoute(
       {

@@ -5,6 +5,8 @@ import type { Logger } from 'pino';
 import { loadPlugins } from '../../plugins/load-plugins.js';
 import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import { pluginsRoute } from '../../plugins/plugins-route.js';
+import type { ClusterNode } from '../cluster/cluster-node.js';
+import { type ClusterSettings, prepareCluster } from '../cluster/cluster-start.js';
 import type { MetisConfig } from '../config/schema.js';
 import { DeadlineExceeded, withDeadline } from '../deadline.js';
 import { MetisError } from '../errors.js';
@@ -19,7 +21,12 @@ import {
   type PostgresServeStore,
   workingCopyFile,
 } from '../store/postgres/serve-store.js';
-import { openTraceContext, reportGaps, type TraceContext } from '../store/trace-context.js';
+import {
+  openTraceContext,
+  reportGaps,
+  type StoreUpstream,
+  type TraceContext,
+} from '../store/trace-context.js';
 import { conformanceRoutes } from './conformance-hooks.js';
 import { FAULT_NAMES, type FaultName, type FaultSwitches } from './faults.js';
 import { resolveServerAuth, type ServerAuth, tokenFilePath } from './local-token.js';
@@ -55,6 +62,8 @@ export interface RunningService {
   readonly trace: TraceContext;
   readonly server: MetisServer;
   readonly plugins: PluginHost;
+  /** This node of a cluster (`cluster.nats`), or null. */
+  readonly cluster: ClusterNode | null;
   /** How clients authenticate: the token and where it came from (the banner shows the file, never the token). */
   readonly auth: ServerAuth;
   /** The dashboard's sign-in link (a single-use code, never the token); null when none is served. */
@@ -93,6 +102,8 @@ export async function startService(
     tokenFile?: string;
     /** How `config.store.url` was given (`--store`, `$METIS_STORE_URL`), for errors; default `store.url`. */
     storeSetting?: string;
+    /** How the cluster settings were given (`--nats`, `--node-id`), for errors. */
+    clusterSettings?: ClusterSettings;
   } = {},
 ): Promise<RunningService> {
   const conformance = options.conformance;
@@ -116,15 +127,19 @@ export async function startService(
     config.store.url === null ? dbPath : workingCopyFile(config.store.url, storeSetting, dirname(dbPath));
   const release = acquireLock(tracePath);
   let store: PostgresServeStore | null = null;
+  let prepared: Awaited<ReturnType<typeof prepareCluster>> = null;
   try {
+    prepared = await prepareCluster(config, dirname(dbPath), logger, options.clusterSettings);
     store =
       config.store.url === null
         ? null
         : await openPostgresStore(config.store.url, storeSetting, dirname(dbPath), logger);
   } catch (error) {
     release();
-    throw error;
+    await prepared?.abort();
+    throw (await prepared?.explainLocked(error)) ?? error;
   }
+  let cluster: ClusterNode | null = null;
   let trace: TraceContext | null = null;
   let plugins: PluginHost | null = null;
   try {
@@ -205,6 +220,10 @@ export async function startService(
       faults: faults as FaultSwitches,
       logger,
       metrics: { plugins: () => plugins?.list() ?? [], processMetrics: true },
+      health: () => ({
+        ...(traceContext.upstream === null ? {} : { store: storeHealth(traceContext.upstream) }),
+        ...(cluster === null ? {} : cluster.health()),
+      }),
       extraRoutes: ({ hub }) => [
         pluginsRoute(pluginHost),
         ...(conformance
@@ -221,6 +240,15 @@ export async function startService(
           : []),
       ],
     });
+    if (prepared !== null) {
+      cluster = await prepared.join({
+        url: server.url,
+        writer: traceContext.writer,
+        streaming: runtime.streaming,
+      });
+      prepared = null; // joined: closing the node closes the broker
+    }
+    const joined = cluster;
     const opened = trace;
     const host = plugins;
     let stopping: Promise<void> | null = null;
@@ -233,6 +261,7 @@ export async function startService(
         logger.error({ err: (error as Error).message }, 'closing the database at a forced stop failed');
       } finally {
         release();
+        void joined?.close();
         void store?.close();
       }
     };
@@ -247,6 +276,7 @@ export async function startService(
       trace: opened,
       server,
       plugins: host,
+      cluster: joined,
       auth,
       abandon,
       stop: () => {
@@ -270,6 +300,8 @@ export async function startService(
             await step('stopping plugins', () => host.stop({ deadline: deadline - CLOSE_RESERVE_MS }));
             await step('flushing the trace', () => opened.flush());
             await step('closing client connections', () => server.close());
+            // After the last event is committed and published: peers see the turn end before the goodbye.
+            if (joined !== null) await step('leaving the cluster', () => joined.close());
             await step('closing the database', () => opened.close(), 0);
           } finally {
             abandon();
@@ -280,11 +312,21 @@ export async function startService(
     };
   } catch (error) {
     await plugins?.stop();
+    await cluster?.close();
+    await prepared?.abort();
     await trace?.close();
     release();
     await store?.close();
     throw error;
   }
+}
+
+/**
+ * What `/healthz` says of a PostgreSQL store: whether it takes writes now. Not its URL nor the reason
+ * (a host name, an address): `/healthz` needs no token; the log has the reason.
+ */
+function storeHealth(upstream: StoreUpstream): { state: 'ok' | 'unavailable' } {
+  return { state: upstream.failure === null ? 'ok' : 'unavailable' };
 }
 
 /** The dashboard's folder: the built one by default, a folder of the user's, or none. */

@@ -52,6 +52,8 @@ export interface ServerOptions {
     readonly hub: StreamHub;
     readonly trace: TraceContext;
   }) => readonly Route[];
+  /** What `GET /healthz` adds to `{status}`: the store's and the cluster's state (serve.ts). */
+  readonly health?: () => Record<string, unknown>;
   /** What `GET /metrics` reports beyond the server's own figures. */
   readonly metrics?: {
     /** The running plugins' error and timeout counts (`GET /plugins`). */
@@ -197,6 +199,7 @@ export async function startServer(
       wsBase: () => `ws://${address}`,
       version: packageVersion(),
       otherRoutes: () => otherRoutes,
+      health: options.health,
     }),
     ...otherRoutes,
   ];

@@ -15,7 +15,7 @@ const PAGE = 5_000;
  * A read-only connection to a PostgreSQL store, refusing one that is not a metis store or is newer
  * than this metis. The error names the URL (password redacted) and what is wrong.
  */
-async function connect(url: string): Promise<pg.Client> {
+export async function connectReadableStore(url: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: url, types: BIGINT_AS_NUMBER });
   client.on('error', () => {});
   try {
@@ -42,7 +42,7 @@ async function connect(url: string): Promise<pg.Client> {
  * at a time after the last id.
  */
 export async function* postgresExportRows(url: string, query: ExportQuery): AsyncGenerator<EventRow> {
-  const client = await connect(url);
+  const client = await connectReadableStore(url);
   try {
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     const { sinceId, untilId } = exportBounds(query);
@@ -87,7 +87,7 @@ export async function* postgresExportRows(url: string, query: ExportQuery): Asyn
  * write-ahead log is the server's, not the database's, so `wal_bytes` is 0.
  */
 export async function postgresTraceStats(url: string): Promise<TraceStats> {
-  const client = await connect(url);
+  const client = await connectReadableStore(url);
   try {
     const one = async <T>(sql: string): Promise<T> => (await client.query(sql)).rows[0] as T;
     const edge = async (order: 'ASC' | 'DESC') => {

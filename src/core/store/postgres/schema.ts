@@ -113,6 +113,20 @@ export const PG_MIGRATIONS: readonly string[] = [
     updated_at_us bigint NOT NULL
   );
   `,
+  // 4: the nodes of a cluster (src/core/cluster): who runs, where, since when, and when each last said
+  // it was alive. The row outlives the node, so `metis cluster status` can say when it stopped.
+  `
+  CREATE TABLE metis_nodes (
+    node_id text COLLATE "C" PRIMARY KEY,
+    url text NOT NULL,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    version text NOT NULL,
+    started_at_us bigint NOT NULL,
+    heartbeat_at_us bigint NOT NULL,
+    stopped_at_us bigint
+  );
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;

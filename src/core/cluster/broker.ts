@@ -1,0 +1,96 @@
+import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
+import type { Logger } from 'pino';
+import { MetisError } from '../errors.js';
+
+/** What `/healthz` and `metis cluster status` say of the broker. */
+export type BrokerState = 'connected' | 'reconnecting' | 'closed';
+
+export interface Broker {
+  readonly state: BrokerState;
+  /** Publishes one message; lost while the broker is away (core NATS keeps nothing). */
+  publish(subject: string, data: string, meta?: Record<string, string>): void;
+  /** Sends what is buffered and closes. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+/** How long the first connection may take before the start fails. */
+const CONNECT_TIMEOUT_MS = 5_000;
+
+/** The URL with any password replaced, for messages. */
+export function redactNatsUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]+):[^@/]+@/g, '//$1:***@');
+}
+
+/**
+ * Connects to the cluster's NATS broker. At start-up an unreachable broker is a bad setting (exit 2,
+ * naming it); once connected, a lost broker is waited out for ever: the client reconnects by itself,
+ * and this node's own sessions keep working meanwhile (what was published in between is lost, which is
+ * why readers fill gaps from the store).
+ * @throws MetisError METIS_ERR_BROKER_UNREACHABLE naming `setting`
+ */
+export async function connectBroker(options: {
+  readonly url: string;
+  readonly nodeId: string;
+  readonly setting: string;
+  readonly logger: Logger;
+}): Promise<Broker> {
+  const { url, nodeId, setting, logger } = options;
+  const label = redactNatsUrl(url);
+  let connection: NatsConnection;
+  try {
+    connection = await connect({
+      servers: url.split(','),
+      name: `metis ${nodeId}`,
+      timeout: CONNECT_TIMEOUT_MS,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+    });
+  } catch (error) {
+    throw new MetisError(
+      'METIS_ERR_BROKER_UNREACHABLE',
+      `${setting}: cannot reach the NATS broker at ${label}: ${(error as Error).message}`,
+    );
+  }
+  let state: BrokerState = 'connected';
+  void (async () => {
+    for await (const status of connection.status()) {
+      if (status.type === 'disconnect' || status.type === 'reconnecting') {
+        if (state === 'connected')
+          logger.warn({ broker: label }, 'lost the NATS broker; this node keeps serving its own sessions');
+        state = 'reconnecting';
+      } else if (status.type === 'reconnect') {
+        state = 'connected';
+        logger.info({ broker: label }, 'the NATS broker is back');
+      }
+    }
+  })();
+  void connection.closed().then((error) => {
+    state = 'closed';
+    if (error !== undefined)
+      logger.error({ broker: label, err: (error as Error).message }, 'the NATS connection closed');
+  });
+  let closing: Promise<void> | null = null;
+  return {
+    get state() {
+      return state;
+    },
+    publish(subject, data, meta) {
+      if (state === 'closed') return;
+      let h: ReturnType<typeof headers> | undefined;
+      if (meta !== undefined) {
+        h = headers();
+        for (const [key, value] of Object.entries(meta)) h.set(key, value);
+      }
+      try {
+        connection.publish(subject, data, h === undefined ? undefined : { headers: h });
+      } catch (error) {
+        // Publishing on a closing connection throws; a fan-out message is not worth a turn.
+        logger.debug({ err: (error as Error).message, subject }, 'NATS publish failed');
+      }
+    },
+    close() {
+      closing ??= connection.drain().catch(() => connection.close());
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,97 @@
+import type { Logger } from 'pino';
+import type { MetisConfig } from '../config/schema.js';
+import { MetisError } from '../errors.js';
+import type { StreamingChannel } from '../runtime/streaming-channel.js';
+import type { TraceWriter } from '../store/trace-writer.js';
+import { type Broker, connectBroker } from './broker.js';
+import {
+  type ClusterNode,
+  type ClusterTiming,
+  defaultNodeId,
+  joinCluster,
+  liveNodes,
+  refuseTakenName,
+} from './cluster-node.js';
+import { fanOutEvents } from './event-fanout.js';
+import { describeNode } from './node-registry.js';
+
+/** Where each cluster setting came from (a flag, the environment, the config), for errors. */
+export interface ClusterSettings {
+  readonly nats?: string;
+  readonly nodeId?: string;
+}
+
+/** A node that checked its name and reached its broker, before the store is opened. */
+export interface PreparedCluster {
+  readonly nodeId: string;
+  readonly broker: Broker;
+  /** Turns "the store is locked" into a refusal naming the node that holds it. */
+  explainLocked(error: unknown): Promise<unknown>;
+  /** Registers the node (its server listens at `url`) and starts publishing its sessions' events. */
+  join(parts: { url: string; writer: TraceWriter; streaming: StreamingChannel }): Promise<ClusterNode>;
+  /** Gives up before joining (a later step of the start failed). */
+  abort(): Promise<void>;
+}
+
+/**
+ * The first steps of a cluster node's start, in the order that makes each refusal name the right
+ * setting: a cluster needs a PostgreSQL store; a name another live node has is refused; an unreachable
+ * broker is refused. Null when `cluster.nats` is not set.
+ * @throws MetisError METIS_ERR_CLUSTER_CONFIG, METIS_ERR_NODE_ID_TAKEN, METIS_ERR_BROKER_UNREACHABLE
+ */
+export async function prepareCluster(
+  config: MetisConfig,
+  dataDir: string,
+  logger: Logger,
+  settings: ClusterSettings = {},
+): Promise<PreparedCluster | null> {
+  const natsUrl = config.cluster.nats;
+  if (natsUrl === null) return null;
+  const natsSetting = settings.nats ?? 'cluster.nats';
+  const storeUrl = config.store.url;
+  if (storeUrl === null)
+    throw new MetisError(
+      'METIS_ERR_CLUSTER_CONFIG',
+      `${natsSetting}: a cluster's nodes share a PostgreSQL store, and none is set (store.url, --store or $METIS_STORE_URL)`,
+    );
+  const timing: ClusterTiming = {
+    heartbeatMs: config.cluster.heartbeat_ms,
+    nodeTimeoutMs: config.cluster.node_timeout_ms,
+  };
+  if (timing.nodeTimeoutMs < 2 * timing.heartbeatMs)
+    throw new MetisError(
+      'METIS_ERR_CLUSTER_CONFIG',
+      `cluster.node_timeout_ms (${timing.nodeTimeoutMs}) must be at least twice cluster.heartbeat_ms (${timing.heartbeatMs}), or a live node would look gone between two beats`,
+      { hint: 'Raise cluster.node_timeout_ms or lower cluster.heartbeat_ms.' },
+    );
+  const nodeId = config.cluster.node_id ?? defaultNodeId(dataDir);
+  await refuseTakenName(storeUrl, nodeId, timing, settings.nodeId ?? 'cluster.node_id');
+  const broker = await connectBroker({ url: natsUrl, nodeId, setting: natsSetting, logger });
+  return {
+    nodeId,
+    broker,
+    explainLocked: async (error) => {
+      if (!(error instanceof MetisError) || error.code !== 'METIS_ERR_DB_LOCKED') return error;
+      const holders = await liveNodes(storeUrl, timing);
+      if (holders.length === 0) return error;
+      return new MetisError(
+        'METIS_ERR_DB_LOCKED',
+        `the store is served by node ${holders.map(describeNode).join(', ')}; until sessions have owners ` +
+          '(docs/scale-out.md), a store serves one node at a time',
+        { hint: 'Stop that node first, or point this one at another store.' },
+      );
+    },
+    join: async ({ url, writer, streaming }) => {
+      const node = await joinCluster({ storeUrl, nodeId, url, broker, timing, logger });
+      const stopFanOut = fanOutEvents({ writer, streaming, broker, nodeId });
+      return {
+        ...node,
+        close: () => {
+          stopFanOut();
+          return node.close();
+        },
+      };
+    },
+    abort: () => broker.close(),
+  };
+}
