@@ -1,4 +1,5 @@
 import { listNodes, nodeState } from '../core/cluster/node-registry.js';
+import { listLeases } from '../core/cluster/session-leases.js';
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
 import { connectReadableStore } from '../core/store/postgres/pg-inspect.js';
@@ -30,13 +31,15 @@ export async function clusterStatusCommand(options: ClusterStatusOptions): Promi
       { hint: 'Pass --store postgres://…, or set $METIS_STORE_URL or store.url in config.' },
     );
   const client = await connectReadableStore(store.url);
-  let nodes: Awaited<ReturnType<typeof listNodes>>;
+  let nodes: Awaited<ReturnType<typeof listNodes>>['nodes'];
+  let leases: Awaited<ReturnType<typeof listLeases>>;
+  let nowUs: number;
   try {
-    nodes = await listNodes(client);
+    ({ nodes, nowUs } = await listNodes(client));
+    leases = await listLeases(client);
   } finally {
     await client.end().catch(() => {});
   }
-  const nowUs = Date.now() * 1000;
   const timeoutMs = config.cluster.node_timeout_ms;
   const rows = nodes.map((node) => ({
     node_id: node.node_id,
@@ -48,9 +51,24 @@ export async function clusterStatusCommand(options: ClusterStatusOptions): Promi
     started_at: new Date(node.started_at_us / 1000).toISOString(),
     last_beat_at: new Date(node.heartbeat_at_us / 1000).toISOString(),
     stopped_at: node.stopped_at_us === null ? null : new Date(node.stopped_at_us / 1000).toISOString(),
+    backlog: node.backlog,
+    shipped_at: node.shipped_at_us === null ? null : new Date(node.shipped_at_us / 1000).toISOString(),
+    // Owned now: a node that is not alive owns nothing (its leases are free to take).
+    sessions:
+      nodeState(node, nowUs, timeoutMs) === 'alive'
+        ? leases.filter((lease) => lease.node_id === node.node_id).length
+        : 0,
+  }));
+  const states = new Map(rows.map((row) => [row.node_id, row.state]));
+  // A lease is only as good as its node: one held by a node that is not alive is free to take.
+  const leaseRows = leases.map((lease) => ({
+    session_id: lease.session_id,
+    node_id: lease.node_id,
+    held: states.get(lease.node_id) === 'alive',
+    since: new Date(lease.acquired_at_us / 1000).toISOString(),
   }));
   if (options.json) {
-    console.log(JSON.stringify({ node_timeout_ms: timeoutMs, nodes: rows }));
+    console.log(JSON.stringify({ node_timeout_ms: timeoutMs, nodes: rows, leases: leaseRows }));
     return;
   }
   if (rows.length === 0) {
@@ -61,7 +79,7 @@ export async function clusterStatusCommand(options: ClusterStatusOptions): Promi
   console.log(`${alive} of ${rows.length} nodes alive (silent: no beat for ${timeoutMs / 1000} s)\n`);
   console.log(
     table([
-      ['NODE', 'STATE', 'URL', 'PROCESS', 'VERSION', 'STARTED', 'LAST BEAT'],
+      ['NODE', 'STATE', 'URL', 'PROCESS', 'VERSION', 'STARTED', 'LAST BEAT', 'SESSIONS', 'LAG'],
       ...nodes.map((node, i) => [
         node.node_id,
         rows[i]!.state,
@@ -72,7 +90,28 @@ export async function clusterStatusCommand(options: ClusterStatusOptions): Promi
         node.stopped_at_us === null
           ? ago(node.heartbeat_at_us, nowUs)
           : `stopped ${ago(node.stopped_at_us, nowUs)}`,
+        String(rows[i]!.sessions),
+        describeLag(node.backlog, node.shipped_at_us, nowUs),
       ]),
     ]),
   );
+  if (leaseRows.length === 0) return;
+  console.log('\nsessions and their owners (a lease is free once its node is not alive):\n');
+  console.log(
+    table([
+      ['SESSION', 'NODE', 'HELD', 'SINCE'],
+      ...leaseRows.map((lease) => [
+        lease.session_id,
+        lease.node_id,
+        lease.held ? 'yes' : 'free',
+        lease.since,
+      ]),
+    ]),
+  );
+}
+
+/** "0 waiting" or "12 waiting, last shipped 3 s ago": what a node had not yet put in the store. */
+function describeLag(backlog: number, shippedAtUs: number | null, nowUs: number): string {
+  const last = shippedAtUs === null ? '' : `, last shipped ${ago(shippedAtUs, nowUs)}`;
+  return `${backlog} waiting${last}`;
 }

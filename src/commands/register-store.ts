@@ -124,7 +124,7 @@ export function registerStoreCommands(program: Command): void {
     .option('--config <file>', CONFIG_HELP)
     .option(
       '--json',
-      'print JSON: {node_timeout_ms, nodes: [{node_id, state, url, host, pid, version, started_at, last_beat_at, stopped_at}]}',
+      'print JSON: {node_timeout_ms, nodes: [{node_id, state, url, host, pid, version, started_at, last_beat_at, stopped_at, backlog, shipped_at, sessions}], leases: [{session_id, node_id, held, since}]}',
     )
     .action(async (options) => (await import('./cluster-status.js')).clusterStatusCommand(options));
 }

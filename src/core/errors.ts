@@ -95,6 +95,11 @@ export const ERROR_TABLE = {
     exitCode: 2,
     hint: 'Give this node another name (cluster.node_id or --node-id), or stop the node that has it.',
   },
+  METIS_ERR_SESSION_ELSEWHERE: {
+    status: 409,
+    exitCode: 1,
+    hint: 'Send the request to the node named in the message: it runs this session (docs/scale-out.md).',
+  },
   METIS_ERR_CLUSTER_CONFIG: {
     status: 400,
     exitCode: 2,

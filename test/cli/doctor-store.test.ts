@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { PG_SCHEMA_VERSION } from '../../src/core/store/postgres/schema.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
 import { serveOnStore } from '../helpers/serve-on-store.js';
@@ -38,7 +39,7 @@ describe.skipIf(!postgresTestsRun)('metis doctor with a PostgreSQL store', () =>
     expect(store).toMatchObject({ status: 'ok', detail: expect.stringContaining('uses it now') });
     await service.stop();
     const free = await storeCheck(url);
-    expect(free.store!.detail).toContain('schema 3');
+    expect(free.store!.detail).toContain(`schema ${PG_SCHEMA_VERSION}`);
     expect(free.store!.detail).not.toContain('uses it now');
   }, 60_000);
 

@@ -20,8 +20,8 @@ import { tempDir } from '../helpers/tmp.js';
 const pg = postgresForFile();
 const inCluster = describe.skipIf(!postgresTestsRun || !natsTestsRun);
 
-async function withNats<T>(work: (nats: NatsServer) => Promise<T>): Promise<T> {
-  const nats = await startNats();
+async function withNats<T>(work: (nats: NatsServer) => Promise<T>, args: string[] = []): Promise<T> {
+  const nats = await startNats(args);
   try {
     return await work(nats);
   } finally {
@@ -49,7 +49,14 @@ async function node(store: string, nats: string, nodeId: string, extra: string[]
 async function clusterStatus(store: string, home: string, extra: string[] = []) {
   const result = await runCli(['cluster', 'status', '--store', store, '--json', ...extra], home);
   expect(result.exitCode, result.stderr).toBe(0);
-  return JSON.parse(result.stdout) as { nodes: { node_id: string; state: string; url: string }[] };
+  return JSON.parse(result.stdout) as {
+    nodes: { node_id: string; state: string; url: string; backlog: number; shipped_at: string | null }[];
+    leases: { session_id: string; node_id: string; held: boolean }[];
+  };
+}
+
+function psqlIn(url: string, sql: string): string {
+  return pg.psql(sql, new URL(url).pathname.slice(1)).trim();
 }
 
 async function until(check: () => Promise<boolean> | boolean, what: string, timeoutMs = 15_000) {
@@ -67,12 +74,8 @@ inCluster('a metis serve node of a cluster', () => {
       const a = await node(store, nats.url, 'node-a');
       expect(a.banner).toMatchObject({ node_id: 'node-a', peers: [] });
       const health = await jsonRequest(a.url, 'GET', '/healthz');
-      expect(health.body).toEqual({
-        status: 'ok',
-        store: { state: 'ok' },
-        node_id: 'node-a',
-        broker: { state: 'connected' },
-      });
+      // States only: no name (a default one holds the host name) and no address.
+      expect(health.body).toEqual({ status: 'ok', store: { state: 'ok' }, broker: { state: 'connected' } });
       const running = await clusterStatus(store, a.home);
       expect(running.nodes).toEqual([
         expect.objectContaining({ node_id: 'node-a', state: 'alive', url: a.url }),
@@ -141,13 +144,26 @@ inCluster('a metis serve node of a cluster', () => {
         ['serve', '--port', '0', '--store', store, '--nats', nats.url, '--node-id', 'node-b'],
         tempDir(),
       );
-      expect(other.exitCode).not.toBe(0);
+      expect(other.exitCode).toBe(1);
       expect(other.stderr).toMatch(/served by node node-a \(http:\/\/127\.0\.0\.1:\d+/);
       await a.stop('SIGTERM');
       // Once node-a is gone, node-b runs, and sees node-a's sessions: it is the same store.
       const b = await node(store, nats.url, 'node-b');
       expect(b.banner.peers).toEqual([]);
       await b.stop('SIGTERM');
+    });
+  });
+
+  it('a node killed a moment ago on this host may start again at once under its name', async () => {
+    await withNats(async (nats) => {
+      const store = freshDatabase(pg);
+      const a = await node(store, nats.url, 'node-a');
+      await a.stop('SIGKILL');
+      // Its row still looks alive (no goodbye, beat within the timeout), but its process is gone.
+      expect((await clusterStatus(store, a.home)).nodes[0]).toMatchObject({ state: 'alive' });
+      const again = await node(store, nats.url, 'node-a');
+      expect(again.banner.node_id).toBe('node-a');
+      await again.stop('SIGTERM');
     });
   });
 
@@ -170,6 +186,28 @@ inCluster('a metis serve node of a cluster', () => {
       });
       await again.stop('SIGTERM');
     });
+  });
+
+  it('reaches a broker that wants a user and password, given in the URL (never printed)', async () => {
+    await withNats(
+      async (nats) => {
+        const store = freshDatabase(pg);
+        const port = new URL(nats.url).port;
+        const a = await node(store, `nats://metis:s3cret-pass@127.0.0.1:${port}`, 'node-a');
+        expect((await jsonRequest(a.url, 'GET', '/healthz')).body.broker).toEqual({ state: 'connected' });
+        await a.stop('SIGTERM');
+        const wrong = await runCli(
+          ['serve', '--port', '0', '--store', store, '--nats', `nats://metis:wrong-pass@127.0.0.1:${port}`],
+          tempDir(),
+        );
+        expect(wrong.exitCode).toBe(2);
+        expect(wrong.stderr).toContain(
+          `--nats: cannot reach the NATS broker at nats://metis:***@127.0.0.1:${port}`,
+        );
+        expect(wrong.stderr).not.toContain('wrong-pass');
+      },
+      ['--user', 'metis', '--pass', 's3cret-pass'],
+    );
   });
 
   it('keeps serving its own sessions while the broker is away, says so in /healthz, and rejoins', async () => {
@@ -207,6 +245,88 @@ inCluster('a metis serve node of a cluster', () => {
         'the next turn on NATS',
       );
       await watcher.close();
+      await a.stop('SIGTERM');
+    });
+  });
+});
+
+inCluster('sessions and their owners', () => {
+  it('a session created and run on a node is leased to it; the status shows owners and lag', async () => {
+    await withNats(async (nats) => {
+      const store = freshDatabase(pg);
+      const a = await node(store, nats.url, 'node-a');
+      const created = await jsonRequest(a.url, 'POST', '/sessions', {}, {});
+      const sessionId = created.body.session_id as string;
+      expect(
+        (await jsonRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'hi' })).status,
+      ).toBe(202);
+      await until(async () => {
+        const status = await clusterStatus(store, a.home);
+        return status.nodes[0]?.shipped_at !== null && status.nodes[0]?.backlog === 0;
+      }, 'a beat that reports the shipment');
+      const status = await clusterStatus(store, a.home);
+      expect(status.leases).toEqual([
+        expect.objectContaining({ session_id: sessionId, node_id: 'node-a', held: true }),
+      ]);
+      expect(status.nodes[0]).toMatchObject({ node_id: 'node-a', sessions: 1, backlog: 0 });
+      const human = await runCli(['cluster', 'status', '--store', store], a.home);
+      expect(human.stdout).toMatch(/1 of 1 nodes alive/);
+      expect(human.stdout).toMatch(
+        /node-a\s+alive\s+http:\/\/127\.0\.0\.1:\d+\s+pid \d+ on .*\s1\s+0 waiting, last shipped \d+ s ago/,
+      );
+      expect(human.stdout).toContain(`${sessionId}`);
+      await a.stop('SIGTERM');
+      const after = await clusterStatus(store, a.home);
+      expect(after.leases[0]).toMatchObject({ session_id: sessionId, held: false });
+    });
+  });
+
+  it('a request for a session another live node owns is refused with 409, naming that node', async () => {
+    await withNats(async (nats) => {
+      const store = freshDatabase(pg);
+      const first = await node(store, nats.url, 'node-a');
+      const sessionId = (await jsonRequest(first.url, 'POST', '/sessions', {}, {})).body.session_id as string;
+      await first.stop('SIGTERM');
+      // node-z: alive by the store's clock (it beats, as a node does), and the session's owner now.
+      const now = '(extract(epoch from clock_timestamp()) * 1000000)::bigint';
+      psqlIn(
+        store,
+        `INSERT INTO metis_nodes (node_id, url, host, pid, version, started_at_us, heartbeat_at_us)
+           VALUES ('node-z', 'http://10.0.0.9:8421', 'elsewhere', 7, 'test', ${now}, ${now});
+         UPDATE metis_session_leases SET node_id = 'node-z' WHERE session_id = '${sessionId}'`,
+      );
+      const a = await node(store, nats.url, 'node-a');
+      const expectElsewhere = (answer: { status: number; body: Record<string, any> }, what: string) => {
+        expect(answer.status, what).toBe(409);
+        expect(answer.body.error).toMatchObject({ code: 'METIS_ERR_SESSION_ELSEWHERE' });
+        expect(answer.body.error.message).toContain('node node-z (http://10.0.0.9:8421');
+      };
+      // The AI SDK route names its session in the body: gated too.
+      const chat = await jsonRequest(a.url, 'POST', '/api/chat', {
+        id: sessionId,
+        messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }],
+      });
+      expectElsewhere(chat, 'POST /api/chat');
+      for (const [method, path, body] of [
+        ['POST', `/sessions/${sessionId}/turns`, { message: 'hi' }],
+        ['POST', `/sessions/${sessionId}/end`, {}],
+        ['PUT', `/sessions/${sessionId}/model`, { model: 'scripted:demo' }],
+      ] as const)
+        expectElsewhere(await jsonRequest(a.url, method, path, body), `${method} ${path}`);
+      // Unknown here: 404 as ever, and no lease taken for an id nobody made.
+      expect(
+        (await jsonRequest(a.url, 'POST', '/sessions/sess_nobody/turns', { message: 'hi' })).status,
+      ).toBe(404);
+      expect(
+        psqlIn(store, "SELECT count(*) FROM metis_session_leases WHERE session_id = 'sess_nobody'"),
+      ).toBe('0');
+      // node-z falls silent: the session is free, and node-a takes it with its next request.
+      psqlIn(store, `UPDATE metis_nodes SET heartbeat_at_us = ${now} - 60000000 WHERE node_id = 'node-z'`);
+      const taken = await jsonRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'mine now' });
+      expect(taken.status).toBe(202);
+      expect((await clusterStatus(store, a.home)).leases).toEqual([
+        expect.objectContaining({ session_id: sessionId, node_id: 'node-a', held: true }),
+      ]);
       await a.stop('SIGTERM');
     });
   });

@@ -50,8 +50,8 @@ export interface NatsServer {
   destroy(): Promise<void>;
 }
 
-/** Starts a server; resolves once its port accepts TCP connections. */
-export async function startNats(): Promise<NatsServer> {
+/** Starts a server (with `args` added, e.g. `--user`/`--pass`); resolves once its port accepts TCP connections. */
+export async function startNats(args: readonly string[] = []): Promise<NatsServer> {
   if (NATS_BIN === null) throw new Error('no nats-server binary (see test/helpers/nats.ts)');
   const bin = NATS_BIN;
   // Its log goes here, so a server that fails to start can say why.
@@ -63,7 +63,7 @@ export async function startNats(): Promise<NatsServer> {
     existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n').slice(-5).join('\n') : '';
   const start = async () => {
     if (child !== null && child.exitCode === null && child.signalCode === null) return; // already up
-    const running = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-l', log], {
+    const running = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-l', log, ...args], {
       cwd: dir,
       stdio: 'ignore',
     });

@@ -15,10 +15,46 @@ export interface Broker {
 
 /** How long the first connection may take before the start fails. */
 const CONNECT_TIMEOUT_MS = 5_000;
+/** A broker that stops answering (frozen, cut off) is known after two missed pings. */
+const PING_INTERVAL_MS = 5_000;
+/** How long closing waits for what is buffered to reach the broker before it just closes. */
+const DRAIN_TIMEOUT_MS = 2_000;
 
-/** The URL with any password replaced, for messages. */
+/** The URLs with any credentials hidden (a user's password, or a token given as the user), for messages. */
 export function redactNatsUrl(url: string): string {
-  return url.replace(/\/\/([^:@/]+):[^@/]+@/g, '//$1:***@');
+  return url.replace(/\/\/([^@/,]+)@/g, (_, userinfo: string) =>
+    userinfo.includes(':') ? `//${userinfo.slice(0, userinfo.indexOf(':'))}:***@` : '//***@',
+  );
+}
+
+/**
+ * The client's options from `nats://user:pass@host:port` (or `nats://token@host`, or `tls://…`): the
+ * client does not read credentials from a server URL, so they are taken out and passed on their own;
+ * `tls://` asks for TLS.
+ */
+export function natsOptionsFrom(url: string): {
+  servers: string[];
+  user?: string;
+  pass?: string;
+  token?: string;
+  tls?: Record<string, never>;
+} {
+  const servers: string[] = [];
+  let credentials: { user?: string; pass?: string; token?: string } = {};
+  let tls = false;
+  for (const one of url.split(',')) {
+    const parsed = new URL(one);
+    tls ||= parsed.protocol === 'tls:';
+    if (parsed.username !== '' && Object.keys(credentials).length === 0)
+      credentials =
+        parsed.password === ''
+          ? { token: decodeURIComponent(parsed.username) }
+          : { user: decodeURIComponent(parsed.username), pass: decodeURIComponent(parsed.password) };
+    servers.push(
+      `${parsed.hostname.includes(':') ? `[${parsed.hostname}]` : parsed.hostname}:${parsed.port || '4222'}`,
+    );
+  }
+  return { servers, ...credentials, ...(tls ? { tls: {} } : {}) };
 }
 
 /**
@@ -39,11 +75,13 @@ export async function connectBroker(options: {
   let connection: NatsConnection;
   try {
     connection = await connect({
-      servers: url.split(','),
+      ...natsOptionsFrom(url),
       name: `metis ${nodeId}`,
       timeout: CONNECT_TIMEOUT_MS,
       maxReconnectAttempts: -1,
       reconnectTimeWait: 500,
+      pingInterval: PING_INTERVAL_MS,
+      maxPingOut: 2,
     });
   } catch (error) {
     throw new MetisError(
@@ -89,7 +127,17 @@ export async function connectBroker(options: {
       }
     },
     close() {
-      closing ??= connection.drain().catch(() => connection.close());
+      // A broker away or frozen would hold a drain until its pings time out: close outright then.
+      closing ??=
+        state !== 'connected'
+          ? connection.close().catch(() => {})
+          : Promise.race([
+              connection.drain(),
+              new Promise((resolve) => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref()),
+            ])
+              .catch(() => {})
+              .then(() => connection.close())
+              .catch(() => {});
       return closing;
     },
   };

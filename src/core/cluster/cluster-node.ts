@@ -12,10 +12,12 @@ import {
   describeNode,
   listNodes,
   markStopped,
+  type NodeLag,
   type NodeRecord,
   nodeState,
   registerNode,
 } from './node-registry.js';
+import { acquireLease } from './session-leases.js';
 
 export interface ClusterTiming {
   readonly heartbeatMs: number;
@@ -27,13 +29,32 @@ export interface ClusterNode {
   readonly nodeId: string;
   /** The other nodes alive at the last heartbeat. */
   peers(): readonly NodeRecord[];
-  /** For `/healthz`, which needs no token: states only, no addresses or reasons (those are logged). */
-  health(): { node_id: string; broker: { state: string } };
-  /** Says goodbye in the store and closes the broker. Safe to call twice. */
+  /**
+   * Resolves once this node owns the session (a lease in the store, taken now if no live node has it).
+   * @throws MetisError METIS_ERR_SESSION_ELSEWHERE naming the live node that runs it
+   */
+  ownSession(sessionId: string): Promise<void>;
+  /**
+   * For `/healthz`, which needs no token: states only, no names or addresses (a default node name holds
+   * the host name), no reasons (those are logged).
+   */
+  health(): { broker: { state: string } };
+  /**
+   * Says goodbye in the store (unless changes are left unshipped: then the node goes silent, and its
+   * sessions wait the node timeout) and closes the broker. Safe to call twice.
+   */
   close(): Promise<void>;
 }
 
-const nowUs = () => Date.now() * 1000;
+/** Whether a process with this id runs on this host (it may be another program that took the pid). */
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
 
 /**
  * The default node name: the host name, and a hash of the data folder so that two nodes on one machine
@@ -48,10 +69,10 @@ export function defaultNodeId(dataDir: string): string {
   return NODE_ID_PATTERN.test(id) ? id : `node-${id.slice(-8)}`;
 }
 
-function pool(url: string): pg.Pool {
+function pool(url: string, max = 1): pg.Pool {
   const created = new pg.Pool({
     connectionString: url,
-    max: 1,
+    max,
     types: BIGINT_AS_NUMBER,
     connectionTimeoutMillis: 5_000,
     query_timeout: 10_000,
@@ -74,11 +95,15 @@ export async function refuseTakenName(
 ): Promise<void> {
   const client = pool(storeUrl);
   try {
-    const nodes = await listNodes(client).catch(() => [] as NodeRecord[]); // the store's own check names its problems
+    // The store's own check, next, names what is wrong with it.
+    const { nodes, nowUs } = await listNodes(client).catch(() => ({ nodes: [] as NodeRecord[], nowUs: 0 }));
     const holder = nodes.find(
-      (node) => node.node_id === nodeId && nodeState(node, nowUs(), timing.nodeTimeoutMs) === 'alive',
+      (node) => node.node_id === nodeId && nodeState(node, nowUs, timing.nodeTimeoutMs) === 'alive',
     );
-    if (holder !== undefined)
+    // A node killed a moment ago on this host still looks alive for the node timeout: its supervisor's
+    // restart must not be refused for it.
+    const crashedHere = holder !== undefined && holder.host === hostname() && !processRuns(holder.pid);
+    if (holder !== undefined && !crashedHere)
       throw new MetisError(
         'METIS_ERR_NODE_ID_TAKEN',
         `${setting}: node "${nodeId}" already runs: ${describeNode(holder)}`,
@@ -92,8 +117,8 @@ export async function refuseTakenName(
 export async function liveNodes(storeUrl: string, timing: ClusterTiming): Promise<NodeRecord[]> {
   const client = pool(storeUrl);
   try {
-    const nodes = await listNodes(client);
-    return nodes.filter((node) => nodeState(node, nowUs(), timing.nodeTimeoutMs) === 'alive');
+    const { nodes, nowUs } = await listNodes(client);
+    return nodes.filter((node) => nodeState(node, nowUs, timing.nodeTimeoutMs) === 'alive');
   } catch {
     return [];
   } finally {
@@ -113,23 +138,35 @@ export async function joinCluster(options: {
   readonly broker: Broker;
   readonly timing: ClusterTiming;
   readonly logger: Logger;
+  /** This node's shipping, recorded with each beat (`metis cluster status` shows it as lag). */
+  readonly lag: () => NodeLag;
 }): Promise<ClusterNode> {
   const { nodeId, broker, timing, logger } = options;
-  const client = pool(options.storeUrl);
-  const startedAtUs = nowUs();
+  // Two connections: a lease taken while a beat runs does not wait for it.
+  const client = pool(options.storeUrl, 2);
+  /** Sessions whose lease this node holds; trusted while its beats go through (see `trusted`). */
+  const held = new Set<string>();
+  /** When the last beat that went through was sent (its stamp is no later than this). */
+  let lastBeatAt = Date.now();
+  // A node whose beats have failed for half the timeout may be taken for gone by the others: it asks
+  // the store again before it runs anything.
+  const trusted = () => Date.now() - lastBeatAt < timing.nodeTimeoutMs / 2;
+  let startedAtUs = 0;
   let peers: NodeRecord[] = [];
   const refreshPeers = async () => {
-    const nodes = await listNodes(client);
+    const { nodes, nowUs } = await listNodes(client);
     peers = nodes.filter(
-      (node) => node.node_id !== nodeId && nodeState(node, nowUs(), timing.nodeTimeoutMs) === 'alive',
+      (node) => node.node_id !== nodeId && nodeState(node, nowUs, timing.nodeTimeoutMs) === 'alive',
     );
   };
   try {
-    await registerNode(
-      client,
-      { node_id: nodeId, url: options.url, host: hostname(), pid: process.pid, version: packageVersion() },
-      startedAtUs,
-    );
+    startedAtUs = await registerNode(client, {
+      node_id: nodeId,
+      url: options.url,
+      host: hostname(),
+      pid: process.pid,
+      version: packageVersion(),
+    });
     await refreshPeers();
   } catch (error) {
     await client.end().catch(() => {});
@@ -139,9 +176,14 @@ export async function joinCluster(options: {
   let beating: Promise<void> | null = null;
   const timer = setInterval(() => {
     beating ??= (async () => {
+      const sentAt = Date.now();
       try {
-        if (!(await beat(client, nodeId, startedAtUs, nowUs())))
+        if (await beat(client, nodeId, startedAtUs, options.lag())) lastBeatAt = sentAt;
+        else {
+          // Another start took the name over: this node owns nothing any more.
+          lastBeatAt = 0;
           logger.error({ node_id: nodeId }, 'another start took this node name over in the store');
+        }
         await refreshPeers();
       } catch (error) {
         logger.warn({ err: (error as Error).message }, 'could not record this node as alive; trying again');
@@ -155,18 +197,62 @@ export async function joinCluster(options: {
   return {
     nodeId,
     peers: () => peers,
-    health: () => ({ node_id: nodeId, broker: { state: broker.state } }),
+    ownSession: async (sessionId) => {
+      if (!trusted()) held.clear();
+      if (held.has(sessionId)) return;
+      let connection: pg.PoolClient;
+      let outcome: Awaited<ReturnType<typeof acquireLease>>;
+      try {
+        connection = await client.connect();
+      } catch (error) {
+        throw storeAway(sessionId, error);
+      }
+      try {
+        outcome = await acquireLease(connection, sessionId, nodeId, timing.nodeTimeoutMs).catch(
+          (error: unknown) => {
+            throw storeAway(sessionId, error);
+          },
+        );
+        if (!outcome.held)
+          throw new MetisError(
+            'METIS_ERR_SESSION_ELSEWHERE',
+            `session ${sessionId} runs on node ${describeNode(outcome.owner)}; send this request there`,
+          );
+        // The store is rebuilt into this node's working copy at its start, and one node serves a store
+        // at a time, so a session taken over needs nothing more yet (docs/scale-out.md).
+        held.add(sessionId);
+      } finally {
+        connection.release();
+      }
+    },
+    health: () => ({ broker: { state: broker.state } }),
     close: () => {
       closing ??= (async () => {
         clearInterval(timer);
         await beating;
-        await markStopped(client, nodeId, startedAtUs, nowUs()).catch((error: unknown) =>
-          logger.warn({ err: (error as Error).message }, 'could not record this node as stopped'),
-        );
+        const { backlog } = options.lag();
+        if (backlog > 0)
+          logger.error(
+            { node_id: nodeId, backlog },
+            'leaving the cluster with changes not shipped: the node is left to go silent, so its sessions wait the node timeout',
+          );
+        else
+          await markStopped(client, nodeId, startedAtUs).catch((error: unknown) =>
+            logger.warn({ err: (error as Error).message }, 'could not record this node as stopped'),
+          );
         await client.end().catch(() => {});
         await broker.close();
       })();
       return closing;
     },
   };
+}
+
+/** The store did not answer a lease question: the request is refused as any other while it is away. */
+function storeAway(sessionId: string, error: unknown): MetisError {
+  return new MetisError(
+    'METIS_ERR_STORE_UNAVAILABLE',
+    `the PostgreSQL store does not answer, so this node cannot take session ${sessionId} (${(error as Error).message})`,
+    { cause: error },
+  );
 }

@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
@@ -13,7 +14,14 @@ import {
   refuseTakenName,
 } from './cluster-node.js';
 import { fanOutEvents } from './event-fanout.js';
-import { describeNode } from './node-registry.js';
+import { describeNode, type NodeLag } from './node-registry.js';
+
+/** The server's URL as other hosts reach it: a bind to every address is named by the host name. */
+export function advertisedUrl(serverUrl: string): string {
+  const url = new URL(serverUrl);
+  if (url.hostname === '0.0.0.0' || url.hostname === '[::]') url.hostname = hostname();
+  return url.origin;
+}
 
 /** Where each cluster setting came from (a flag, the environment, the config), for errors. */
 export interface ClusterSettings {
@@ -28,7 +36,12 @@ export interface PreparedCluster {
   /** Turns "the store is locked" into a refusal naming the node that holds it. */
   explainLocked(error: unknown): Promise<unknown>;
   /** Registers the node (its server listens at `url`) and starts publishing its sessions' events. */
-  join(parts: { url: string; writer: TraceWriter; streaming: StreamingChannel }): Promise<ClusterNode>;
+  join(parts: {
+    url: string;
+    writer: TraceWriter;
+    streaming: StreamingChannel;
+    lag: () => NodeLag;
+  }): Promise<ClusterNode>;
   /** Gives up before joining (a later step of the start failed). */
   abort(): Promise<void>;
 }
@@ -81,8 +94,9 @@ export async function prepareCluster(
         { hint: 'Stop that node first, or point this one at another store.' },
       );
     },
-    join: async ({ url, writer, streaming }) => {
-      const node = await joinCluster({ storeUrl, nodeId, url, broker, timing, logger });
+    join: async ({ url, writer, streaming, lag }) => {
+      const advertised = config.cluster.advertise_url ?? advertisedUrl(url);
+      const node = await joinCluster({ storeUrl, nodeId, url: advertised, broker, timing, logger, lag });
       const stopFanOut = fanOutEvents({ writer, streaming, broker, nodeId });
       return {
         ...node,

@@ -10,6 +10,16 @@ export interface NodeRecord {
   readonly started_at_us: number;
   readonly heartbeat_at_us: number;
   readonly stopped_at_us: number | null;
+  /** Changes committed on the node and not yet in the store, at its last beat. */
+  readonly backlog: number;
+  /** When the node last shipped something to the store. */
+  readonly shipped_at_us: number | null;
+}
+
+/** What a node says of its shipping at each beat. */
+export interface NodeLag {
+  readonly backlog: number;
+  readonly shippedAtUs: number | null;
 }
 
 /** `alive`: beating; `stopped`: said goodbye; `silent`: stopped beating without a goodbye (killed, cut off). */
@@ -20,41 +30,55 @@ export function nodeState(node: NodeRecord, nowUs: number, timeoutMs: number): N
   return nowUs - node.heartbeat_at_us <= timeoutMs * 1000 ? 'alive' : 'silent';
 }
 
-/** Every node the store has seen, by name. */
-export async function listNodes(client: pg.ClientBase | pg.Pool): Promise<NodeRecord[]> {
-  const present = await client.query<{ present: boolean }>(
-    "SELECT to_regclass('metis_nodes') IS NOT NULL AS present",
+/**
+ * The store's clock in µs, in SQL. Every beat is stamped and every liveness judged by it, never by a
+ * node's own clock: two hosts whose clocks differ still agree on who is alive.
+ */
+export const STORE_NOW_US = '(extract(epoch from clock_timestamp()) * 1000000)::bigint';
+
+/** Every node the store has seen, by name, and the store's time now (to judge them by). */
+export async function listNodes(
+  client: pg.ClientBase | pg.Pool,
+): Promise<{ nodes: NodeRecord[]; nowUs: number }> {
+  const present = await client.query<{ present: boolean; now_us: number }>(
+    `SELECT to_regclass('metis_nodes') IS NOT NULL AS present, ${STORE_NOW_US} AS now_us`,
   );
-  if (!present.rows[0]!.present) return [];
-  return (await client.query<NodeRecord>('SELECT * FROM metis_nodes ORDER BY node_id')).rows;
+  const nowUs = present.rows[0]!.now_us;
+  if (!present.rows[0]!.present) return { nodes: [], nowUs };
+  return {
+    nodes: (await client.query<NodeRecord>('SELECT * FROM metis_nodes ORDER BY node_id')).rows,
+    nowUs,
+  };
 }
 
-/** Records a node as started now (again, if its name was used before). */
+/** Records a node as started now (again, if its name was used before); returns its start, by the store's clock. */
 export async function registerNode(
   client: pg.ClientBase | pg.Pool,
   node: Pick<NodeRecord, 'node_id' | 'url' | 'host' | 'pid' | 'version'>,
-  nowUs: number,
-): Promise<void> {
-  await client.query(
+): Promise<number> {
+  const registered = await client.query<{ started_at_us: number }>(
     `INSERT INTO metis_nodes (node_id, url, host, pid, version, started_at_us, heartbeat_at_us, stopped_at_us)
-     VALUES ($1, $2, $3, $4, $5, $6, $6, NULL)
+     VALUES ($1, $2, $3, $4, $5, ${STORE_NOW_US}, ${STORE_NOW_US}, NULL)
      ON CONFLICT (node_id) DO UPDATE SET url = excluded.url, host = excluded.host, pid = excluded.pid,
        version = excluded.version, started_at_us = excluded.started_at_us,
-       heartbeat_at_us = excluded.heartbeat_at_us, stopped_at_us = NULL`,
-    [node.node_id, node.url, node.host, node.pid, node.version, nowUs],
+       heartbeat_at_us = excluded.heartbeat_at_us, stopped_at_us = NULL, backlog = 0
+     RETURNING started_at_us`,
+    [node.node_id, node.url, node.host, node.pid, node.version],
   );
+  return registered.rows[0]!.started_at_us;
 }
 
-/** Records that the node is alive; false when its row was taken over (another start under its name). */
+/** Records that the node is alive, and its lag; false when its row was taken over (another start under its name). */
 export async function beat(
   client: pg.ClientBase | pg.Pool,
   nodeId: string,
   startedAtUs: number,
-  nowUs: number,
+  lag: NodeLag,
 ): Promise<boolean> {
   const updated = await client.query(
-    'UPDATE metis_nodes SET heartbeat_at_us = $3 WHERE node_id = $1 AND started_at_us = $2 AND stopped_at_us IS NULL',
-    [nodeId, startedAtUs, nowUs],
+    `UPDATE metis_nodes SET heartbeat_at_us = ${STORE_NOW_US}, backlog = $3, shipped_at_us = coalesce($4, shipped_at_us)
+      WHERE node_id = $1 AND started_at_us = $2 AND stopped_at_us IS NULL`,
+    [nodeId, startedAtUs, lag.backlog, lag.shippedAtUs],
   );
   return (updated.rowCount ?? 0) > 0;
 }
@@ -63,13 +87,11 @@ export async function markStopped(
   client: pg.ClientBase | pg.Pool,
   nodeId: string,
   startedAtUs: number,
-  nowUs: number,
 ): Promise<void> {
-  await client.query('UPDATE metis_nodes SET stopped_at_us = $3 WHERE node_id = $1 AND started_at_us = $2', [
-    nodeId,
-    startedAtUs,
-    nowUs,
-  ]);
+  await client.query(
+    `UPDATE metis_nodes SET stopped_at_us = ${STORE_NOW_US} WHERE node_id = $1 AND started_at_us = $2`,
+    [nodeId, startedAtUs],
+  );
 }
 
 /** "node-a (http://…, pid 42 on host, since …)": how refusals and the banner name a node. */

@@ -75,6 +75,16 @@ export const ClusterConfigSchema = z.strictObject({
     })
     .nullable()
     .default(null),
+  /**
+   * The URL other nodes and clients reach this node at (recorded in the store, named in refusals); default
+   * the server's own URL, or the host name when it binds every address (0.0.0.0, ::).
+   */
+  advertise_url: z
+    .string()
+    .url()
+    .regex(/^https?:\/\//, { error: 'must be an http:// or https:// URL' })
+    .nullable()
+    .default(null),
   /** How often a node records that it is alive. */
   heartbeat_ms: z.number().int().min(100).max(60_000).default(1_000),
   /** A node silent this long counts as gone: its name may be taken again. */

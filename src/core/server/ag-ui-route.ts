@@ -38,7 +38,13 @@ const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...
  * (docs/ag-ui.md). The last user message of `RunAgentInput` starts a turn, answered as AG-UI events over
  * SSE; closing the request cancels the turn (`client_disconnect`).
  */
-export function agUiRoutes(runtime: Runtime, hub: () => StreamHub, trace: TraceContext): RawRoute[] {
+export function agUiRoutes(
+  runtime: Runtime,
+  hub: () => StreamHub,
+  trace: TraceContext,
+  /** In a cluster, this node must own the thread's session first (a path with the id is gated already). */
+  sessionGate: (sessionId: string, creating?: boolean) => Promise<void> = async () => {},
+): RawRoute[] {
   const run = async (input: AgUiInput, perSession: string | null, response: ServerResponse) => {
     let sessionId = input.threadId;
     if (perSession !== null) {
@@ -54,6 +60,7 @@ export function agUiRoutes(runtime: Runtime, hub: () => StreamHub, trace: TraceC
     }
     const text = lastUserText(input.messages);
     assertStorageWritable(trace);
+    if (perSession === null) await sessionGate(sessionId, true);
     if (!runtime.hasSession(sessionId)) runtime.createSession({ sessionId });
     const write = (event: AgUiEvent) => response.write(`data: ${JSON.stringify(event)}\n\n`);
     const mapper = new AgUiMapper(

@@ -32,7 +32,13 @@ const ChatBody = z.looseObject({
  * the answer is that turn as UI message chunks over SSE, ending with `[DONE]`. Closing the request
  * cancels the turn (`client_disconnect`).
  */
-export function chatRoutes(runtime: Runtime, hub: () => StreamHub, trace: TraceContext): RawRoute[] {
+export function chatRoutes(
+  runtime: Runtime,
+  hub: () => StreamHub,
+  trace: TraceContext,
+  /** In a cluster, this node must own the chat's session first. */
+  sessionGate: (sessionId: string, creating?: boolean) => Promise<void> = async () => {},
+): RawRoute[] {
   const chat = rawRoute(
     {
       method: 'POST',
@@ -60,6 +66,7 @@ export function chatRoutes(runtime: Runtime, hub: () => StreamHub, trace: TraceC
           'messages: the last message must be a user message with a text part',
         );
       assertStorageWritable(trace);
+      await sessionGate(body.id, true);
       if (!runtime.hasSession(body.id)) runtime.createSession({ sessionId: body.id });
       const write = (chunk: UiChunk | '[DONE]') =>
         response.write(`data: ${typeof chunk === 'string' ? chunk : JSON.stringify(chunk)}\n\n`);

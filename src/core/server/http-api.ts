@@ -59,6 +59,8 @@ export interface ApiContext {
   readonly otherRoutes?: () => readonly RouteDoc[];
   /** The store's and the cluster's state, for `GET /healthz`. */
   readonly health?: () => Record<string, unknown>;
+  /** In a cluster: makes this node the owner of a session it just created. */
+  readonly sessionGate?: (sessionId: string, creating?: boolean) => Promise<void>;
 }
 
 /**
@@ -116,6 +118,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         );
         try {
           await untilCommitted(trace, event, context.commitWaitMs);
+          await context.sessionGate?.(session.id);
         } catch (error) {
           // The client never learns this id: end the session so it is not left open for ever.
           runtime.endSession(session.id, 'abandoned');

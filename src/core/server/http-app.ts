@@ -18,6 +18,11 @@ export interface HttpAppOptions {
   readonly logger: Logger;
   /** The trace store's file, to name it when a read fails on storage. */
   readonly dbPath: string;
+  /**
+   * Awaited before every request that changes a session (any method but GET, on a path with its id):
+   * in a cluster, the node must own the session first (src/core/cluster/session-leases.ts).
+   */
+  readonly sessionGate?: (sessionId: string, creating?: boolean) => Promise<void>;
 }
 
 export interface HttpApp {
@@ -92,6 +97,13 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       : { error: validationError(result.error, httpPart === 'body' ? 'body' : 'query') };
   });
 
+  const sessionGate = options.sessionGate;
+  if (sessionGate !== undefined)
+    app.addHook('preHandler', async (request) => {
+      if (request.method === 'GET') return;
+      const sessionId = (request.params as { session_id?: unknown } | undefined)?.session_id;
+      if (typeof sessionId === 'string') await sessionGate(sessionId);
+    });
   app.setErrorHandler((error, request, reply) => {
     const [status, code, message] = describeFailure(error, options.dbPath);
     if (status === 500) logger.error({ err: error, path: request.url.split('?')[0] }, 'request failed');

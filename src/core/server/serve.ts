@@ -140,6 +140,8 @@ export async function startService(
     throw (await prepared?.explainLocked(error)) ?? error;
   }
   let cluster: ClusterNode | null = null;
+  const clustered = prepared !== null;
+  let listening: MetisServer | null = null;
   let trace: TraceContext | null = null;
   let plugins: PluginHost | null = null;
   try {
@@ -220,6 +222,21 @@ export async function startService(
       faults: faults as FaultSwitches,
       logger,
       metrics: { plugins: () => plugins?.list() ?? [], processMetrics: true },
+      sessionGate: async (sessionId, creating = false) => {
+        if (!clustered) return;
+        if (cluster === null)
+          throw new MetisError(
+            'METIS_ERR_STORE_UNAVAILABLE',
+            'this node is still joining its cluster; try again in a moment',
+          );
+        // A turn running here was let in by the gate: this node owns the session (a cancel or an answer to
+        // a confirmation needs no store, which may be away).
+        if (runtime.currentTurn(sessionId) !== null) return;
+        // Unknown here and not being made (a route naming its session in the body makes it): the route
+        // answers 404, and no lease is taken for an id nobody made.
+        if (!creating && !runtime.hasSession(sessionId)) return;
+        await cluster.ownSession(sessionId);
+      },
       health: () => ({
         ...(traceContext.upstream === null ? {} : { store: storeHealth(traceContext.upstream) }),
         ...(cluster === null ? {} : cluster.health()),
@@ -240,11 +257,23 @@ export async function startService(
           : []),
       ],
     });
+    listening = server;
+    let lastLag = { backlog: 0, shippedAtUs: null as number | null };
     if (prepared !== null) {
       cluster = await prepared.join({
         url: server.url,
         writer: traceContext.writer,
         streaming: runtime.streaming,
+        lag: () => {
+          // Read from the working copy; after a forced stop closed it, the last figure read stands.
+          try {
+            lastLag = {
+              backlog: traceContext.upstream?.backlog ?? 0,
+              shippedAtUs: traceContext.upstream?.shippedAtUs ?? null,
+            };
+          } catch {}
+          return lastLag;
+        },
       });
       prepared = null; // joined: closing the node closes the broker
     }
@@ -300,9 +329,9 @@ export async function startService(
             await step('stopping plugins', () => host.stop({ deadline: deadline - CLOSE_RESERVE_MS }));
             await step('flushing the trace', () => opened.flush());
             await step('closing client connections', () => server.close());
-            // After the last event is committed and published: peers see the turn end before the goodbye.
-            if (joined !== null) await step('leaving the cluster', () => joined.close());
             await step('closing the database', () => opened.close(), 0);
+            // After the last change is shipped: a node that takes this one's sessions over finds them whole.
+            if (joined !== null) await step('leaving the cluster', () => joined.close(), 0);
           } finally {
             abandon();
           }
@@ -311,6 +340,8 @@ export async function startService(
       },
     };
   } catch (error) {
+    // A start that failed after the server listened (joining the cluster) must not leave it answering.
+    await listening?.close().catch(() => {});
     await plugins?.stop();
     await cluster?.close();
     await prepared?.abort();

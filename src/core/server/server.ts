@@ -52,6 +52,8 @@ export interface ServerOptions {
     readonly hub: StreamHub;
     readonly trace: TraceContext;
   }) => readonly Route[];
+  /** In a cluster: resolves once this node owns the session (before any request that changes it). */
+  readonly sessionGate?: (sessionId: string, creating?: boolean) => Promise<void>;
   /** What `GET /healthz` adds to `{status}`: the store's and the cluster's state (serve.ts). */
   readonly health?: () => Record<string, unknown>;
   /** What `GET /metrics` reports beyond the server's own figures. */
@@ -162,8 +164,8 @@ export async function startServer(
       connections.add(connection);
       response.on('close', () => connections.delete(connection));
     }),
-    ...chatRoutes(runtime, () => hub, trace),
-    ...agUiRoutes(runtime, () => hub, trace),
+    ...chatRoutes(runtime, () => hub, trace, options.sessionGate),
+    ...agUiRoutes(runtime, () => hub, trace, options.sessionGate),
     rawRoute(
       {
         method: 'GET',
@@ -200,6 +202,7 @@ export async function startServer(
       version: packageVersion(),
       otherRoutes: () => otherRoutes,
       health: options.health,
+      sessionGate: options.sessionGate,
     }),
     ...otherRoutes,
   ];
@@ -207,6 +210,7 @@ export async function startServer(
     routes,
     logger,
     dbPath: trace.dbPath,
+    sessionGate: options.sessionGate,
     frontDoor: (request, response) => {
       const verdict = checkRequest(request, security);
       const listed = request.headers.origin !== undefined && isListedOrigin(request.headers.origin, security);

@@ -19,6 +19,10 @@ export interface StoreUpstream {
   readonly label: string;
   /** Why the store cannot be written now; null while it can. */
   readonly failure: Error | null;
+  /** Changes committed locally and not yet in the store. */
+  readonly backlog: number;
+  /** When the last shipment went through (µs since the epoch), or null before the first. */
+  readonly shippedAtUs: number | null;
   /** Resolves true once everything committed locally so far is shipped; false after `timeoutMs`. */
   whenShipped(timeoutMs: number): Promise<boolean>;
   start(): void;

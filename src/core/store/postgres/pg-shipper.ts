@@ -58,6 +58,9 @@ export class PgShipper implements StoreUpstream {
   private shipped: number;
   private eventsShipped: string;
   private lastError: Error | null = null;
+  private lastShippedAtUs: number | null = null;
+  /** What was left unshipped when the shipper closed (the database may be closed after it). */
+  private leftAtClose: number | null = null;
   private attempts = 0;
   private outageStarted = 0;
   private running: Promise<void> | null = null;
@@ -115,8 +118,13 @@ export class PgShipper implements StoreUpstream {
     return this.lastError;
   }
 
+  get shippedAtUs(): number | null {
+    return this.lastShippedAtUs;
+  }
+
   /** Changes committed locally and not yet in PostgreSQL (outbox entries and events). */
   get backlog(): number {
+    if (this.leftAtClose !== null) return this.leftAtClose;
     const events = this.db
       .prepare('SELECT count(*) FROM events WHERE id > ?')
       .pluck()
@@ -174,6 +182,7 @@ export class PgShipper implements StoreUpstream {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
     const done = await this.whenShipped(timeoutMs);
+    this.leftAtClose = done ? 0 : this.backlog;
     this.closed = true;
     this.stopping.abort();
     if (!done)
@@ -225,6 +234,7 @@ export class PgShipper implements StoreUpstream {
         await this.readPositions().catch(() => {});
         continue;
       }
+      this.lastShippedAtUs = nowMicros();
       this.shippedTo(through, eventsThrough);
       this.recovered();
     }

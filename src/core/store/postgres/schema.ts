@@ -127,6 +127,19 @@ export const PG_MIGRATIONS: readonly string[] = [
     stopped_at_us bigint
   );
   `,
+  // 5: how much each node had not shipped at its last beat, and each session's owner: the node that
+  // runs its turns, for as long as that node is alive (a lease renewed by the node's beat, so its expiry
+  // is the node timeout).
+  `
+  ALTER TABLE metis_nodes ADD COLUMN backlog bigint NOT NULL DEFAULT 0;
+  ALTER TABLE metis_nodes ADD COLUMN shipped_at_us bigint;
+  CREATE TABLE metis_session_leases (
+    session_id text COLLATE "C" PRIMARY KEY,
+    node_id text COLLATE "C" NOT NULL,
+    acquired_at_us bigint NOT NULL
+  );
+  CREATE INDEX idx_metis_session_leases_node ON metis_session_leases (node_id);
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;

@@ -1,0 +1,92 @@
+import type pg from 'pg';
+import { type NodeRecord, nodeState, STORE_NOW_US } from './node-registry.js';
+
+/** A session's owner as `metis_session_leases` and `metis_nodes` say together. */
+export interface LeaseRecord {
+  readonly session_id: string;
+  readonly node_id: string;
+  readonly acquired_at_us: number;
+}
+
+/** The answer to "may this node run the session's turns?": yes, or the live node that does. */
+export type LeaseOutcome =
+  | { readonly held: true; readonly taken: boolean }
+  | { readonly held: false; readonly owner: NodeRecord };
+
+/**
+ * Makes `nodeId` the owner of `sessionId` unless another node owns it and is alive (beat within
+ * `nodeTimeoutMs`, not stopped): a lease lives as long as its node, so it is renewed by the node's beat
+ * and expires with it. `taken` says the session changed owner (its rows may have moved on since this
+ * node last held it). One transaction, the lease row locked: two nodes asking at once get one answer.
+ */
+export async function acquireLease(
+  client: pg.ClientBase,
+  sessionId: string,
+  nodeId: string,
+  nodeTimeoutMs: number,
+): Promise<LeaseOutcome> {
+  // A session nobody held has no row to lock: two nodes may both try to insert it. The loser finds the
+  // winner's row on its next round, locked, and answers from it.
+  for (;;) {
+    const outcome = await attempt(client, sessionId, nodeId, nodeTimeoutMs);
+    if (outcome !== null) return outcome;
+  }
+}
+
+async function attempt(
+  client: pg.ClientBase,
+  sessionId: string,
+  nodeId: string,
+  nodeTimeoutMs: number,
+): Promise<LeaseOutcome | null> {
+  await client.query('BEGIN');
+  try {
+    const nowUs = (await client.query<{ now_us: number }>(`SELECT ${STORE_NOW_US} AS now_us`)).rows[0]!
+      .now_us;
+    const current = (
+      await client.query<LeaseRecord & { node: NodeRecord | null }>(
+        `SELECT l.session_id, l.node_id, l.acquired_at_us, to_jsonb(n.*) AS node
+           FROM metis_session_leases l LEFT JOIN metis_nodes n ON n.node_id = l.node_id
+          WHERE l.session_id = $1 FOR UPDATE OF l`,
+        [sessionId],
+      )
+    ).rows[0];
+    let outcome: LeaseOutcome | null;
+    if (current === undefined) {
+      const inserted = await client.query(
+        `INSERT INTO metis_session_leases (session_id, node_id, acquired_at_us) VALUES ($1, $2, $3)
+         ON CONFLICT (session_id) DO NOTHING`,
+        [sessionId, nodeId, nowUs],
+      );
+      outcome = inserted.rowCount === 1 ? { held: true, taken: false } : null;
+    } else if (current.node_id === nodeId) {
+      outcome = { held: true, taken: false };
+    } else if (current.node !== null && nodeState(current.node, nowUs, nodeTimeoutMs) === 'alive') {
+      outcome = { held: false, owner: current.node };
+    } else {
+      await client.query(
+        'UPDATE metis_session_leases SET node_id = $2, acquired_at_us = $3 WHERE session_id = $1',
+        [sessionId, nodeId, nowUs],
+      );
+      outcome = { held: true, taken: true };
+    }
+    await client.query('COMMIT');
+    return outcome;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  }
+}
+
+/** Every lease, with its node's state, for `metis cluster status`. */
+export async function listLeases(client: pg.ClientBase): Promise<LeaseRecord[]> {
+  const present = await client.query<{ present: boolean }>(
+    "SELECT to_regclass('metis_session_leases') IS NOT NULL AS present",
+  );
+  if (!present.rows[0]!.present) return [];
+  return (
+    await client.query<LeaseRecord>(
+      'SELECT session_id, node_id, acquired_at_us FROM metis_session_leases ORDER BY node_id, session_id',
+    )
+  ).rows;
+}
