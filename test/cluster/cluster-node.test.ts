@@ -332,6 +332,48 @@ inCluster('sessions and their owners', () => {
   });
 });
 
+inCluster('the store away under a cluster node', () => {
+  it('a running turn can still be cancelled; a request that needs the store to own its session gets 503', async () => {
+    await withNats(async (nats) => {
+      const store = freshDatabase(pg);
+      const home = tempDir();
+      const config = join(home, 'metis.config.json');
+      writeFileSync(
+        config,
+        JSON.stringify({
+          cluster: { heartbeat_ms: 100, node_timeout_ms: 1_000 },
+          runtime: { scripted: { slow_token_delay_ms: 50, slow_tokens: 400 } },
+        }),
+      );
+      const a = await node(store, nats.url, 'node-a', ['--config', config]);
+      const sessionId = (await jsonRequest(a.url, 'POST', '/sessions', {}, {})).body.session_id as string;
+      const other = (await jsonRequest(a.url, 'POST', '/sessions', {}, {})).body.session_id as string;
+      const turn = await jsonRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, {
+        message: 'slow: a long answer',
+      });
+      expect(turn.status).toBe(202);
+      await pg.stop();
+      try {
+        // Past half the node timeout without a beat, the node no longer trusts what it holds.
+        await new Promise((resolve) => setTimeout(resolve, 1_200));
+        const cancel = await jsonRequest(
+          a.url,
+          'POST',
+          `/sessions/${sessionId}/turns/${turn.body.turn_id}/cancel`,
+          {},
+        );
+        expect(cancel.status, JSON.stringify(cancel.body)).toBe(202);
+        const model = await jsonRequest(a.url, 'PUT', `/sessions/${other}/model`, { model: 'scripted:demo' });
+        expect(model.status, JSON.stringify(model.body)).toBe(503);
+        expect(model.body.error.code).toBe('METIS_ERR_STORE_UNAVAILABLE');
+      } finally {
+        await pg.start();
+      }
+      await a.stop('SIGTERM');
+    });
+  });
+});
+
 inCluster('bad cluster settings', () => {
   it('an unreachable broker at start-up: exit 2 naming --nats and the broker', async () => {
     const store = freshDatabase(pg);
