@@ -5,6 +5,7 @@ import { loadConfig } from '../core/config/load-config.js';
 import type { MetisConfig } from '../core/config/schema.js';
 import { isMetisError } from '../core/errors.js';
 import { type Check, checkDatabase, checkPort, checkProviders, checkStore } from './doctor-checks.js';
+import { checkCluster } from './doctor-cluster.js';
 
 export interface DoctorOptions {
   config?: string;
@@ -43,6 +44,8 @@ export async function doctorCommand(options: DoctorOptions): Promise<void> {
     checks.push(checkDatabase(config));
     const store = await checkStore(config);
     if (store !== null) checks.push(store);
+    const cluster = await checkCluster(config);
+    if (cluster !== null) checks.push(cluster);
     live?.message('checking the port');
     checks.push(await checkPort(config));
     live?.message('checking the providers');
