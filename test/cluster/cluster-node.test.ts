@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type Msg } from '@nats-io/transport-node';
 import { describe, expect, it } from 'vitest';
+import { newEventId } from '../../src/core/events/ids.js';
 import { freePort } from '../helpers/free-port.js';
 import { jsonRequest } from '../helpers/http.js';
 import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
@@ -328,6 +329,37 @@ inCluster('sessions and their owners', () => {
         expect.objectContaining({ session_id: sessionId, node_id: 'node-a', held: true }),
       ]);
       await a.stop('SIGTERM');
+    });
+  });
+});
+
+inCluster("the system session's seq in a shared store", () => {
+  it("is given by the store at shipment: another node's system event in between leaves no repeat and no hole", async () => {
+    await withNats(async (nats) => {
+      const store = freshDatabase(pg);
+      const a = await node(store, nats.url, 'node-a');
+      await until(
+        () => Number(psqlIn(store, "SELECT count(*) FROM events WHERE session_id = 'system'")) > 0,
+        "node-a's first system events in the store",
+      );
+      // Another node's system event, numbered after what the store has (as its shipper would).
+      psqlIn(
+        store,
+        `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
+         SELECT session_id, '${newEventId()}', seq + 1, timestamp_us, NULL, NULL, type, actor, sensitivity, payload_json
+           FROM events WHERE session_id = 'system' ORDER BY seq DESC LIMIT 1`,
+      );
+      // Stopping emits node-a's own system events (its subscribers leave), shipped after that one.
+      await a.stop('SIGTERM');
+      const [count, distinct, low, high] = psqlIn(
+        store,
+        "SELECT count(*), count(DISTINCT seq), min(seq), max(seq) FROM events WHERE session_id = 'system'",
+      ).split('|');
+      expect(Number(count)).toBeGreaterThan(2);
+      expect({ distinct: Number(distinct), span: Number(high) - Number(low) + 1 }).toEqual({
+        distinct: Number(count),
+        span: Number(count),
+      });
     });
   });
 });

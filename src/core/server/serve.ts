@@ -133,7 +133,7 @@ export async function startService(
     store =
       config.store.url === null
         ? null
-        : await openPostgresStore(config.store.url, storeSetting, dirname(dbPath), logger);
+        : await openPostgresStore(config.store.url, storeSetting, dirname(dbPath), logger, prepared !== null);
   } catch (error) {
     release();
     await prepared?.abort();

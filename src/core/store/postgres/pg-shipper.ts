@@ -6,6 +6,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from 'pino';
 import { MetisError } from '../../errors.js';
 import { nowMicros } from '../../events/clock.js';
+import { SYSTEM_SESSION_ID } from '../../events/envelope.js';
 import type { Db } from '../database.js';
 import { COPIED_TABLES, type CopiedTable } from '../store-copy.js';
 import type { StoreUpstream } from '../trace-context.js';
@@ -18,6 +19,11 @@ export interface ShipperOptions {
   readonly pollMs?: number;
   /** First and longest pause between attempts while the store refuses. */
   readonly retry?: { readonly minMs: number; readonly maxMs: number };
+  /**
+   * Number the `system` session's events in the store, not in the copy (a cluster: every node emits
+   * into `system`, each with its own counter; the store's order is the one that stays whole).
+   */
+  readonly numberSystemEvents?: boolean;
 }
 
 interface OutboxEntry {
@@ -29,6 +35,36 @@ interface OutboxEntry {
 
 const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
 const EVENT_ID = EVENTS.columns.indexOf('id');
+const EVENT_SESSION = EVENTS.columns.indexOf('session_id');
+const EVENT_SEQ = EVENTS.columns.indexOf('seq');
+
+/** Taken by every shipment that numbers `system` events, so that two nodes never give out one seq. */
+const SYSTEM_SEQ_LOCK_SQL = "hashtext('metis_system_seq')";
+
+/**
+ * The rows with their `system` events numbered after the store's last one, in id order (the order they
+ * are shipped in). Runs inside the shipment's transaction, under a lock held to its end.
+ */
+async function numberSystemEvents(
+  client: pg.PoolClient,
+  rows: readonly unknown[][],
+): Promise<readonly unknown[][]> {
+  if (!rows.some((row) => row[EVENT_SESSION] === SYSTEM_SESSION_ID)) return rows;
+  await client.query(`SELECT pg_advisory_xact_lock(${SYSTEM_SEQ_LOCK_SQL})`);
+  let seq = (
+    await client.query<{ last: number }>(
+      'SELECT coalesce(max(seq), 0)::bigint AS last FROM events WHERE session_id = $1',
+      [SYSTEM_SESSION_ID],
+    )
+  ).rows[0]!.last;
+  return rows.map((row) => {
+    if (row[EVENT_SESSION] !== SYSTEM_SESSION_ID) return row;
+    const numbered = [...row];
+    seq += 1;
+    numbered[EVENT_SEQ] = seq;
+    return numbered;
+  });
+}
 
 /** Events in COPY's text format, in the table's column order. */
 async function copyEvents(client: pg.PoolClient, rows: readonly unknown[][]): Promise<void> {
@@ -288,7 +324,8 @@ export class PgShipper implements StoreUpstream {
       ops.set(entry.row_key, entry.op);
     }
     await inTransaction(this.pool, async (client) => {
-      if (events.length > 0) await copyEvents(client, events);
+      const shipped = this.options.numberSystemEvents ? await numberSystemEvents(client, events) : events;
+      if (shipped.length > 0) await copyEvents(client, shipped);
       // Deletes first (children before parents): a row deleted and one inserted under another key with
       // the same unique value (a pattern fingerprint's key) must not meet in the store.
       for (const table of [...COPIED_TABLES].reverse()) {

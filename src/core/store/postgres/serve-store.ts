@@ -36,6 +36,8 @@ export async function openPostgresStore(
   setting: string,
   dataDir: string,
   logger: Logger,
+  /** A node of a cluster: the store numbers the `system` session's events (pg-shipper.ts). */
+  cluster = false,
 ): Promise<PostgresServeStore> {
   const copy = await prepareWorkingCopy({ url, setting, dataDir, logger });
   const pool = new pg.Pool({
@@ -55,7 +57,7 @@ export async function openPostgresStore(
   let closing: Promise<void> | null = null;
   return {
     copy,
-    upstream: (db) => new PgShipper(db, pool, copy, logger),
+    upstream: (db) => new PgShipper(db, pool, copy, logger, { numberSystemEvents: cluster }),
     close: () => {
       closing ??= Promise.all([pool.end().catch(() => {}), lock.close()]).then(() => {});
       return closing;
