@@ -364,6 +364,33 @@ inCluster("the system session's seq in a shared store", () => {
   });
 });
 
+inCluster('keys two nodes cannot both make', () => {
+  it("each start's tool-call rows take their keys from a block of its own", async () => {
+    await withNats(async (nats) => {
+      const store = freshDatabase(pg);
+      const rowIds = async (label: string) => {
+        const a = await node(store, nats.url, 'node-a');
+        const sessionId = (await jsonRequest(a.url, 'POST', '/sessions', {}, {})).body.session_id as string;
+        expect(
+          (await jsonRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'time' })).status,
+        ).toBe(202);
+        const ended = `SELECT count(*) FROM events WHERE session_id = '${sessionId}' AND type = 'turn.completed'`;
+        await until(() => psqlIn(store, ended) === '1', `${label}: the turn to end in the store`);
+        await a.stop('SIGTERM');
+        const ids = psqlIn(store, `SELECT row_id FROM tool_calls WHERE session_id = '${sessionId}'`);
+        expect(ids, label).not.toBe('');
+        return ids.split('\n').map(Number);
+      };
+      const first = await rowIds('first start');
+      const second = await rowIds('second start');
+      const block = (id: number) => Math.floor(id / 2 ** 32);
+      expect(first.every((id) => block(id) >= 1)).toBe(true);
+      expect(new Set(second.map(block)).size).toBe(1);
+      expect(block(second[0]!)).toBeGreaterThan(block(first[0]!));
+    });
+  });
+});
+
 inCluster('the store away under a cluster node', () => {
   it('a running turn can still be cancelled; a request that needs the store to own its session gets 503', async () => {
     await withNats(async (nats) => {

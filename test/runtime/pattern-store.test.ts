@@ -5,7 +5,11 @@ import type { MetisEvent } from '../../src/core/events/envelope.js';
 import type { ScoredSession } from '../../src/core/runtime/evaluator/evaluator.js';
 import { fingerprintOf } from '../../src/core/runtime/patterns/fingerprint.js';
 import { PatternRecorder } from '../../src/core/runtime/patterns/pattern-recorder.js';
-import { type PatternOptions, PatternStore } from '../../src/core/runtime/patterns/pattern-store.js';
+import {
+  fingerprintIdOf,
+  type PatternOptions,
+  PatternStore,
+} from '../../src/core/runtime/patterns/pattern-store.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
@@ -115,5 +119,19 @@ describe('the pattern store', () => {
       },
     });
     expect(context.db.prepare('SELECT count(*) FROM pattern_outcomes').pluck().get()).toBe(1);
+  });
+});
+
+describe('fingerprint ids', () => {
+  it('come from the key: two stores that learn one pattern name it alike (a cluster shares one store)', () => {
+    const ids = [0, 1].map(() => {
+      const { db } = tempTraceContext();
+      const store = new PatternStore(db, options());
+      return record(store, 'scripted:demo', 1).fingerprintId;
+    });
+    expect(ids[0]).toBe(ids[1]);
+    expect(ids[0]).toBe(fingerprintIdOf(shape.key));
+    expect(ids[0]).toMatch(/^fp_[0-9A-F]{26}$/);
+    expect(fingerprintIdOf(`${shape.key}x`)).not.toBe(ids[0]);
   });
 });

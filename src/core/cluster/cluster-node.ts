@@ -140,6 +140,8 @@ export async function joinCluster(options: {
   readonly logger: Logger;
   /** This node's shipping, recorded with each beat (`metis cluster status` shows it as lag). */
   readonly lag: () => NodeLag;
+  /** Called with this start's block of row ids (src/core/store/row-ids.ts), before the node serves. */
+  readonly rowIdBlock: (block: number) => void;
 }): Promise<ClusterNode> {
   const { nodeId, broker, timing, logger } = options;
   // Two connections: a lease taken while a beat runs does not wait for it.
@@ -160,6 +162,10 @@ export async function joinCluster(options: {
     );
   };
   try {
+    const block = (
+      await client.query<{ block: number }>("SELECT nextval('metis_row_id_blocks')::bigint AS block")
+    ).rows[0]!.block;
+    options.rowIdBlock(block);
     startedAtUs = await registerNode(client, {
       node_id: nodeId,
       url: options.url,

@@ -41,6 +41,7 @@ export interface PreparedCluster {
     writer: TraceWriter;
     streaming: StreamingChannel;
     lag: () => NodeLag;
+    rowIdBlock: (block: number) => void;
   }): Promise<ClusterNode>;
   /** Gives up before joining (a later step of the start failed). */
   abort(): Promise<void>;
@@ -94,9 +95,18 @@ export async function prepareCluster(
         { hint: 'Stop that node first, or point this one at another store.' },
       );
     },
-    join: async ({ url, writer, streaming, lag }) => {
+    join: async ({ url, writer, streaming, lag, rowIdBlock }) => {
       const advertised = config.cluster.advertise_url ?? advertisedUrl(url);
-      const node = await joinCluster({ storeUrl, nodeId, url: advertised, broker, timing, logger, lag });
+      const node = await joinCluster({
+        storeUrl,
+        nodeId,
+        url: advertised,
+        broker,
+        timing,
+        logger,
+        lag,
+        rowIdBlock,
+      });
       const stopFanOut = fanOutEvents({ writer, streaming, broker, nodeId });
       return {
         ...node,

@@ -21,6 +21,7 @@ import {
   type PostgresServeStore,
   workingCopyFile,
 } from '../store/postgres/serve-store.js';
+import { useRowIdBlock } from '../store/row-ids.js';
 import {
   openTraceContext,
   reportGaps,
@@ -264,6 +265,7 @@ export async function startService(
         url: server.url,
         writer: traceContext.writer,
         streaming: runtime.streaming,
+        rowIdBlock: (block) => useRowIdBlock(traceContext.db, block),
         lag: () => {
           // Read from the working copy; after a forced stop closed it, the last figure read stands.
           try {

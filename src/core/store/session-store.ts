@@ -1,6 +1,7 @@
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
 import { MessageMarks } from './message-marks.js';
+import { nextRowId } from './row-ids.js';
 import { type RowWrite, writerOf } from './trace-writer.js';
 
 export type MessageRole = 'user' | 'assistant' | 'tool';
@@ -336,10 +337,11 @@ export class SessionStore {
     this.write(`tool call ${call.id}`, () =>
       this.db
         .prepare(
-          `INSERT INTO tool_calls (id, session_id, turn_id, message_id, tool_name, input_json, status, created_at_us, updated_at_us)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          `INSERT INTO tool_calls (row_id, id, session_id, turn_id, message_id, tool_name, input_json, status, created_at_us, updated_at_us)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         )
         .run(
+          nextRowId(this.db),
           call.id,
           call.session_id,
           call.turn_id,

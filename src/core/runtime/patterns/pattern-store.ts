@@ -1,7 +1,8 @@
+import { createHash } from 'node:crypto';
 import type { RuntimeConfig } from '../../config/runtime-schema.js';
 import { nowMicros } from '../../events/clock.js';
-import { newId } from '../../events/ids.js';
 import type { Db } from '../../store/database.js';
+import { nextRowId } from '../../store/row-ids.js';
 import { writerOf } from '../../store/trace-writer.js';
 import type { Fingerprint, FingerprintFeatures } from './fingerprint.js';
 
@@ -108,7 +109,11 @@ export class PatternStore {
     let entry = this.byKey.get(input.fingerprint.key);
     const wasNew = entry === undefined;
     if (entry === undefined) {
-      entry = { id: newId('fp'), features: input.fingerprint.features, outcomes: [] };
+      entry = {
+        id: fingerprintIdOf(input.fingerprint.key),
+        features: input.fingerprint.features,
+        outcomes: [],
+      };
       this.byKey.set(input.fingerprint.key, entry);
     }
     const sampleSizeBefore = entry.outcomes.filter((o) => o.model === input.model).length;
@@ -132,10 +137,19 @@ export class PatternStore {
         .run(fingerprintId, key, JSON.stringify(features), atUs);
       this.db
         .prepare(
-          `INSERT INTO pattern_outcomes (fingerprint_id, model, session_id, score, cost_usd, turns, recorded_at_us)
-           VALUES ((SELECT id FROM pattern_fingerprints WHERE key = ?), ?, ?, ?, ?, ?, ?)`,
+          `INSERT INTO pattern_outcomes (id, fingerprint_id, model, session_id, score, cost_usd, turns, recorded_at_us)
+           VALUES (?, (SELECT id FROM pattern_fingerprints WHERE key = ?), ?, ?, ?, ?, ?, ?)`,
         )
-        .run(key, input.model, input.sessionId, input.score, input.costUsd, input.turns, atUs);
+        .run(
+          nextRowId(this.db),
+          key,
+          input.model,
+          input.sessionId,
+          input.score,
+          input.costUsd,
+          input.turns,
+          atUs,
+        );
     });
     const overSoftCap = this.outcomeCount > this.options.soft_cap_rows;
     let eviction: Eviction | null = null;
@@ -352,4 +366,12 @@ function statsByModel(outcomes: readonly Outcome[]): ModelStats[] {
       cost: s.cost / s.n,
     }))
     .sort((a, b) => b.score - a.score || a.cost - b.cost);
+}
+
+/**
+ * A fingerprint's id, from its key: two nodes of a cluster that learn the same pattern make the same row
+ * in the store they share, not two rows under one unique key.
+ */
+export function fingerprintIdOf(key: string): string {
+  return `fp_${createHash('sha256').update(key).digest('hex').slice(0, 26).toUpperCase()}`;
 }

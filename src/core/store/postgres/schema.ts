@@ -140,6 +140,11 @@ export const PG_MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX idx_metis_session_leases_node ON metis_session_leases (node_id);
   `,
+  // 6: a block of row ids per start of a cluster node (src/core/store/row-ids.ts), so that two nodes
+  // never hand out the same tool-call or outcome key. 2^21 blocks keep every id an exact double.
+  `
+  CREATE SEQUENCE metis_row_id_blocks MINVALUE 1 MAXVALUE 2097151 NO CYCLE;
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;

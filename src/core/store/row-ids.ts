@@ -1,0 +1,28 @@
+import type { Db } from './database.js';
+
+/** Row ids one start of a cluster node may hand out: its block is `nextval` of a store sequence. */
+export const ROW_ID_BLOCK = 2 ** 32;
+/** Blocks below this keep every id an exact JavaScript number (2^21 starts). */
+export const MAX_ROW_ID_BLOCKS = 2 ** 21;
+
+const blocks = new WeakMap<Db, { next: number }>();
+
+/**
+ * Makes the integer keys this connection writes (tool calls, pattern outcomes) come from `block`: two
+ * nodes of a cluster each take their own block at start, so their rows never share a key in the store
+ * they both ship to. Without a block SQLite picks the next key itself (one writer per store).
+ */
+export function useRowIdBlock(db: Db, block: number): void {
+  if (!Number.isInteger(block) || block < 1 || block >= MAX_ROW_ID_BLOCKS)
+    throw new RangeError(`row id block ${block} is outside 1..${MAX_ROW_ID_BLOCKS - 1}`);
+  blocks.set(db, { next: block * ROW_ID_BLOCK + 1 });
+}
+
+/** The next key for a row this connection inserts, or null to let SQLite choose. */
+export function nextRowId(db: Db): number | null {
+  const block = blocks.get(db);
+  if (block === undefined) return null;
+  const id = block.next;
+  block.next += 1;
+  return id;
+}
