@@ -251,6 +251,14 @@ export class EventBus {
     }
   }
 
+  /**
+   * Forgets the seq this bus last gave the session: the next one follows the store's last (a session
+   * whose events were written by another process since, src/core/cluster).
+   */
+  forgetSeq(sessionId: string): void {
+    this.seqBySession.delete(sessionId);
+  }
+
   /** Number of events waiting for dispatch. */
   get queued(): number {
     return this.queue.length;

@@ -142,6 +142,8 @@ export async function joinCluster(options: {
   readonly lag: () => NodeLag;
   /** Called with this start's block of row ids (src/core/store/row-ids.ts), before the node serves. */
   readonly rowIdBlock: (block: number) => void;
+  /** Brings a session another node ran into this node's copy (take-over.ts), on the lease's connection. */
+  readonly takeOver: (sessionId: string, client: pg.ClientBase) => Promise<unknown>;
 }): Promise<ClusterNode> {
   const { nodeId, broker, timing, logger } = options;
   // Two connections: a lease taken while a beat runs does not wait for it.
@@ -224,8 +226,11 @@ export async function joinCluster(options: {
             'METIS_ERR_SESSION_ELSEWHERE',
             `session ${sessionId} runs on node ${describeNode(outcome.owner)}; send this request there`,
           );
-        // The store is rebuilt into this node's working copy at its start, and one node serves a store
-        // at a time, so a session taken over needs nothing more yet (docs/scale-out.md).
+        // Another node ran it since this node did: its copy is brought up to the store's first.
+        if (outcome.taken)
+          await options.takeOver(sessionId, connection).catch((error: unknown) => {
+            throw storeAway(sessionId, error);
+          });
         held.add(sessionId);
       } finally {
         connection.release();

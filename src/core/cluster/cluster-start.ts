@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
@@ -42,6 +43,7 @@ export interface PreparedCluster {
     streaming: StreamingChannel;
     lag: () => NodeLag;
     rowIdBlock: (block: number) => void;
+    takeOver: (sessionId: string, client: pg.ClientBase) => Promise<unknown>;
   }): Promise<ClusterNode>;
   /** Gives up before joining (a later step of the start failed). */
   abort(): Promise<void>;
@@ -95,7 +97,7 @@ export async function prepareCluster(
         { hint: 'Stop that node first, or point this one at another store.' },
       );
     },
-    join: async ({ url, writer, streaming, lag, rowIdBlock }) => {
+    join: async ({ url, writer, streaming, lag, rowIdBlock, takeOver }) => {
       const advertised = config.cluster.advertise_url ?? advertisedUrl(url);
       const node = await joinCluster({
         storeUrl,
@@ -106,6 +108,7 @@ export async function prepareCluster(
         logger,
         lag,
         rowIdBlock,
+        takeOver,
       });
       const stopFanOut = fanOutEvents({ writer, streaming, broker, nodeId });
       return {

@@ -55,11 +55,16 @@ const STOPPED = 'the server stopped before this ended (closed at the next start)
 export function recoverCrashedTurns(
   db: Db,
   bus: EventBus,
-  options: { pricingVersion: string; logger: Logger },
+  options: {
+    pricingVersion: string;
+    logger: Logger;
+    /** Only these sessions and their workers (a session taken over from a dead node); default every one. */
+    sessions?: readonly string[];
+  },
 ): RecoveryReport {
   const sessions = new SessionStore(db);
   const streaming = new StreamingChannel();
-  const openTurns = db
+  const allOpenTurns = db
     .prepare(
       `SELECT s.session_id, s.turn_id, s.id, se.parent_session_id FROM events s
        JOIN sessions se ON se.id = s.session_id
@@ -68,6 +73,15 @@ export function recoverCrashedTurns(
        ORDER BY s.id`,
     )
     .all() as { session_id: string; turn_id: string; id: string; parent_session_id: string | null }[];
+  const only = options.sessions === undefined ? null : new Set(options.sessions);
+  const openTurns =
+    only === null
+      ? allOpenTurns
+      : allOpenTurns.filter(
+          (turn) =>
+            only.has(turn.session_id) ||
+            (turn.parent_session_id !== null && only.has(turn.parent_session_id)),
+        );
   const turnEvents = db.prepare(
     'SELECT id, type, parent_event_id, timestamp_us, payload_json FROM events WHERE turn_id = ? ORDER BY id',
   );

@@ -416,6 +416,20 @@ export class Runtime {
     return this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
   }
 
+  /**
+   * Drops what this process holds in memory of a session with no turn in flight, so that its next use
+   * loads it from the store again (`session.resumed`): another process wrote it since. False when a turn
+   * runs, and nothing is dropped.
+   */
+  release(sessionId: string): boolean {
+    const live = this.live.get(sessionId);
+    if (live === undefined) return true;
+    if (live.turn !== null) return false;
+    if (live.inactivityTimer) clearTimeout(live.inactivityTimer);
+    this.live.delete(sessionId);
+    return true;
+  }
+
   /** The turn in flight, if any: the runtime's `done` promise for tests and shutdown. */
   currentTurn(sessionId: string): { turnId: string; done: Promise<TurnOutcome> } | null {
     const turn = this.require(sessionId).turn;

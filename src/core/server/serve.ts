@@ -7,6 +7,7 @@ import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import { pluginsRoute } from '../../plugins/plugins-route.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import { type ClusterSettings, prepareCluster } from '../cluster/cluster-start.js';
+import { takeOverSession } from '../cluster/take-over.js';
 import type { MetisConfig } from '../config/schema.js';
 import { DeadlineExceeded, withDeadline } from '../deadline.js';
 import { MetisError } from '../errors.js';
@@ -266,6 +267,11 @@ export async function startService(
         writer: traceContext.writer,
         streaming: runtime.streaming,
         rowIdBlock: (block) => useRowIdBlock(traceContext.db, block),
+        takeOver: (sessionId, client) =>
+          takeOverSession(
+            { client, trace: traceContext, runtime, pricingVersion: config.runtime.pricing_version, logger },
+            sessionId,
+          ),
         lag: () => {
           // Read from the working copy; after a forced stop closed it, the last figure read stands.
           try {

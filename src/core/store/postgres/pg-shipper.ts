@@ -117,6 +117,7 @@ export class PgShipper implements StoreUpstream {
   private readonly newest: () => number;
   private readonly newestEvent: () => string;
   private readonly saveEventsPosition: ReturnType<Db['prepare']>;
+  private readonly trimPulled: ReturnType<Db['prepare']>;
 
   constructor(
     private readonly db: Db,
@@ -135,13 +136,23 @@ export class PgShipper implements StoreUpstream {
     const outbox = db.prepare('SELECT n, tbl, row_key, op FROM pg_outbox ORDER BY n LIMIT ?');
     this.readBatch = (limit) => outbox.all(limit) as OutboxEntry[];
     const events = db
-      .prepare(`SELECT ${EVENTS.columns.join(', ')} FROM events WHERE id > ? ORDER BY id LIMIT ?`)
+      .prepare(
+        `SELECT ${EVENTS.columns.join(', ')} FROM events e WHERE id > ?
+           AND NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id) ORDER BY id LIMIT ?`,
+      )
       .raw();
     this.readEvents = (after, limit) => events.all(after, limit) as unknown[][];
     const newest = db.prepare('SELECT coalesce(max(n), 0) FROM pg_outbox').pluck();
     this.newest = () => newest.get() as number;
     this.saveEventsPosition = db.prepare('UPDATE pg_working_copy SET events_through = ?');
-    const newestEvent = db.prepare("SELECT coalesce(max(id), '') FROM events").pluck();
+    this.trimPulled = db.prepare('DELETE FROM pg_pulled_events WHERE id <= ?');
+    // The newest event of this copy's own: one brought in from the store is not waited for.
+    const newestEvent = db
+      .prepare(
+        `SELECT coalesce((SELECT id FROM events e WHERE NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id)
+           ORDER BY id DESC LIMIT 1), '')`,
+      )
+      .pluck();
     this.newestEvent = () => newestEvent.get() as string;
   }
 
@@ -162,7 +173,9 @@ export class PgShipper implements StoreUpstream {
   get backlog(): number {
     if (this.leftAtClose !== null) return this.leftAtClose;
     const events = this.db
-      .prepare('SELECT count(*) FROM events WHERE id > ?')
+      .prepare(
+        'SELECT count(*) FROM events e WHERE id > ? AND NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id)',
+      )
       .pluck()
       .get(this.eventsShipped);
     return Math.max(0, this.newest() - this.shipped) + (events as number);
@@ -279,7 +292,11 @@ export class PgShipper implements StoreUpstream {
   /** Records what PostgreSQL now holds: the outbox is trimmed, the events position kept locally too. */
   private shippedTo(through: number, eventsThrough: string): void {
     if (through > this.shipped) this.db.prepare('DELETE FROM pg_outbox WHERE n <= ?').run(through);
-    if (eventsThrough !== this.eventsShipped) this.saveEventsPosition.run(eventsThrough);
+    if (eventsThrough !== this.eventsShipped) {
+      this.saveEventsPosition.run(eventsThrough);
+      // Events brought in from the store at or below the position need no mark any more.
+      this.trimPulled.run(eventsThrough);
+    }
     this.shipped = through;
     this.eventsShipped = eventsThrough;
     this.settleWaiters();

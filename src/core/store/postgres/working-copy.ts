@@ -52,7 +52,9 @@ const META_TABLE = 'pg_working_copy';
  * The outbox and its triggers: every insert, update and delete of a copied table, in commit order.
  * New events are the exception: the server commits them in id order, so the shipper reads them by id
  * after the last one shipped, and an outbox row per event (which halved the local commit rate) is
- * spared; deleting one (a prune) still goes through the outbox.
+ * spared; deleting one (a prune) still goes through the outbox. Events brought in from the store (a
+ * cluster node taking a session over, src/core/cluster/session-pull.ts) are listed in
+ * `pg_pulled_events`, and that scan skips them: they are in the store already.
  */
 function outboxSql(): string {
   const triggers = COPIED_TABLES.flatMap((table) =>
@@ -75,6 +77,7 @@ function outboxSql(): string {
     DROP TRIGGER IF EXISTS pg_outbox_events_update;
     CREATE TABLE IF NOT EXISTS ${META_TABLE} (copy_id TEXT NOT NULL, epoch TEXT NOT NULL, events_through TEXT NOT NULL DEFAULT '');
     CREATE TABLE IF NOT EXISTS pg_outbox (n INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, row_key NOT NULL, op TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS pg_pulled_events (id TEXT PRIMARY KEY) WITHOUT ROWID;
     ${triggers.join('\n')}`;
 }
 
@@ -187,7 +190,12 @@ async function reusable(
     const eventsThrough = registered?.events_through ?? meta?.events_through ?? '';
     const unshipped =
       (db.prepare('SELECT count(*) FROM pg_outbox WHERE n > ?').pluck().get(shippedThrough) as number) +
-      (db.prepare('SELECT count(*) FROM events WHERE id > ?').pluck().get(eventsThrough) as number);
+      (db
+        .prepare(
+          'SELECT count(*) FROM events e WHERE id > ? AND NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id)',
+        )
+        .pluck()
+        .get(eventsThrough) as number);
     if (unshipped > 0)
       throw new MetisError(
         'METIS_ERR_STORE_DIVERGED',

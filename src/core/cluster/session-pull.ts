@@ -1,0 +1,94 @@
+import type pg from 'pg';
+import type { Db } from '../store/database.js';
+import { COPIED_TABLES, type CopiedTable } from '../store/store-copy.js';
+
+/** What the store holds of one session and its workers, each table's rows in its columns' order. */
+export interface StoredSession {
+  readonly sessionIds: readonly string[];
+  readonly rows: ReadonlyMap<string, readonly unknown[][]>;
+  readonly events: readonly unknown[][];
+}
+
+const table = (name: string): CopiedTable => COPIED_TABLES.find((t) => t.name === name)!;
+const EVENTS = table('events');
+/** The tables a session's rows live in, parents first, with the column naming the session. */
+const SESSION_TABLES = [
+  [table('sessions'), 'id'],
+  [table('messages'), 'session_id'],
+  [table('tool_calls'), 'session_id'],
+] as const;
+
+/**
+ * Reads a session and its worker sessions from the store in one snapshot: its row, messages, tool calls
+ * and events. What a node taking the session over brings into its working copy.
+ */
+export async function readStoredSession(client: pg.ClientBase, sessionId: string): Promise<StoredSession> {
+  await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+  try {
+    const ids = (
+      await client.query<{ id: string }>('SELECT id FROM sessions WHERE id = $1 OR parent_session_id = $1', [
+        sessionId,
+      ])
+    ).rows.map((row) => row.id);
+    const rows = new Map<string, unknown[][]>();
+    for (const [source, column] of SESSION_TABLES) {
+      const result = await client.query({
+        text: `SELECT ${source.columns.join(', ')} FROM ${source.name} WHERE ${column} = ANY($1::text[]) ORDER BY ${source.key}`,
+        values: [ids],
+        rowMode: 'array',
+      });
+      rows.set(source.name, result.rows as unknown[][]);
+    }
+    const events = await client.query({
+      text: `SELECT ${EVENTS.columns.join(', ')} FROM events WHERE session_id = ANY($1::text[]) ORDER BY id`,
+      values: [ids],
+      rowMode: 'array',
+    });
+    await client.query('COMMIT');
+    return { sessionIds: ids, rows, events: events.rows as unknown[][] };
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  }
+}
+
+/**
+ * Writes a session read from the store into the working copy, in one transaction: its rows as the store
+ * has them (upserts: shipped back, they change nothing), and the events the copy lacks, each listed in
+ * `pg_pulled_events` so the shipper does not send it back. Returns how many events were new here and the
+ * newest event id.
+ */
+export function writeStoredSession(
+  db: Db,
+  stored: StoredSession,
+): { added: number; lastEventId: string | null } {
+  const upserts = SESSION_TABLES.map(([target]) => {
+    const updates = target.columns
+      .filter((column) => column !== target.pk)
+      .map((column) => `${column} = excluded.${column}`)
+      .join(', ');
+    return [
+      target,
+      db.prepare(
+        `INSERT INTO ${target.name} (${target.columns.join(', ')}) VALUES (${target.columns.map(() => '?').join(', ')})
+         ON CONFLICT (${target.pk}) DO UPDATE SET ${updates}`,
+      ),
+    ] as const;
+  });
+  const insertEvent = db.prepare(
+    `INSERT OR IGNORE INTO events (${EVENTS.columns.join(', ')}) VALUES (${EVENTS.columns.map(() => '?').join(', ')})`,
+  );
+  const markPulled = db.prepare('INSERT OR IGNORE INTO pg_pulled_events (id) VALUES (?)');
+  const idIndex = EVENTS.columns.indexOf('id');
+  let added = 0;
+  db.transaction(() => {
+    for (const [target, upsert] of upserts)
+      for (const row of stored.rows.get(target.name) ?? []) upsert.run(row);
+    for (const row of stored.events) {
+      if (insertEvent.run(row).changes === 0) continue;
+      markPulled.run(row[idIndex]);
+      added += 1;
+    }
+  }).immediate();
+  return { added, lastEventId: (stored.events.at(-1)?.[idIndex] as string | undefined) ?? null };
+}

@@ -1,0 +1,54 @@
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { ensureIdsAfter } from '../events/ids.js';
+import { recoverCrashedTurns } from '../runtime/crash-recovery.js';
+import type { Runtime } from '../runtime/runtime.js';
+import type { TraceContext } from '../store/trace-context.js';
+import { readStoredSession, writeStoredSession } from './session-pull.js';
+
+/** What taking a session over brought in and closed. */
+export interface TakeOverReport {
+  /** Events the store had and this node's working copy did not. */
+  readonly added: number;
+  /** Turns the previous owner left open, closed as crash recovery closes them. */
+  readonly recoveredTurns: number;
+}
+
+/**
+ * Makes this node's copy of a session the store's before it runs anything of it (another node ran it
+ * since this node last did): its rows and events brought in from the store, the bus's seq and the
+ * runtime's memory of it forgotten (the runtime then resumes it as a session of an earlier process),
+ * ids continuing after its newest, and the turns the previous owner left open closed the way crash
+ * recovery closes them (docs/decisions.md "Several nodes on one store").
+ */
+export async function takeOverSession(
+  parts: {
+    readonly client: pg.ClientBase;
+    readonly trace: TraceContext;
+    readonly runtime: Runtime;
+    readonly pricingVersion: string;
+    readonly logger: Logger;
+  },
+  sessionId: string,
+): Promise<TakeOverReport> {
+  const { trace, runtime, logger } = parts;
+  const stored = await readStoredSession(parts.client, sessionId);
+  const { added, lastEventId } = writeStoredSession(trace.db, stored);
+  ensureIdsAfter(lastEventId);
+  for (const id of stored.sessionIds) {
+    trace.bus.forgetSeq(id);
+    runtime.release(id);
+  }
+  const recovery = recoverCrashedTurns(trace.db, trace.bus, {
+    pricingVersion: parts.pricingVersion,
+    logger,
+    sessions: stored.sessionIds,
+  });
+  await trace.flush();
+  if (added > 0 || recovery.turns > 0)
+    logger.info(
+      { session_id: sessionId, events_added: added, turns_closed: recovery.turns },
+      'took the session over from another node',
+    );
+  return { added, recoveredTurns: recovery.turns };
+}
