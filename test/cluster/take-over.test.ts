@@ -1,9 +1,11 @@
 import pg from 'pg';
+import { ulid } from 'ulid';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { readStoredSession } from '../../src/core/cluster/session-pull.js';
 import { takeOverSession } from '../../src/core/cluster/take-over.js';
-import { newEventId } from '../../src/core/events/ids.js';
 import { silentLogger } from '../../src/core/logger.js';
 import type { RunningService } from '../../src/core/server/serve.js';
+import { BIGINT_AS_NUMBER } from '../../src/core/store/postgres/pg-util.js';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
@@ -58,7 +60,9 @@ describe.skipIf(!postgresTestsRun)('taking a session over', () => {
       url,
       `SELECT id FROM events WHERE turn_id = '${firstTurn}' AND type NOT IN ('turn.completed', 'turn.cancelled') ORDER BY id`,
     ).split('\n');
-    const values = copied.map((id, k) => `('${id}', '${newEventId()}', ${k + 1})`).join(', ');
+    // Ids from a clock a minute ahead (the other host's): this node's next ids must still come after them.
+    const ahead = Date.now() + 60_000;
+    const values = copied.map((id, k) => `('${id}', 'evt_${ulid(ahead + k)}', ${k + 1})`).join(', ');
     psql(
       url,
       `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
@@ -74,12 +78,21 @@ describe.skipIf(!postgresTestsRun)('taking a session over', () => {
         .pluck()
         .get() as number;
     expect(local()).toBe(0);
-    const client = new pg.Client({ connectionString: url });
+    // A tool running in another session of this node: taking this session over leaves it alone.
+    const bystander = (await jsonRequest(service.url, 'POST', '/sessions', {}, { token: service.auth.token }))
+      .body.session_id as string;
+    second.trace.db
+      .prepare(
+        `INSERT INTO tool_calls (id, session_id, turn_id, message_id, tool_name, input_json, status, created_at_us, updated_at_us)
+         VALUES ('toolu_bystander', ?, 'turn_x', 'msg_x', 'shell', '{}', 'running', 0, 0)`,
+      )
+      .run(bystander);
+    const client = new pg.Client({ connectionString: url, types: BIGINT_AS_NUMBER });
     await client.connect();
     onTestFinished(() => client.end());
     const report = await takeOverSession(
       {
-        client,
+        read: (id) => readStoredSession(client, id),
         trace: second.trace,
         runtime: second.runtime,
         pricingVersion: 'test',
@@ -88,7 +101,11 @@ describe.skipIf(!postgresTestsRun)('taking a session over', () => {
       sessionId,
     );
     expect(report).toEqual({ added: copied.length, recoveredTurns: 1 });
+    await second.trace.flush();
     expect(local()).toBeGreaterThan(copied.length); // brought in, and closed
+    expect(
+      second.trace.db.prepare("SELECT status FROM tool_calls WHERE id = 'toolu_bystander'").pluck().get(),
+    ).toBe('running');
     await turn(second, sessionId, 'and now?');
     const ended = await jsonRequest(
       second.url,
@@ -99,13 +116,32 @@ describe.skipIf(!postgresTestsRun)('taking a session over', () => {
     );
     expect(ended.status, JSON.stringify(ended.body)).toBeLessThan(300);
     await second.stop();
-    // What the runtime knew of the session was dropped and read again: the foreign turn counts.
+    // What the runtime knew of the session was dropped and read again: the foreign turn counts, and so
+    // does its cost.
+    const endedPayload = JSON.parse(
+      psql(
+        url,
+        `SELECT payload_json FROM events WHERE session_id = '${sessionId}' AND type = 'session.ended'`,
+      ),
+    ) as { turn_count: number; total_cost_usd: number };
+    expect(endedPayload.turn_count).toBe(3);
+    const spent = Number(
+      psql(
+        url,
+        `SELECT sum((payload_json::json->>'cost_usd')::numeric) FROM events
+          WHERE session_id = '${sessionId}' AND type = 'llm.call_completed'`,
+      ),
+    );
+    expect(spent).toBeGreaterThan(0);
+    expect(endedPayload.total_cost_usd).toBeCloseTo(spent, 9);
+    // Ids rose past the other host's clock: in seq order every id is above the one before.
     expect(
       psql(
         url,
-        `SELECT payload_json::json->>'turn_count' FROM events WHERE session_id = '${sessionId}' AND type = 'session.ended'`,
+        `SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY seq) AS before FROM events WHERE session_id = '${sessionId}') t
+          WHERE before IS NOT NULL AND id <= before`,
       ),
-    ).toBe('3');
+    ).toBe('0');
 
     // The store: one session, seq whole (1..n, each once), ids rising with seq, the foreign turn ended
     // once, the new turn completed.

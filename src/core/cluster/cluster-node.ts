@@ -18,6 +18,7 @@ import {
   registerNode,
 } from './node-registry.js';
 import { acquireLease } from './session-leases.js';
+import { readStoredSession, type StoredSession } from './session-pull.js';
 
 export interface ClusterTiming {
   readonly heartbeatMs: number;
@@ -142,8 +143,11 @@ export async function joinCluster(options: {
   readonly lag: () => NodeLag;
   /** Called with this start's block of row ids (src/core/store/row-ids.ts), before the node serves. */
   readonly rowIdBlock: (block: number) => void;
-  /** Brings a session another node ran into this node's copy (take-over.ts), on the lease's connection. */
-  readonly takeOver: (sessionId: string, client: pg.ClientBase) => Promise<unknown>;
+  /** Brings a session another node ran into this node's copy (take-over.ts), read with `read`. */
+  readonly takeOver: (
+    sessionId: string,
+    read: (sessionId: string) => Promise<StoredSession>,
+  ) => Promise<unknown>;
 }): Promise<ClusterNode> {
   const { nodeId, broker, timing, logger } = options;
   // Two connections: a lease taken while a beat runs does not wait for it.
@@ -181,6 +185,46 @@ export async function joinCluster(options: {
     await broker.close();
     throw error;
   }
+  /** Sessions whose lease is being asked for now. */
+  const asked = new Map<string, Promise<void>>();
+  /** Sessions taken from another node and not yet brought in (a failed attempt is tried again). */
+  const unpulled = new Set<string>();
+  /** Runs `work` on a connection of the pool; a store that does not answer is named as away. */
+  const withConnection = async <T>(sessionId: string, work: (connection: pg.PoolClient) => Promise<T>) => {
+    let connection: pg.PoolClient;
+    try {
+      connection = await client.connect();
+    } catch (error) {
+      throw storeAway(sessionId, error);
+    }
+    try {
+      return await work(connection);
+    } catch (error) {
+      throw error instanceof MetisError ? error : storeAway(sessionId, error);
+    } finally {
+      connection.release();
+    }
+  };
+  const acquire = async (sessionId: string): Promise<void> => {
+    const outcome = await withConnection(sessionId, (connection) =>
+      acquireLease(connection, sessionId, nodeId, timing.nodeTimeoutMs),
+    );
+    if (!outcome.held)
+      throw new MetisError(
+        'METIS_ERR_SESSION_ELSEWHERE',
+        `session ${sessionId} runs on node ${describeNode(outcome.owner)}; send this request there`,
+      );
+    // Another node ran it since this node did: the copy is brought up to the store's first (the
+    // connection is given back before: bringing a session in writes locally, and must not hold it).
+    if (outcome.taken) unpulled.add(sessionId);
+    if (unpulled.has(sessionId)) {
+      await options.takeOver(sessionId, (id) =>
+        withConnection(id, (connection) => readStoredSession(connection, id)),
+      );
+      unpulled.delete(sessionId);
+    }
+    held.add(sessionId);
+  };
   let beating: Promise<void> | null = null;
   const timer = setInterval(() => {
     beating ??= (async () => {
@@ -205,36 +249,17 @@ export async function joinCluster(options: {
   return {
     nodeId,
     peers: () => peers,
-    ownSession: async (sessionId) => {
+    ownSession: (sessionId) => {
       if (!trusted()) held.clear();
-      if (held.has(sessionId)) return;
-      let connection: pg.PoolClient;
-      let outcome: Awaited<ReturnType<typeof acquireLease>>;
-      try {
-        connection = await client.connect();
-      } catch (error) {
-        throw storeAway(sessionId, error);
+      if (held.has(sessionId)) return Promise.resolve();
+      // One question per session at a time: a second request waits for the first's answer (and for
+      // the session to be brought in), never runs on a copy that is being brought up to date.
+      let asking = asked.get(sessionId);
+      if (asking === undefined) {
+        asking = acquire(sessionId).finally(() => asked.delete(sessionId));
+        asked.set(sessionId, asking);
       }
-      try {
-        outcome = await acquireLease(connection, sessionId, nodeId, timing.nodeTimeoutMs).catch(
-          (error: unknown) => {
-            throw storeAway(sessionId, error);
-          },
-        );
-        if (!outcome.held)
-          throw new MetisError(
-            'METIS_ERR_SESSION_ELSEWHERE',
-            `session ${sessionId} runs on node ${describeNode(outcome.owner)}; send this request there`,
-          );
-        // Another node ran it since this node did: its copy is brought up to the store's first.
-        if (outcome.taken)
-          await options.takeOver(sessionId, connection).catch((error: unknown) => {
-            throw storeAway(sessionId, error);
-          });
-        held.add(sessionId);
-      } finally {
-        connection.release();
-      }
+      return asking;
     },
     health: () => ({ broker: { state: broker.state } }),
     close: () => {

@@ -1,5 +1,4 @@
 import { hostname } from 'node:os';
-import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
@@ -16,6 +15,7 @@ import {
 } from './cluster-node.js';
 import { fanOutEvents } from './event-fanout.js';
 import { describeNode, type NodeLag } from './node-registry.js';
+import type { StoredSession } from './session-pull.js';
 
 /** The server's URL as other hosts reach it: a bind to every address is named by the host name. */
 export function advertisedUrl(serverUrl: string): string {
@@ -43,7 +43,7 @@ export interface PreparedCluster {
     streaming: StreamingChannel;
     lag: () => NodeLag;
     rowIdBlock: (block: number) => void;
-    takeOver: (sessionId: string, client: pg.ClientBase) => Promise<unknown>;
+    takeOver: (sessionId: string, read: (sessionId: string) => Promise<StoredSession>) => Promise<unknown>;
   }): Promise<ClusterNode>;
   /** Gives up before joining (a later step of the start failed). */
   abort(): Promise<void>;

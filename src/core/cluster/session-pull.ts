@@ -79,16 +79,26 @@ export function writeStoredSession(
     `INSERT OR IGNORE INTO events (${EVENTS.columns.join(', ')}) VALUES (${EVENTS.columns.map(() => '?').join(', ')})`,
   );
   const markPulled = db.prepare('INSERT OR IGNORE INTO pg_pulled_events (id) VALUES (?)');
-  const idIndex = EVENTS.columns.indexOf('id');
+  // The other node's streaming events (deltas) are not here: a replay from before its last event says
+  // it cannot bring them all (stream-archive.ts).
+  const raiseHorizon = db.prepare(
+    `INSERT INTO stream_horizon (session_id, before_id) VALUES (?, ?)
+     ON CONFLICT (session_id) DO UPDATE SET before_id = max(before_id, excluded.before_id)`,
+  );
+  const idIndex = (EVENTS.columns as readonly string[]).indexOf('id');
+  const sessionIndex = (EVENTS.columns as readonly string[]).indexOf('session_id');
+  const newest = new Map<string, string>();
   let added = 0;
   db.transaction(() => {
     for (const [target, upsert] of upserts)
       for (const row of stored.rows.get(target.name) ?? []) upsert.run(row);
     for (const row of stored.events) {
+      newest.set(row[sessionIndex] as string, row[idIndex] as string);
       if (insertEvent.run(row).changes === 0) continue;
       markPulled.run(row[idIndex]);
       added += 1;
     }
+    for (const [session, id] of newest) raiseHorizon.run(session, id);
   }).immediate();
   return { added, lastEventId: (stored.events.at(-1)?.[idIndex] as string | undefined) ?? null };
 }

@@ -1,10 +1,10 @@
-import type pg from 'pg';
 import type { Logger } from 'pino';
+import { MetisError } from '../errors.js';
 import { ensureIdsAfter } from '../events/ids.js';
 import { recoverCrashedTurns } from '../runtime/crash-recovery.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
-import { readStoredSession, writeStoredSession } from './session-pull.js';
+import { type StoredSession, writeStoredSession } from './session-pull.js';
 
 /** What taking a session over brought in and closed. */
 export interface TakeOverReport {
@@ -23,7 +23,8 @@ export interface TakeOverReport {
  */
 export async function takeOverSession(
   parts: {
-    readonly client: pg.ClientBase;
+    /** Reads the session and its workers from the store (session-pull.ts). */
+    readonly read: (sessionId: string) => Promise<StoredSession>;
     readonly trace: TraceContext;
     readonly runtime: Runtime;
     readonly pricingVersion: string;
@@ -32,7 +33,14 @@ export async function takeOverSession(
   sessionId: string,
 ): Promise<TakeOverReport> {
   const { trace, runtime, logger } = parts;
-  const stored = await readStoredSession(parts.client, sessionId);
+  const stored = await parts.read(sessionId);
+  // A turn still running here (this node lost the session and got it back meanwhile) must end first.
+  for (const id of stored.sessionIds)
+    if (runtime.currentTurn(id) !== null)
+      throw new MetisError(
+        'METIS_ERR_TURN_IN_FLIGHT',
+        `session ${id} still has a turn running on this node; it is taken over once that turn ends`,
+      );
   const { added, lastEventId } = writeStoredSession(trace.db, stored);
   ensureIdsAfter(lastEventId);
   for (const id of stored.sessionIds) {
@@ -44,7 +52,6 @@ export async function takeOverSession(
     logger,
     sessions: stored.sessionIds,
   });
-  await trace.flush();
   if (added > 0 || recovery.turns > 0)
     logger.info(
       { session_id: sessionId, events_added: added, turns_closed: recovery.turns },

@@ -196,6 +196,7 @@ export function recoverCrashedTurns(
     .pluck()
     .all() as string[];
   for (const sessionId of withOpenRows) {
+    if (only !== null && !only.has(sessionId) && !isWorkerOf(db, sessionId, only)) continue;
     report.toolCallRows += sessions.closeOpenToolCalls(sessionId, {
       status: 'failed',
       errorClass: 'execution_error',
@@ -206,6 +207,15 @@ export function recoverCrashedTurns(
     options.logger.warn({ ...report }, 'closed what the last run left open when it stopped');
   }
   return report;
+}
+
+/** Whether `sessionId` is a worker of one of `parents` (its rows are closed with them). */
+function isWorkerOf(db: Db, sessionId: string, parents: ReadonlySet<string>): boolean {
+  const parent = db.prepare('SELECT parent_session_id FROM sessions WHERE id = ?').pluck().get(sessionId) as
+    | string
+    | null
+    | undefined;
+  return parent !== null && parent !== undefined && parents.has(parent);
 }
 
 function sum(events: readonly StoredEvent[], field: string): number {

@@ -423,10 +423,14 @@ export class Runtime {
    */
   release(sessionId: string): boolean {
     const live = this.live.get(sessionId);
-    if (live === undefined) return true;
+    if (live === undefined) {
+      this.costs.forget(sessionId);
+      return true;
+    }
     if (live.turn !== null) return false;
     if (live.inactivityTimer) clearTimeout(live.inactivityTimer);
     this.live.delete(sessionId);
+    this.costs.forget(sessionId);
     return true;
   }
 

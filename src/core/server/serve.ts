@@ -267,9 +267,9 @@ export async function startService(
         writer: traceContext.writer,
         streaming: runtime.streaming,
         rowIdBlock: (block) => useRowIdBlock(traceContext.db, block),
-        takeOver: (sessionId, client) =>
+        takeOver: (sessionId, read) =>
           takeOverSession(
-            { client, trace: traceContext, runtime, pricingVersion: config.runtime.pricing_version, logger },
+            { read, trace: traceContext, runtime, pricingVersion: config.runtime.pricing_version, logger },
             sessionId,
           ),
         lag: () => {

@@ -134,11 +134,13 @@ export class PgEventStore implements EventStore {
   }
 
   async lastSeq(sessionId: string): Promise<number> {
-    const result = await this.pool.query<{ seq: string }>(
-      'SELECT seq FROM events WHERE session_id = $1 ORDER BY id DESC LIMIT 1',
+    // The highest seq, not the newest event's: in a cluster the store numbers `system` events at
+    // shipment, in shipment order (pg-shipper.ts), which need not be id order. An index answers it.
+    const result = await this.pool.query<{ seq: string | null }>(
+      'SELECT max(seq) AS seq FROM events WHERE session_id = $1',
       [sessionId],
     );
-    return result.rows.length === 0 ? 0 : Number(result.rows[0]!.seq);
+    return Number(result.rows[0]?.seq ?? 0);
   }
 
   async lastEventId(): Promise<string | null> {

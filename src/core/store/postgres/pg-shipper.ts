@@ -116,6 +116,7 @@ export class PgShipper implements StoreUpstream {
   private readonly readEvents: (after: string, limit: number) => unknown[][];
   private readonly newest: () => number;
   private readonly newestEvent: () => string;
+  private readonly pulled: () => boolean;
   private readonly saveEventsPosition: ReturnType<Db['prepare']>;
   private readonly trimPulled: ReturnType<Db['prepare']>;
 
@@ -135,25 +136,32 @@ export class PgShipper implements StoreUpstream {
     this.eventsShipped = copy.eventsThrough;
     const outbox = db.prepare('SELECT n, tbl, row_key, op FROM pg_outbox ORDER BY n LIMIT ?');
     this.readBatch = (limit) => outbox.all(limit) as OutboxEntry[];
-    const events = db
+    // Events brought in from the store (a cluster node taking a session over) are skipped; the plain
+    // statements serve while there are none, which is nearly always (the check costs one probe).
+    const anyPulled = db.prepare('SELECT EXISTS (SELECT 1 FROM pg_pulled_events)').pluck();
+    this.pulled = () => anyPulled.get() === 1;
+    const columns = EVENTS.columns.join(', ');
+    const events = db.prepare(`SELECT ${columns} FROM events WHERE id > ? ORDER BY id LIMIT ?`).raw();
+    const ownEvents = db
       .prepare(
-        `SELECT ${EVENTS.columns.join(', ')} FROM events e WHERE id > ?
+        `SELECT ${columns} FROM events e WHERE id > ?
            AND NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id) ORDER BY id LIMIT ?`,
       )
       .raw();
-    this.readEvents = (after, limit) => events.all(after, limit) as unknown[][];
+    this.readEvents = (after, limit) => (this.pulled() ? ownEvents : events).all(after, limit) as unknown[][];
     const newest = db.prepare('SELECT coalesce(max(n), 0) FROM pg_outbox').pluck();
     this.newest = () => newest.get() as number;
     this.saveEventsPosition = db.prepare('UPDATE pg_working_copy SET events_through = ?');
     this.trimPulled = db.prepare('DELETE FROM pg_pulled_events WHERE id <= ?');
     // The newest event of this copy's own: one brought in from the store is not waited for.
-    const newestEvent = db
+    const newestEvent = db.prepare("SELECT coalesce(max(id), '') FROM events").pluck();
+    const newestOwnEvent = db
       .prepare(
         `SELECT coalesce((SELECT id FROM events e WHERE NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id)
            ORDER BY id DESC LIMIT 1), '')`,
       )
       .pluck();
-    this.newestEvent = () => newestEvent.get() as string;
+    this.newestEvent = () => (this.pulled() ? newestOwnEvent : newestEvent).get() as string;
   }
 
   get label(): string {
