@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { ulid } from 'ulid';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { readStoredSession } from '../../src/core/cluster/session-pull.js';
+import { readStoredSession, writeStoredSession } from '../../src/core/cluster/session-pull.js';
 import { takeOverSession } from '../../src/core/cluster/take-over.js';
 import { silentLogger } from '../../src/core/logger.js';
 import type { RunningService } from '../../src/core/server/serve.js';
@@ -106,6 +106,13 @@ describe.skipIf(!postgresTestsRun)('taking a session over', () => {
     expect(
       second.trace.db.prepare("SELECT status FROM tool_calls WHERE id = 'toolu_bystander'").pluck().get(),
     ).toBe('running');
+    // Brought in again, a session the copy has as the store has it changes nothing: no new event, and no
+    // row rewritten (nothing for the outbox to ship back).
+    const outbox = () => second.trace.db.prepare('SELECT count(*) FROM pg_outbox').pluck().get() as number;
+    await second.trace.upstream!.whenShipped(10_000);
+    const before = outbox();
+    expect(writeStoredSession(second.trace.db, await readStoredSession(client, sessionId)).added).toBe(0);
+    expect(outbox()).toBe(before);
     await turn(second, sessionId, 'and now?');
     const ended = await jsonRequest(
       second.url,

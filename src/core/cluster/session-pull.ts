@@ -63,15 +63,16 @@ export function writeStoredSession(
   stored: StoredSession,
 ): { added: number; lastEventId: string | null } {
   const upserts = SESSION_TABLES.map(([target]) => {
-    const updates = target.columns
-      .filter((column) => column !== target.pk)
-      .map((column) => `${column} = excluded.${column}`)
-      .join(', ');
+    const others = target.columns.filter((column) => column !== target.pk);
+    const updates = others.map((column) => `${column} = excluded.${column}`).join(', ');
+    // A row the copy has as the store has it is left alone: no outbox entry, nothing shipped back over
+    // a change the store may have had since.
+    const differs = others.map((column) => `${column} IS NOT excluded.${column}`).join(' OR ');
     return [
       target,
       db.prepare(
         `INSERT INTO ${target.name} (${target.columns.join(', ')}) VALUES (${target.columns.map(() => '?').join(', ')})
-         ON CONFLICT (${target.pk}) DO UPDATE SET ${updates}`,
+         ON CONFLICT (${target.pk}) DO UPDATE SET ${updates} WHERE ${differs}`,
       ),
     ] as const;
   });
