@@ -1,10 +1,12 @@
 import { dirname } from 'node:path';
 import { connectBroker, redactNatsUrl } from '../core/cluster/broker.js';
-import { defaultNodeId, liveNodes } from '../core/cluster/cluster-node.js';
+import { liveNodes } from '../core/cluster/cluster-node.js';
+import { clusterNodeId, clusterTiming } from '../core/cluster/cluster-start.js';
 import { describeNode } from '../core/cluster/node-registry.js';
 import type { MetisConfig } from '../core/config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { resolveDbPath } from '../core/store/paths.js';
+import { pickCluster } from './cluster-option.js';
 import type { Check } from './doctor-checks.js';
 import { pickStore } from './store-option.js';
 
@@ -14,16 +16,17 @@ import { pickStore } from './store-option.js';
  * broker and closes again; changes nothing. Null outside a cluster.
  */
 export async function checkCluster(config: MetisConfig): Promise<Check | null> {
-  const fromEnv = process.env.METIS_NATS_URL;
-  const nats = fromEnv !== undefined && fromEnv !== '' ? fromEnv : config.cluster.nats;
-  if (nats === null) return null;
-  const setting = nats === fromEnv ? '$METIS_NATS_URL' : 'cluster.nats';
+  let setting: string;
   let store: ReturnType<typeof pickStore>;
   try {
+    // The broker as metis serve picks it: $METIS_NATS_URL over cluster.nats, checked the same way.
+    setting = pickCluster({}, config).nats ?? 'cluster.nats';
+    if (config.cluster.nats === null) return null;
     store = pickStore({}, config.store.url);
   } catch (error) {
     return { name: 'cluster', status: 'problem', detail: (error as Error).message };
   }
+  const nats = config.cluster.nats;
   if (store === null)
     return {
       name: 'cluster',
@@ -31,7 +34,7 @@ export async function checkCluster(config: MetisConfig): Promise<Check | null> {
       detail: `${setting} is set, and no PostgreSQL store: a cluster's nodes share one`,
       hint: 'Set store.url (or $METIS_STORE_URL) to the cluster store.',
     };
-  const nodeId = config.cluster.node_id ?? defaultNodeId(dirname(resolveDbPath(config.storage.database)));
+  const nodeId = clusterNodeId(config, dirname(resolveDbPath(config.storage.database)));
   try {
     const broker = await connectBroker({
       url: nats,
@@ -48,8 +51,7 @@ export async function checkCluster(config: MetisConfig): Promise<Check | null> {
       hint: 'Start the NATS server, or fix the URL (host, port, credentials).',
     };
   }
-  const timing = { heartbeatMs: config.cluster.heartbeat_ms, nodeTimeoutMs: config.cluster.node_timeout_ms };
-  const alive = await liveNodes(store.url, timing);
+  const alive = await liveNodes(store.url, clusterTiming(config));
   const holder = alive.find((node) => node.node_id === nodeId);
   if (holder !== undefined)
     return {

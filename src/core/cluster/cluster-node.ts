@@ -8,13 +8,13 @@ import { BIGINT_AS_NUMBER } from '../store/postgres/pg-util.js';
 import { packageVersion } from '../version.js';
 import type { Broker } from './broker.js';
 import {
+  aliveNodes,
   beat,
   describeNode,
   listNodes,
   markStopped,
   type NodeLag,
   type NodeRecord,
-  nodeState,
   registerNode,
 } from './node-registry.js';
 import { acquireLease } from './session-leases.js';
@@ -97,10 +97,8 @@ export async function refuseTakenName(
   const client = pool(storeUrl);
   try {
     // The store's own check, next, names what is wrong with it.
-    const { nodes, nowUs } = await listNodes(client).catch(() => ({ nodes: [] as NodeRecord[], nowUs: 0 }));
-    const holder = nodes.find(
-      (node) => node.node_id === nodeId && nodeState(node, nowUs, timing.nodeTimeoutMs) === 'alive',
-    );
+    const listing = await listNodes(client).catch(() => ({ nodes: [] as NodeRecord[], nowUs: 0 }));
+    const holder = aliveNodes(listing, timing.nodeTimeoutMs).find((node) => node.node_id === nodeId);
     // A node killed a moment ago on this host still looks alive for the node timeout: its supervisor's
     // restart must not be refused for it.
     const crashedHere = holder !== undefined && holder.host === hostname() && !processRuns(holder.pid);
@@ -118,8 +116,7 @@ export async function refuseTakenName(
 export async function liveNodes(storeUrl: string, timing: ClusterTiming): Promise<NodeRecord[]> {
   const client = pool(storeUrl);
   try {
-    const { nodes, nowUs } = await listNodes(client);
-    return nodes.filter((node) => nodeState(node, nowUs, timing.nodeTimeoutMs) === 'alive');
+    return aliveNodes(await listNodes(client), timing.nodeTimeoutMs);
   } catch {
     return [];
   } finally {
@@ -162,9 +159,8 @@ export async function joinCluster(options: {
   let startedAtUs = 0;
   let peers: NodeRecord[] = [];
   const refreshPeers = async () => {
-    const { nodes, nowUs } = await listNodes(client);
-    peers = nodes.filter(
-      (node) => node.node_id !== nodeId && nodeState(node, nowUs, timing.nodeTimeoutMs) === 'alive',
+    peers = aliveNodes(await listNodes(client), timing.nodeTimeoutMs).filter(
+      (node) => node.node_id !== nodeId,
     );
   };
   try {

@@ -4,7 +4,7 @@ import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
 import type { TraceWriter } from '../store/trace-writer.js';
-import { type Broker, connectBroker } from './broker.js';
+import { connectBroker } from './broker.js';
 import {
   type ClusterNode,
   type ClusterTiming,
@@ -14,8 +14,7 @@ import {
   refuseTakenName,
 } from './cluster-node.js';
 import { fanOutEvents } from './event-fanout.js';
-import { describeNode, type NodeLag } from './node-registry.js';
-import type { StoredSession } from './session-pull.js';
+import { describeNode } from './node-registry.js';
 
 /** The server's URL as other hosts reach it: a bind to every address is named by the host name. */
 export function advertisedUrl(serverUrl: string): string {
@@ -30,21 +29,27 @@ export interface ClusterSettings {
   readonly nodeId?: string;
 }
 
+/** How often a node beats, and how long without a beat counts as gone. */
+export function clusterTiming(config: MetisConfig): ClusterTiming {
+  return { heartbeatMs: config.cluster.heartbeat_ms, nodeTimeoutMs: config.cluster.node_timeout_ms };
+}
+
+/** This node's name: `cluster.node_id`, else the default for its data folder. */
+export function clusterNodeId(config: MetisConfig, dataDir: string): string {
+  return config.cluster.node_id ?? defaultNodeId(dataDir);
+}
+
 /** A node that checked its name and reached its broker, before the store is opened. */
 export interface PreparedCluster {
-  readonly nodeId: string;
-  readonly broker: Broker;
   /** Turns "the store is locked" into a refusal naming the node that holds it. */
   explainLocked(error: unknown): Promise<unknown>;
   /** Registers the node (its server listens at `url`) and starts publishing its sessions' events. */
-  join(parts: {
-    url: string;
-    writer: TraceWriter;
-    streaming: StreamingChannel;
-    lag: () => NodeLag;
-    rowIdBlock: (block: number) => void;
-    takeOver: (sessionId: string, read: (sessionId: string) => Promise<StoredSession>) => Promise<unknown>;
-  }): Promise<ClusterNode>;
+  join(
+    parts: { url: string; writer: TraceWriter; streaming: StreamingChannel } & Pick<
+      Parameters<typeof joinCluster>[0],
+      'lag' | 'rowIdBlock' | 'takeOver'
+    >,
+  ): Promise<ClusterNode>;
   /** Gives up before joining (a later step of the start failed). */
   abort(): Promise<void>;
 }
@@ -70,30 +75,25 @@ export async function prepareCluster(
       'METIS_ERR_CLUSTER_CONFIG',
       `${natsSetting}: a cluster's nodes share a PostgreSQL store, and none is set (store.url, --store or $METIS_STORE_URL)`,
     );
-  const timing: ClusterTiming = {
-    heartbeatMs: config.cluster.heartbeat_ms,
-    nodeTimeoutMs: config.cluster.node_timeout_ms,
-  };
+  const timing = clusterTiming(config);
   if (timing.nodeTimeoutMs < 2 * timing.heartbeatMs)
     throw new MetisError(
       'METIS_ERR_CLUSTER_CONFIG',
       `cluster.node_timeout_ms (${timing.nodeTimeoutMs}) must be at least twice cluster.heartbeat_ms (${timing.heartbeatMs}), or a live node would look gone between two beats`,
       { hint: 'Raise cluster.node_timeout_ms or lower cluster.heartbeat_ms.' },
     );
-  const nodeId = config.cluster.node_id ?? defaultNodeId(dataDir);
+  const nodeId = clusterNodeId(config, dataDir);
   await refuseTakenName(storeUrl, nodeId, timing, settings.nodeId ?? 'cluster.node_id');
   const broker = await connectBroker({ url: natsUrl, nodeId, setting: natsSetting, logger });
   return {
-    nodeId,
-    broker,
     explainLocked: async (error) => {
       if (!(error instanceof MetisError) || error.code !== 'METIS_ERR_DB_LOCKED') return error;
       const holders = await liveNodes(storeUrl, timing);
       if (holders.length === 0) return error;
       return new MetisError(
         'METIS_ERR_DB_LOCKED',
-        `the store is served by node ${holders.map(describeNode).join(', ')}; until sessions have owners ` +
-          '(docs/scale-out.md), a store serves one node at a time',
+        `the store is served by node ${holders.map(describeNode).join(', ')}; a store serves one node at a ` +
+          'time for now (docs/scale-out.md)',
         { hint: 'Stop that node first, or point this one at another store.' },
       );
     },

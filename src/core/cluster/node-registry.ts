@@ -30,6 +30,14 @@ export function nodeState(node: NodeRecord, nowUs: number, timeoutMs: number): N
   return nowUs - node.heartbeat_at_us <= timeoutMs * 1000 ? 'alive' : 'silent';
 }
 
+/** The nodes of a listing that are alive at its time. */
+export function aliveNodes(
+  listing: { nodes: readonly NodeRecord[]; nowUs: number },
+  timeoutMs: number,
+): NodeRecord[] {
+  return listing.nodes.filter((node) => nodeState(node, listing.nowUs, timeoutMs) === 'alive');
+}
+
 /**
  * The store's clock in µs, in SQL. Every beat is stamped and every liveness judged by it, never by a
  * node's own clock: two hosts whose clocks differ still agree on who is alive.

@@ -68,10 +68,6 @@ export class CostAccumulator {
     };
   }
 
-  /**
-   * Seeds a session's cost after a restart (from its stored cost events); `upTo` is the newest stored
-   * event of the session that sum covers.
-   */
   /** Drops a session's sum (written by another process since): the next `seed` sets it again. */
   forget(sessionId: string): void {
     this.costs.delete(sessionId);
@@ -79,6 +75,10 @@ export class CostAccumulator {
     this.recent.delete(sessionId);
   }
 
+  /**
+   * Seeds a session's cost after a restart (from its stored cost events); `upTo` is the newest stored
+   * event of the session that sum covers.
+   */
   seed(sessionId: string, costUsd: number, upTo: string | null): void {
     if (this.costs.has(sessionId)) return;
     this.costs.set(sessionId, costUsd);

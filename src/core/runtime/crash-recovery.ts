@@ -74,14 +74,12 @@ export function recoverCrashedTurns(
     )
     .all() as { session_id: string; turn_id: string; id: string; parent_session_id: string | null }[];
   const only = options.sessions === undefined ? null : new Set(options.sessions);
-  const openTurns =
-    only === null
-      ? allOpenTurns
-      : allOpenTurns.filter(
-          (turn) =>
-            only.has(turn.session_id) ||
-            (turn.parent_session_id !== null && only.has(turn.parent_session_id)),
-        );
+  /** Whether a session is one recovery was asked for, or a worker of one. */
+  const inScope = (row: { session_id: string; parent_session_id: string | null }) =>
+    only === null ||
+    only.has(row.session_id) ||
+    (row.parent_session_id !== null && only.has(row.parent_session_id));
+  const openTurns = allOpenTurns.filter(inScope);
   const turnEvents = db.prepare(
     'SELECT id, type, parent_event_id, timestamp_us, payload_json FROM events WHERE turn_id = ? ORDER BY id',
   );
@@ -192,11 +190,12 @@ export function recoverCrashedTurns(
   }
 
   const withOpenRows = db
-    .prepare("SELECT DISTINCT session_id FROM tool_calls WHERE status IN ('pending', 'running')")
-    .pluck()
-    .all() as string[];
-  for (const sessionId of withOpenRows) {
-    if (only !== null && !only.has(sessionId) && !isWorkerOf(db, sessionId, only)) continue;
+    .prepare(
+      `SELECT DISTINCT t.session_id, s.parent_session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
+        WHERE t.status IN ('pending', 'running')`,
+    )
+    .all() as { session_id: string; parent_session_id: string | null }[];
+  for (const { session_id: sessionId } of withOpenRows.filter(inScope)) {
     report.toolCallRows += sessions.closeOpenToolCalls(sessionId, {
       status: 'failed',
       errorClass: 'execution_error',
@@ -207,15 +206,6 @@ export function recoverCrashedTurns(
     options.logger.warn({ ...report }, 'closed what the last run left open when it stopped');
   }
   return report;
-}
-
-/** Whether `sessionId` is a worker of one of `parents` (its rows are closed with them). */
-function isWorkerOf(db: Db, sessionId: string, parents: ReadonlySet<string>): boolean {
-  const parent = db.prepare('SELECT parent_session_id FROM sessions WHERE id = ?').pluck().get(sessionId) as
-    | string
-    | null
-    | undefined;
-  return parent !== null && parent !== undefined && parents.has(parent);
 }
 
 function sum(events: readonly StoredEvent[], field: string): number {

@@ -423,12 +423,8 @@ export class Runtime {
    */
   release(sessionId: string): boolean {
     const live = this.live.get(sessionId);
-    if (live === undefined) {
-      this.costs.forget(sessionId);
-      return true;
-    }
-    if (live.turn !== null) return false;
-    if (live.inactivityTimer) clearTimeout(live.inactivityTimer);
+    if (live?.turn) return false;
+    if (live?.inactivityTimer) clearTimeout(live.inactivityTimer);
     this.live.delete(sessionId);
     this.costs.forget(sessionId);
     return true;

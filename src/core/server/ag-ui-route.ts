@@ -6,6 +6,7 @@ import type { TraceContext } from '../store/trace-context.js';
 import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
 import { ClientSessionId } from './client-session-id.js';
 import { assertStorageWritable } from './commit-ack.js';
+import type { SessionGate } from './http-app.js';
 import { HttpError, writeEventStreamHead } from './http-util.js';
 import { STORAGE_ERRORS } from './openapi.js';
 import { type RawRoute, rawRoute } from './routes.js';
@@ -43,7 +44,7 @@ export function agUiRoutes(
   hub: () => StreamHub,
   trace: TraceContext,
   /** In a cluster, this node must own the thread's session first (a path with the id is gated already). */
-  sessionGate: (sessionId: string, creating?: boolean) => Promise<void> = async () => {},
+  sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
   const run = async (input: AgUiInput, perSession: string | null, response: ServerResponse) => {
     let sessionId = input.threadId;

@@ -3,6 +3,7 @@ import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { ClientSessionId } from './client-session-id.js';
 import { assertStorageWritable } from './commit-ack.js';
+import type { SessionGate } from './http-app.js';
 import { HttpError, writeEventStreamHead } from './http-util.js';
 import { STORAGE_ERRORS } from './openapi.js';
 import { type RawRoute, rawRoute } from './routes.js';
@@ -37,7 +38,7 @@ export function chatRoutes(
   hub: () => StreamHub,
   trace: TraceContext,
   /** In a cluster, this node must own the chat's session first. */
-  sessionGate: (sessionId: string, creating?: boolean) => Promise<void> = async () => {},
+  sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
   const chat = rawRoute(
     {

@@ -8,6 +8,7 @@ import type { TraceContext } from '../store/trace-context.js';
 import type { AttachTokens } from './attach-tokens.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from './commit-ack.js';
 import type { FaultSwitches } from './faults.js';
+import type { SessionGate } from './http-app.js';
 import { openApiDocument, type RouteDoc, STORAGE_ERRORS } from './openapi.js';
 import { jsonRoute, type Route } from './routes.js';
 
@@ -60,7 +61,7 @@ export interface ApiContext {
   /** The store's and the cluster's state, for `GET /healthz`. */
   readonly health?: () => Record<string, unknown>;
   /** In a cluster: makes this node the owner of a session it just created. */
-  readonly sessionGate?: (sessionId: string, creating?: boolean) => Promise<void>;
+  readonly sessionGate?: SessionGate;
 }
 
 /**
@@ -91,7 +92,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         success: {
           status: 200,
           description:
-            '{status: ok | degraded}, with {store: {state}} on PostgreSQL and {node_id, broker: {state}} in a cluster',
+            '{status: ok | degraded}, with {store: {state}} on PostgreSQL and {broker: {state}} in a cluster',
         },
         errors: [],
       },

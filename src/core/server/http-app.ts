@@ -8,6 +8,12 @@ import { errorHeaders, HttpError, MAX_BODY_BYTES, sendError, validationError } f
 import { pathPattern } from './openapi.js';
 import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.js';
 
+/**
+ * Awaited before a request that changes a session: in a cluster, the node must own the session first
+ * (src/core/cluster/session-leases.ts). `creating`: the request makes the session if it is unknown.
+ */
+export type SessionGate = (sessionId: string, creating?: boolean) => Promise<void>;
+
 export interface HttpAppOptions {
   readonly routes: readonly Route[];
   /**
@@ -18,11 +24,8 @@ export interface HttpAppOptions {
   readonly logger: Logger;
   /** The trace store's file, to name it when a read fails on storage. */
   readonly dbPath: string;
-  /**
-   * Awaited before every request that changes a session (any method but GET, on a path with its id):
-   * in a cluster, the node must own the session first (src/core/cluster/session-leases.ts).
-   */
-  readonly sessionGate?: (sessionId: string, creating?: boolean) => Promise<void>;
+  /** Awaited before every request that changes a session: any method but GET, on a path with its id. */
+  readonly sessionGate?: SessionGate;
 }
 
 export interface HttpApp {

@@ -19,7 +19,7 @@ import { allowOrigin, answerPreflight } from './cors.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { apiRoutes } from './http-api.js';
-import { createHttpApp } from './http-app.js';
+import { createHttpApp, type SessionGate } from './http-app.js';
 import { inspectRoutes } from './inspect-routes.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { jsonRoute, type Route, rawRoute } from './routes.js';
@@ -53,7 +53,7 @@ export interface ServerOptions {
     readonly trace: TraceContext;
   }) => readonly Route[];
   /** In a cluster: resolves once this node owns the session (before any request that changes it). */
-  readonly sessionGate?: (sessionId: string, creating?: boolean) => Promise<void>;
+  readonly sessionGate?: SessionGate;
   /** What `GET /healthz` adds to `{status}`: the store's and the cluster's state (serve.ts). */
   readonly health?: () => Record<string, unknown>;
   /** What `GET /metrics` reports beyond the server's own figures. */
