@@ -20,6 +20,7 @@ import { serverUrl, tokenFrom } from './api-request.js';
 
 export interface ConformanceRunOptions {
   url?: string;
+  sessionsUrl?: string;
   only?: string[];
   json?: boolean;
   junit?: string;
@@ -45,6 +46,12 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
   if (faults.length > 0 && options.url)
     throw new MetisError('METIS_ERR_INVALID_ARGUMENT', '--fault: only for the embedded server (no --url)');
   if (options.junit) checkWritableFile('--junit', options.junit);
+  if (options.sessionsUrl !== undefined && options.url === undefined)
+    throw new MetisError(
+      'METIS_ERR_INVALID_ARGUMENT',
+      '--sessions-url: only with --url (a server to run against)',
+    );
+  const sessionsUrl = options.sessionsUrl === undefined ? undefined : serverUrl(options.sessionsUrl);
   let stop = async () => {};
   let url = options.url === undefined ? undefined : serverUrl(options.url);
   let token = url === undefined ? undefined : tokenFrom(options);
@@ -69,6 +76,7 @@ export async function conformanceRunCommand(options: ConformanceRunOptions): Pro
   try {
     results = await runConformance({
       url,
+      sessionsUrl,
       only: options.only,
       token,
       transport: options.transport,

@@ -265,6 +265,10 @@ export function registerCommands(program: Command): void {
     .command('run')
     .description('check a server against the streaming protocol (default: an embedded server)')
     .option('--url <url>', 'server to test (it needs `metis serve --conformance` for the hook checks)')
+    .option(
+      '--sessions-url <url>',
+      "with --url: make each check's session on this server instead (a cluster node), so that its turns run there while the client talks to --url; same token",
+    )
     .option('--only <name...>', 'run only these checks (the invariant checks always run)')
     .option('--json', 'print every result as JSON')
     .option('--junit <file>', 'also write a JUnit XML report')

@@ -50,13 +50,20 @@ export class CheckContext {
     readonly info: ConformanceInfo | null,
     private readonly token?: string,
     readonly transport: Transport = 'websocket',
+    /** Where sessions are made, when not at `url` (runner.ts RunOptions.sessionsUrl). */
+    private readonly sessionsUrl: string = url,
   ) {}
 
-  async api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  async api(
+    method: string,
+    path: string,
+    body?: unknown,
+    at: string = this.url,
+  ): Promise<{ status: number; body: any }> {
     const headers: Record<string, string> = {};
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.token) headers.authorization = `Bearer ${this.token}`;
-    const response = await fetch(`${this.url}${path}`, {
+    const response = await fetch(`${at}${path}`, {
       method,
       headers,
       body: body === undefined ? undefined : JSON.stringify(body),
@@ -66,7 +73,7 @@ export class CheckContext {
   }
 
   async newSession(): Promise<string> {
-    const created = await this.api('POST', '/sessions', {});
+    const created = await this.api('POST', '/sessions', {}, this.sessionsUrl);
     expectEqual('POST /sessions answers 201', 201, created.status);
     return created.body.session_id as string;
   }

@@ -32,6 +32,8 @@ export interface CheckResult {
 
 export interface RunOptions {
   readonly url: string;
+  /** Where each check's session is made (a cluster node other than `url`'s): its turns run there. */
+  readonly sessionsUrl?: string;
   readonly only?: readonly string[];
   readonly token?: string;
   /** The transport the checks run over (default the WebSocket). */
@@ -62,7 +64,7 @@ export async function runConformance(options: RunOptions): Promise<CheckResult[]
     : ALL_CHECKS;
   const info = await fetchInfo(options.url, options.token);
   const transport = options.transport ?? 'websocket';
-  const ctx = new CheckContext(options.url, info, options.token, transport);
+  const ctx = new CheckContext(options.url, info, options.token, transport, options.sessionsUrl);
   const results: CheckResult[] = [];
   for (const [index, check] of checks.entries()) {
     options.onProgress?.({ phase: 'start', index, total: checks.length, name: check.name });

@@ -9,8 +9,29 @@ export interface Broker {
   readonly state: BrokerState;
   /** Publishes one message; lost while the broker is away (core NATS keeps nothing). */
   publish(subject: string, data: string, meta?: Record<string, string>): void;
+  /**
+   * Calls `handler` with each message on `subject` (wildcards allowed), in the order the broker delivers
+   * them; returns the function that stops it.
+   */
+  subscribe(subject: string, handler: (message: BrokerMessage) => void): () => void;
+  /**
+   * Sends `data` to whoever answers `subject` and resolves with the answer.
+   * @throws Error when no one answers (no responder, or none within `timeoutMs`)
+   */
+  request(subject: string, data: string, timeoutMs: number): Promise<string>;
+  /** Answers each request on `subject` with what `answer` resolves to; returns the function that stops it. */
+  respond(subject: string, answer: (data: string) => Promise<string>): () => void;
+  /** Calls `listener` each time the broker is back after an outage (what was published meanwhile is lost). */
+  onReconnect(listener: () => void): () => void;
   /** Sends what is buffered and closes. Safe to call twice. */
   close(): Promise<void>;
+}
+
+/** A message as a subscriber gets it. */
+export interface BrokerMessage {
+  readonly subject: string;
+  readonly data: string;
+  header(name: string): string | undefined;
 }
 
 /** How long the first connection may take before the start fails. */
@@ -90,6 +111,7 @@ export async function connectBroker(options: {
     );
   }
   let state: BrokerState = 'connected';
+  const reconnectListeners = new Set<() => void>();
   void (async () => {
     for await (const status of connection.status()) {
       if (status.type === 'disconnect' || status.type === 'reconnecting') {
@@ -99,6 +121,7 @@ export async function connectBroker(options: {
       } else if (status.type === 'reconnect') {
         state = 'connected';
         logger.info({ broker: label }, 'the NATS broker is back');
+        for (const listener of reconnectListeners) listener();
       }
     }
   })();
@@ -125,6 +148,39 @@ export async function connectBroker(options: {
         // Publishing on a closing connection throws; a fan-out message is not worth a turn.
         logger.debug({ err: (error as Error).message, subject }, 'NATS publish failed');
       }
+    },
+    subscribe(subject, handler) {
+      const subscription = connection.subscribe(subject, {
+        callback: (error, message) => {
+          if (error !== null) return;
+          handler({
+            subject: message.subject,
+            data: message.string(),
+            header: (name) => message.headers?.get(name) || undefined,
+          });
+        },
+      });
+      return () => subscription.unsubscribe();
+    },
+    async request(subject, data, timeoutMs) {
+      return (await connection.request(subject, data, { timeout: timeoutMs })).string();
+    },
+    respond(subject, answer) {
+      const subscription = connection.subscribe(subject, {
+        callback: (error, message) => {
+          if (error !== null) return;
+          void answer(message.string()).then(
+            (reply) => message.respond(reply),
+            (failure: unknown) =>
+              logger.error({ err: (failure as Error).message, subject }, 'answering a request failed'),
+          );
+        },
+      });
+      return () => subscription.unsubscribe();
+    },
+    onReconnect(listener) {
+      reconnectListeners.add(listener);
+      return () => reconnectListeners.delete(listener);
     },
     close() {
       // A broker away or frozen would hold a drain until its pings time out: close outright then.

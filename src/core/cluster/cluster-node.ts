@@ -17,7 +17,7 @@ import {
   type NodeRecord,
   registerNode,
 } from './node-registry.js';
-import { acquireLease } from './session-leases.js';
+import { acquireLease, leasedTo, orphanedLeases } from './session-leases.js';
 import { readStoredSession, type StoredSession } from './session-pull.js';
 
 export interface ClusterTiming {
@@ -35,6 +35,10 @@ export interface ClusterNode {
    * @throws MetisError METIS_ERR_SESSION_ELSEWHERE naming the live node that runs it
    */
   ownSession(sessionId: string): Promise<void>;
+  /** Whether this node holds the session's lease now (as far as it knows without asking the store). */
+  holds(sessionId: string): boolean;
+  /** Reads a session and its workers from the store, each after the seq given (session-pull.ts). */
+  readSession(sessionId: string, after: ReadonlyMap<string, number>): Promise<StoredSession>;
   /**
    * For `/healthz`, which needs no token: states only, no names or addresses (a default node name holds
    * the host name), no reasons (those are logged).
@@ -112,6 +116,16 @@ export async function refuseTakenName(
   }
 }
 
+/** The sessions whose lease names `nodeId` (none when the store cannot say). */
+export async function sessionsLeasedTo(storeUrl: string, nodeId: string): Promise<string[]> {
+  const client = pool(storeUrl);
+  try {
+    return await leasedTo(client, nodeId);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
 /** The live nodes of the store, for a refusal that names who holds it. */
 export async function liveNodes(storeUrl: string, timing: ClusterTiming): Promise<NodeRecord[]> {
   const client = pool(storeUrl);
@@ -145,6 +159,11 @@ export async function joinCluster(options: {
     sessionId: string,
     read: (sessionId: string) => Promise<StoredSession>,
   ) => Promise<unknown>;
+  /**
+   * Whether a session whose node is gone is worth taking at once, without waiting for a request (a turn
+   * it left open, which clients wait to see end). Default: never.
+   */
+  readonly adoptable?: (sessionId: string) => boolean;
 }): Promise<ClusterNode> {
   const { nodeId, broker, timing, logger } = options;
   // Two connections: a lease taken while a beat runs does not wait for it.
@@ -205,11 +224,7 @@ export async function joinCluster(options: {
     const outcome = await withConnection(sessionId, (connection) =>
       acquireLease(connection, sessionId, nodeId, timing.nodeTimeoutMs),
     );
-    if (!outcome.held)
-      throw new MetisError(
-        'METIS_ERR_SESSION_ELSEWHERE',
-        `session ${sessionId} runs on node ${describeNode(outcome.owner)}; send this request there`,
-      );
+    if (!outcome.held) throw new SessionElsewhere(sessionId, outcome.owner);
     // Another node ran it since this node did: the copy is brought up to the store's first (the
     // connection is given back before: bringing a session in writes locally, and must not hold it).
     if (outcome.taken) unpulled.add(sessionId);
@@ -220,6 +235,31 @@ export async function joinCluster(options: {
       unpulled.delete(sessionId);
     }
     held.add(sessionId);
+  };
+  /** Takes the sessions a gone node left with a turn open: the turn is closed as crash recovery does. */
+  const adoptOrphans = async (adoptable: (sessionId: string) => boolean) => {
+    for (const sessionId of await orphanedLeases(client, timing.nodeTimeoutMs)) {
+      if (!adoptable(sessionId)) continue;
+      await ownSession(sessionId).catch((error: unknown) => {
+        if (!(error instanceof SessionElsewhere))
+          logger.warn(
+            { session_id: sessionId, err: (error as Error).message },
+            'could not take an orphaned session',
+          );
+      });
+    }
+  };
+  const ownSession = (sessionId: string): Promise<void> => {
+    if (!trusted()) held.clear();
+    if (held.has(sessionId)) return Promise.resolve();
+    // One question per session at a time: a second request waits for the first's answer (and for
+    // the session to be brought in), never runs on a copy that is being brought up to date.
+    let asking = asked.get(sessionId);
+    if (asking === undefined) {
+      asking = acquire(sessionId).finally(() => asked.delete(sessionId));
+      asked.set(sessionId, asking);
+    }
+    return asking;
   };
   let beating: Promise<void> | null = null;
   const timer = setInterval(() => {
@@ -233,6 +273,7 @@ export async function joinCluster(options: {
           logger.error({ node_id: nodeId }, 'another start took this node name over in the store');
         }
         await refreshPeers();
+        if (options.adoptable !== undefined && trusted()) await adoptOrphans(options.adoptable);
       } catch (error) {
         logger.warn({ err: (error as Error).message }, 'could not record this node as alive; trying again');
       } finally {
@@ -245,18 +286,10 @@ export async function joinCluster(options: {
   return {
     nodeId,
     peers: () => peers,
-    ownSession: (sessionId) => {
-      if (!trusted()) held.clear();
-      if (held.has(sessionId)) return Promise.resolve();
-      // One question per session at a time: a second request waits for the first's answer (and for
-      // the session to be brought in), never runs on a copy that is being brought up to date.
-      let asking = asked.get(sessionId);
-      if (asking === undefined) {
-        asking = acquire(sessionId).finally(() => asked.delete(sessionId));
-        asked.set(sessionId, asking);
-      }
-      return asking;
-    },
+    ownSession,
+    holds: (sessionId) => trusted() && held.has(sessionId),
+    readSession: (sessionId, after) =>
+      withConnection(sessionId, (connection) => readStoredSession(connection, sessionId, after)),
     health: () => ({ broker: { state: broker.state } }),
     close: () => {
       closing ??= (async () => {
@@ -278,6 +311,19 @@ export async function joinCluster(options: {
       return closing;
     },
   };
+}
+
+/** A session another live node runs: the request goes there (forwarded), or the client is told where. */
+export class SessionElsewhere extends MetisError {
+  constructor(
+    sessionId: string,
+    readonly owner: NodeRecord,
+  ) {
+    super(
+      'METIS_ERR_SESSION_ELSEWHERE',
+      `session ${sessionId} runs on node ${describeNode(owner)}; send this request there`,
+    );
+  }
 }
 
 /** The store did not answer a lease question: the request is refused as any other while it is away. */

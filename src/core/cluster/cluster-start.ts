@@ -3,18 +3,30 @@ import type { Logger } from 'pino';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
-import type { TraceWriter } from '../store/trace-writer.js';
+import type { EventSequencer } from '../server/event-sequencer.js';
+import type { ForwardRefused } from '../server/http-app.js';
+import type { StoreUpstream, TraceContext } from '../store/trace-context.js';
 import { connectBroker } from './broker.js';
 import {
   type ClusterNode,
   type ClusterTiming,
   defaultNodeId,
   joinCluster,
-  liveNodes,
   refuseTakenName,
+  SessionElsewhere,
+  sessionsLeasedTo,
 } from './cluster-node.js';
 import { fanOutEvents } from './event-fanout.js';
-import { describeNode } from './node-registry.js';
+import { answerForwarded, FORWARDED_HEADER, forwardRequest } from './request-forwarding.js';
+import { mirrorSessions } from './session-mirror.js';
+
+/** The server's URL as this host reaches it: a bind to every address is reached on loopback. */
+function loopbackUrl(serverUrl: string): string {
+  const url = new URL(serverUrl);
+  if (url.hostname === '0.0.0.0') url.hostname = '127.0.0.1';
+  if (url.hostname === '[::]') url.hostname = '[::1]';
+  return url.origin;
+}
 
 /** The server's URL as other hosts reach it: a bind to every address is named by the host name. */
 export function advertisedUrl(serverUrl: string): string {
@@ -39,17 +51,38 @@ export function clusterNodeId(config: MetisConfig, dataDir: string): string {
   return config.cluster.node_id ?? defaultNodeId(dataDir);
 }
 
+/** A node of a cluster once it serves: the node, the mirror of other nodes' sessions, forwarding. */
+export interface JoinedNode extends ClusterNode {
+  /** Brings a session this node does not run up to the store before a client reads it. */
+  refresh(sessionId: string): Promise<void>;
+  /** Runs a request refused for a session another node runs on that node (http-app.ts ForwardRefused). */
+  forwardRefused: ForwardRefused;
+}
+
 /** A node that checked its name and reached its broker, before the store is opened. */
 export interface PreparedCluster {
-  /** Turns "the store is locked" into a refusal naming the node that holds it. */
-  explainLocked(error: unknown): Promise<unknown>;
-  /** Registers the node (its server listens at `url`) and starts publishing its sessions' events. */
+  readonly nodeId: string;
+  /** The sessions whose lease names this node: what it ran before a restart, its to recover. */
+  leasedHere(): Promise<string[]>;
+  /**
+   * Registers the node (its server listens at `url`), starts publishing its sessions' events, mirrors
+   * the other nodes' and answers the requests they forward.
+   */
   join(
-    parts: { url: string; writer: TraceWriter; streaming: StreamingChannel } & Pick<
-      Parameters<typeof joinCluster>[0],
-      'lag' | 'rowIdBlock' | 'takeOver'
-    >,
-  ): Promise<ClusterNode>;
+    parts: {
+      url: string;
+      trace: TraceContext;
+      upstream: StoreUpstream;
+      streaming: StreamingChannel;
+      sequencer: EventSequencer;
+      /** This node's own token, for the requests forwarded to it. */
+      token: string | null;
+      /** Whether this node runs the session (its lease, or its planner's). */
+      runsHere: (sessionId: string) => boolean;
+      forget: (sessionIds: readonly string[]) => void;
+      followed: () => readonly string[];
+    } & Pick<Parameters<typeof joinCluster>[0], 'lag' | 'rowIdBlock' | 'takeOver' | 'adoptable'>,
+  ): Promise<JoinedNode>;
   /** Gives up before joining (a later step of the start failed). */
   abort(): Promise<void>;
 }
@@ -86,18 +119,10 @@ export async function prepareCluster(
   await refuseTakenName(storeUrl, nodeId, timing, settings.nodeId ?? 'cluster.node_id');
   const broker = await connectBroker({ url: natsUrl, nodeId, setting: natsSetting, logger });
   return {
-    explainLocked: async (error) => {
-      if (!(error instanceof MetisError) || error.code !== 'METIS_ERR_DB_LOCKED') return error;
-      const holders = await liveNodes(storeUrl, timing);
-      if (holders.length === 0) return error;
-      return new MetisError(
-        'METIS_ERR_DB_LOCKED',
-        `the store is served by node ${holders.map(describeNode).join(', ')}; a store serves one node at a ` +
-          'time for now (docs/scale-out.md)',
-        { hint: 'Stop that node first, or point this one at another store.' },
-      );
-    },
-    join: async ({ url, writer, streaming, lag, rowIdBlock, takeOver }) => {
+    nodeId,
+    leasedHere: () => sessionsLeasedTo(storeUrl, nodeId),
+    join: async (parts) => {
+      const { trace, upstream, streaming, sequencer, url } = parts;
       const advertised = config.cluster.advertise_url ?? advertisedUrl(url);
       const node = await joinCluster({
         storeUrl,
@@ -106,14 +131,62 @@ export async function prepareCluster(
         broker,
         timing,
         logger,
-        lag,
-        rowIdBlock,
-        takeOver,
+        lag: parts.lag,
+        rowIdBlock: parts.rowIdBlock,
+        takeOver: parts.takeOver,
+        adoptable: parts.adoptable,
       });
-      const stopFanOut = fanOutEvents({ writer, streaming, broker, nodeId });
+      const stopFanOut = fanOutEvents({
+        bus: trace.bus,
+        writer: trace.writer,
+        upstream,
+        streaming,
+        broker,
+        nodeId,
+      });
+      const mirror = mirrorSessions({
+        broker,
+        nodeId,
+        db: trace.db,
+        sequencer,
+        read: node.readSession,
+        runsHere: parts.runsHere,
+        forget: parts.forget,
+        followed: parts.followed,
+        logger,
+      });
+      const stopAnswering = answerForwarded({
+        broker,
+        nodeId,
+        localUrl: loopbackUrl(url),
+        token: parts.token,
+        logger,
+      });
       return {
         ...node,
+        refresh: (sessionId) => (parts.runsHere(sessionId) ? Promise.resolve() : mirror.refresh(sessionId)),
+        forwardRefused: async (refusal, request) => {
+          if (!(refusal instanceof SessionElsewhere) || request.headers[FORWARDED_HEADER] !== undefined)
+            return null;
+          try {
+            return await forwardRequest(broker, refusal.owner.node_id, {
+              method: request.method,
+              url: request.url,
+              body: request.body,
+            });
+          } catch (error) {
+            // The owner is alive by the store and does not answer on the broker: the client is told
+            // where it runs (the refusal names it) rather than kept waiting.
+            logger.warn(
+              { owner: refusal.owner.node_id, err: (error as Error).message },
+              'could not forward a request to the node running its session',
+            );
+            return null;
+          }
+        },
         close: () => {
+          stopAnswering();
+          mirror.close();
           stopFanOut();
           return node.close();
         },

@@ -1,6 +1,9 @@
-import type { MetisEvent } from '../events/envelope.js';
+import type { EventBus } from '../bus/event-bus.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { eventJson } from '../events/event-json.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
+import { EventSequencer } from '../server/event-sequencer.js';
+import type { StoreUpstream } from '../store/trace-context.js';
 import type { TraceWriter } from '../store/trace-writer.js';
 import type { Broker } from './broker.js';
 
@@ -15,34 +18,72 @@ export const NODE_HEADER = 'Metis-Node';
 /** A session id is one subject token: no dots, wildcards or spaces (metis's own ids never have them). */
 const SUBJECT_TOKEN = /^[A-Za-z0-9_-]+$/;
 
+/** Every session's subject, for a subscription. */
+export const ALL_SESSIONS_SUBJECT = `${SUBJECT_PREFIX}.session.*`;
+
 /** The one subject a session's events go on, both families, in the order this node delivers them. */
 export function sessionSubject(sessionId: string): string | null {
   return SUBJECT_TOKEN.test(sessionId) ? `${SUBJECT_PREFIX}.session.${sessionId}` : null;
 }
 
 /**
- * Publishes what this node delivers to its own clients to NATS, at the same points: bus events once
- * committed (DESIGN.md invariant 2), streaming events live. Each message is the event's JSON envelope,
- * byte for byte the `event` of a stream frame. Returns the function that stops it.
+ * What "committed" means for the cluster: a bus event counts once the store of record (PostgreSQL)
+ * holds it, not when this node's working copy does. Events committed locally wait here for the shipment
+ * that takes them; a batch that failed to commit is dropped as the local stream drops it.
+ */
+function shippedCommits(
+  writer: TraceWriter,
+  upstream: StoreUpstream,
+): Pick<TraceWriter, 'onCommit' | 'onDrop'> {
+  const awaiting: MetisEvent[] = [];
+  return {
+    onCommit: (listener) => {
+      const stopLocal = writer.onCommit((batch) => {
+        for (const event of batch) awaiting.push(event);
+      });
+      const stopShipped = upstream.onShipped((through) => {
+        let count = 0;
+        while (count < awaiting.length && awaiting[count]!.id <= through) count += 1;
+        if (count > 0) listener(awaiting.splice(0, count));
+      });
+      return () => {
+        stopLocal();
+        stopShipped();
+      };
+    },
+    onDrop: (listener) => writer.onDrop(listener),
+  };
+}
+
+/**
+ * Publishes what this node delivers to its own clients to NATS, in the same id order (DESIGN.md
+ * invariant 1): streaming events live, bus events once the store of record holds them (invariant 2
+ * for a cluster: a client on another node never sees an event that a crash of this node could take
+ * back). Each message is the event's JSON envelope, byte for byte the `event` of a stream frame. The
+ * `system` session is each node's own (the store numbers it at shipment), so it is not published.
+ * Returns the function that stops it.
  */
 export function fanOutEvents(parts: {
+  readonly bus: EventBus;
   readonly writer: TraceWriter;
+  readonly upstream: StoreUpstream;
   readonly streaming: StreamingChannel;
   readonly broker: Broker;
   readonly nodeId: string;
 }): () => void {
   const { broker, nodeId } = parts;
-  const publish = (event: MetisEvent, family: 'bus' | 'stream') => {
+  const order = new EventSequencer(parts.bus, shippedCommits(parts.writer, parts.upstream), parts.streaming);
+  const stop = order.onRelease((event) => {
+    if (event.session_id === SYSTEM_SESSION_ID) return;
     const subject = sessionSubject(event.session_id);
     if (subject === null) return;
-    broker.publish(subject, eventJson(event), { [FAMILY_HEADER]: family, [NODE_HEADER]: nodeId });
-  };
-  const stopBus = parts.writer.onCommit((batch) => {
-    for (const event of batch) publish(event, 'bus');
+    broker.publish(subject, eventJson(event), {
+      [FAMILY_HEADER]: event.seq === null ? 'stream' : 'bus',
+      [NODE_HEADER]: nodeId,
+    });
   });
-  const stopStream = parts.streaming.subscribe((event) => publish(event, 'stream'));
   return () => {
-    stopBus();
-    stopStream();
+    stop();
+    order.close();
   };
 }

@@ -90,3 +90,30 @@ export async function listLeases(client: pg.ClientBase): Promise<LeaseRecord[]> 
     )
   ).rows;
 }
+
+/** The sessions whose lease names `nodeId`: what a node restarting under its name owned before. */
+export async function leasedTo(client: pg.ClientBase | pg.Pool, nodeId: string): Promise<string[]> {
+  const leases = await client.query<{ session_id: string }>(
+    'SELECT session_id FROM metis_session_leases WHERE node_id = $1 ORDER BY session_id',
+    [nodeId],
+  );
+  return leases.rows.map((row) => row.session_id);
+}
+
+/**
+ * Sessions leased to a node that is no longer alive (stopped, or silent past `nodeTimeoutMs` by the
+ * store's clock): free for the first live node that takes them.
+ */
+export async function orphanedLeases(
+  client: pg.ClientBase | pg.Pool,
+  nodeTimeoutMs: number,
+): Promise<string[]> {
+  const leases = await client.query<{ session_id: string }>(
+    `SELECT l.session_id FROM metis_session_leases l LEFT JOIN metis_nodes n ON n.node_id = l.node_id
+      WHERE n.node_id IS NULL OR n.stopped_at_us IS NOT NULL
+         OR n.heartbeat_at_us < ${STORE_NOW_US} - $1::bigint * 1000
+      ORDER BY l.session_id`,
+    [nodeTimeoutMs],
+  );
+  return leases.rows.map((row) => row.session_id);
+}

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { Db } from '../store/database.js';
+import { writePulled } from '../store/postgres/working-copy.js';
 import { COPIED_TABLES, type CopiedTable } from '../store/store-copy.js';
 
 /** What the store holds of one session and its workers, each table's rows in its columns' order. */
@@ -22,7 +23,12 @@ const SESSION_TABLES = [
  * Reads a session and its worker sessions from the store in one snapshot: its row, messages, tool calls
  * and events. What a node taking the session over brings into its working copy.
  */
-export async function readStoredSession(client: pg.ClientBase, sessionId: string): Promise<StoredSession> {
+export async function readStoredSession(
+  client: pg.ClientBase,
+  sessionId: string,
+  /** Only the events after these per-session seqs (what the copy has already); default all. */
+  after: ReadonlyMap<string, number> = new Map(),
+): Promise<StoredSession> {
   await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
   try {
     const ids = (
@@ -40,8 +46,11 @@ export async function readStoredSession(client: pg.ClientBase, sessionId: string
       rows.set(source.name, result.rows as unknown[][]);
     }
     const events = await client.query({
-      text: `SELECT ${EVENTS.columns.join(', ')} FROM events WHERE session_id = ANY($1::text[]) ORDER BY id`,
-      values: [ids],
+      text: `SELECT ${EVENTS.columns.map((column) => `e.${column}`).join(', ')}
+               FROM events e JOIN unnest($1::text[], $2::bigint[]) AS known(session_id, seq)
+                 ON e.session_id = known.session_id AND e.seq > known.seq
+              ORDER BY e.id`,
+      values: [ids, ids.map((id) => after.get(id) ?? -1)],
       rowMode: 'array',
     });
     await client.query('COMMIT');
@@ -53,20 +62,19 @@ export async function readStoredSession(client: pg.ClientBase, sessionId: string
 }
 
 /**
- * Writes a session read from the store into the working copy, in one transaction: its rows as the store
- * has them (upserts: shipped back, they change nothing), and the events the copy lacks, each listed in
- * `pg_pulled_events` so the shipper does not send it back. Returns how many events were new here and the
+ * Writes a session read from the store into the working copy, in one transaction that is not shipped
+ * back (working-copy.ts `writePulled`): its rows as the store has them, and the events the copy lacks,
+ * each listed in `pg_pulled_events` so the shipper's scan by id skips it. Returns how many events were new here and the
  * newest event id.
  */
 export function writeStoredSession(
   db: Db,
   stored: StoredSession,
-): { added: number; lastEventId: string | null } {
+): { added: number; lastEventId: string | null; addedEvents: unknown[][] } {
   const upserts = SESSION_TABLES.map(([target]) => {
     const others = target.columns.filter((column) => column !== target.pk);
     const updates = others.map((column) => `${column} = excluded.${column}`).join(', ');
-    // A row the copy has as the store has it is left alone: no outbox entry, nothing shipped back over
-    // a change the store may have had since.
+    // A row the copy has as the store has it is left alone (a mirrored session is refreshed often).
     const differs = others.map((column) => `${column} IS NOT excluded.${column}`).join(' OR ');
     return [
       target,
@@ -89,17 +97,21 @@ export function writeStoredSession(
   const idIndex = (EVENTS.columns as readonly string[]).indexOf('id');
   const sessionIndex = (EVENTS.columns as readonly string[]).indexOf('session_id');
   const newest = new Map<string, string>();
-  let added = 0;
-  db.transaction(() => {
+  const addedEvents: unknown[][] = [];
+  writePulled(db, () => {
     for (const [target, upsert] of upserts)
       for (const row of stored.rows.get(target.name) ?? []) upsert.run(row);
     for (const row of stored.events) {
       newest.set(row[sessionIndex] as string, row[idIndex] as string);
       if (insertEvent.run(row).changes === 0) continue;
       markPulled.run(row[idIndex]);
-      added += 1;
+      addedEvents.push(row);
     }
     for (const [session, id] of newest) raiseHorizon.run(session, id);
-  }).immediate();
-  return { added, lastEventId: (stored.events.at(-1)?.[idIndex] as string | undefined) ?? null };
+  });
+  return {
+    added: addedEvents.length,
+    addedEvents,
+    lastEventId: (stored.events.at(-1)?.[idIndex] as string | undefined) ?? null,
+  };
 }

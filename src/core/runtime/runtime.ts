@@ -53,6 +53,12 @@ export interface RuntimeOptions {
   readonly tools?: readonly Tool[];
   /** Test and conformance hook: awaited after `tool.called`, before a tool starts executing. */
   readonly beforeToolExecute?: () => Promise<void>;
+  /**
+   * Whether this process may take up a stored session it does not hold in memory (a cluster node: only
+   * one whose lease it holds). A read of another is answered from the store, never by resuming it, which
+   * would emit `session.resumed` into a session another node numbers. Default: always.
+   */
+  readonly mayResume?: (sessionId: string) => boolean;
   /** Where the shell tool records its running process groups (`metis serve`: next to the database). */
   readonly childProcesses?: ChildProcessRecord;
   /**
@@ -138,6 +144,7 @@ export class Runtime {
   /** The routing rules in effect and their version (runtime.routing_policy_file, re-read on change). */
   readonly routing: RoutingPolicy;
   private readonly beforeToolExecute?: () => Promise<void>;
+  private readonly mayResume: (sessionId: string) => boolean;
   /** A user's turn waits for its `turn.started` to be stored before it calls a model (see TurnRequest). */
   private readonly startGate?: (turnStartedId: string) => Promise<void>;
   private closed = false;
@@ -152,6 +159,7 @@ export class Runtime {
     this.health = new ProviderHealth(this.config.provider_health);
     this.models.health = this.health;
     this.beforeToolExecute = options.beforeToolExecute;
+    this.mayResume = options.mayResume ?? (() => true);
     const writer = writerOf(options.db);
     if (writer !== undefined) {
       this.startGate = (id) => writer.whenCommitted(id, DEFAULT_COMMIT_WAIT_MS);
@@ -367,6 +375,10 @@ export class Runtime {
 
   /** Confirmations waiting in a session and in the workers that descend from it, with their full input. */
   pendingConfirmations(sessionId: string): ConfirmationRequest[] {
+    if (!this.live.has(sessionId) && !this.mayResume(sessionId)) {
+      this.storedInfo(sessionId);
+      return this.sessions.unansweredConfirmations(selfAndDescendants(this.sessions, sessionId));
+    }
     this.require(sessionId);
     return this.confirmations.list(selfAndDescendants(this.sessions, sessionId));
   }
@@ -409,7 +421,27 @@ export class Runtime {
   }
 
   getSession(sessionId: string): SessionInfo {
+    if (!this.live.has(sessionId) && !this.mayResume(sessionId)) return this.storedInfo(sessionId);
     return this.info(this.require(sessionId));
+  }
+
+  /** A session another node runs, as the store has it (see RuntimeOptions.mayResume). */
+  private storedInfo(sessionId: string): SessionInfo {
+    const stored = this.sessions.getSession(sessionId);
+    if (stored === null || stored.id === 'system')
+      throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+    const now = this.sessions.turnState(sessionId);
+    return {
+      id: stored.id,
+      workspace_path: stored.workspace_path ?? process.cwd(),
+      parent_session_id: stored.parent_session_id,
+      active_model: stored.active_model ?? this.config.default_model,
+      routing_policy_version: this.routing.version,
+      turn_count: now.turnCount,
+      cost_so_far_usd: Math.round(this.sessions.storedCost(sessionId) * 1e8) / 1e8,
+      current_turn_id: now.currentTurnId,
+      status: stored.status === 'ended' ? 'ended' : 'active',
+    };
   }
 
   hasSession(sessionId: string): boolean {
@@ -432,6 +464,7 @@ export class Runtime {
 
   /** The turn in flight, if any: the runtime's `done` promise for tests and shutdown. */
   currentTurn(sessionId: string): { turnId: string; done: Promise<TurnOutcome> } | null {
+    if (!this.live.has(sessionId) && !this.mayResume(sessionId)) return null;
     const turn = this.require(sessionId).turn;
     return turn ? { turnId: turn.state.turnId, done: turn.done } : null;
   }

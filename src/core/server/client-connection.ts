@@ -6,7 +6,7 @@ import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { newId } from '../events/ids.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { selfAndDescendants } from '../runtime/session-lineage.js';
-import { CANCEL_REASONS, isCancelReason } from '../runtime/turn-runner.js';
+import { CANCEL_REASONS, type CancelReason, isCancelReason } from '../runtime/turn-runner.js';
 import { storedEventBefore } from '../store/session-as-of.js';
 import type { TraceStore } from '../store/trace-store.js';
 import { cursorProblem } from './cursor.js';
@@ -78,6 +78,14 @@ export interface ConnectionDeps {
   readonly logger: Logger;
   readonly faults?: FaultSwitches;
   readonly counters?: StreamCounters;
+  /**
+   * A cluster: runs a request on the node that runs the session, and resolves with its answer's status
+   * and body; null when this node runs it (or may take it), and the request is run here.
+   */
+  readonly runElsewhere?: (
+    sessionId: string,
+    request: { method: string; url: string; body: unknown },
+  ) => Promise<{ status: number; body: string } | null>;
 }
 
 type State = 'awaiting_subscribe' | 'live' | 'closed';
@@ -563,6 +571,22 @@ export class ClientConnection implements StreamTarget {
       return;
     }
     const cancelReason = isCancelReason(reason) ? reason : 'user_cancel';
+    const elsewhere = this.deps.runElsewhere;
+    if (elsewhere !== undefined) {
+      const url = `/sessions/${encodeURIComponent(this.sessionId)}/turns/${encodeURIComponent(turnId)}/cancel`;
+      void elsewhere(this.sessionId, { method: 'POST', url, body: { reason: cancelReason } }).then(
+        (answer) => {
+          if (answer === null) this.cancelHere(turnId, cancelReason);
+          else if (answer.status === 404) this.sendError('turn_not_found', errorMessageOf(answer.body));
+        },
+        (error: unknown) => this.sendError('turn_not_found', (error as Error).message),
+      );
+      return;
+    }
+    this.cancelHere(turnId, cancelReason);
+  }
+
+  private cancelHere(turnId: string, cancelReason: CancelReason): void {
     try {
       const outcome = this.deps.runtime.cancelTurn(this.sessionId, turnId, cancelReason);
       if (outcome === 'already_ended' && this.faults.cancelEndedNotFound)
@@ -759,5 +783,14 @@ export class ClientConnection implements StreamTarget {
         this.deps.logger.debug({ err: (error as Error).message }, 'could not record unsubscribe');
       }
     }
+  }
+}
+
+/** The message of an error body (`{error: {message}}`), or the body itself. */
+function errorMessageOf(body: string): string {
+  try {
+    return (JSON.parse(body) as { error?: { message?: string } }).error?.message ?? body;
+  } catch {
+    return body;
   }
 }

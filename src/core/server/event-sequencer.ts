@@ -33,7 +33,7 @@ export class EventSequencer {
   /** Id of the newest event released, the `snapshot_at_event_id` of a snapshot taken now. */
   lastReleasedId: string | null = null;
 
-  constructor(bus: EventBus, writer: TraceWriter, streaming: StreamingChannel) {
+  constructor(bus: EventBus, writer: Pick<TraceWriter, 'onCommit' | 'onDrop'>, streaming: StreamingChannel) {
     this.detachers.push(
       bus.onEmit((event) => {
         const slot: Slot = { event, ready: false, dropped: false };
@@ -49,6 +49,16 @@ export class EventSequencer {
         this.release();
       }),
     );
+  }
+
+  /**
+   * Releases an event another node of a cluster ran, once this node's copy holds it (a bus event) or as
+   * it arrives (a streaming one). This node never runs that session, so no event of its own is ordered
+   * against it.
+   */
+  releaseRemote(event: MetisEvent): void {
+    this.slots.push({ event, ready: true, dropped: false });
+    this.release();
   }
 
   onRelease(listener: ReleaseListener): () => void {

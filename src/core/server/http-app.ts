@@ -14,6 +14,23 @@ import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.
  */
 export type SessionGate = (sessionId: string, creating?: boolean) => Promise<void>;
 
+/** What a request the gate refused looks like to whoever may run it elsewhere. */
+export interface RefusedRequest {
+  readonly method: string;
+  readonly url: string;
+  readonly body: unknown;
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+}
+
+/**
+ * Runs a request the gate refused on the node that owns its session (a cluster): the answer to send,
+ * or null to send the refusal.
+ */
+export type ForwardRefused = (
+  refusal: unknown,
+  request: RefusedRequest,
+) => Promise<{ status: number; contentType: string | null; body: string; node: string } | null>;
+
 export interface HttpAppOptions {
   readonly routes: readonly Route[];
   /**
@@ -26,6 +43,9 @@ export interface HttpAppOptions {
   readonly dbPath: string;
   /** Awaited before every request that changes a session: any method but GET, on a path with its id. */
   readonly sessionGate?: SessionGate;
+  /** Awaited before every GET on a path with a session id (a cluster node brings the session up to date). */
+  readonly sessionRead?: (sessionId: string) => Promise<void>;
+  readonly forwardRefused?: ForwardRefused;
 }
 
 export interface HttpApp {
@@ -100,12 +120,30 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       : { error: validationError(result.error, httpPart === 'body' ? 'body' : 'query') };
   });
 
-  const sessionGate = options.sessionGate;
+  const { sessionGate, sessionRead, forwardRefused } = options;
   if (sessionGate !== undefined)
-    app.addHook('preHandler', async (request) => {
-      if (request.method === 'GET') return;
+    app.addHook('preHandler', async (request, reply) => {
       const sessionId = (request.params as { session_id?: unknown } | undefined)?.session_id;
-      if (typeof sessionId === 'string') await sessionGate(sessionId);
+      if (typeof sessionId !== 'string') return;
+      // The questions a turn waits on live in the memory of the node running it: read there.
+      if (request.method === 'GET' && !request.routeOptions.url?.endsWith('/confirmations')) {
+        await sessionRead?.(sessionId);
+        return;
+      }
+      try {
+        await sessionGate(sessionId);
+      } catch (refusal) {
+        const answer = await forwardRefused?.(refusal, {
+          method: request.method,
+          url: request.url,
+          body: request.body ?? null,
+          headers: request.headers,
+        });
+        if (answer === null || answer === undefined) throw refusal;
+        reply.code(answer.status).header('metis-node', answer.node);
+        if (answer.contentType !== null) reply.header('content-type', answer.contentType);
+        return reply.send(answer.body);
+      }
     });
   app.setErrorHandler((error, request, reply) => {
     const [status, code, message] = describeFailure(error, options.dbPath);

@@ -6,6 +6,7 @@ import { loadPlugins } from '../../plugins/load-plugins.js';
 import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import { pluginsRoute } from '../../plugins/plugins-route.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
+import type { JoinedNode } from '../cluster/cluster-start.js';
 import { type ClusterSettings, prepareCluster } from '../cluster/cluster-start.js';
 import { takeOverSession } from '../cluster/take-over.js';
 import type { MetisConfig } from '../config/schema.js';
@@ -23,14 +24,17 @@ import {
   workingCopyFile,
 } from '../store/postgres/serve-store.js';
 import { useRowIdBlock } from '../store/row-ids.js';
+import { SessionStore } from '../store/session-store.js';
 import {
   openTraceContext,
   reportGaps,
   type StoreUpstream,
   type TraceContext,
 } from '../store/trace-context.js';
+import type { ConnectionDeps } from './client-connection.js';
 import { conformanceRoutes } from './conformance-hooks.js';
 import { FAULT_NAMES, type FaultName, type FaultSwitches } from './faults.js';
+import type { SessionGate } from './http-app.js';
 import { resolveServerAuth, type ServerAuth, tokenFilePath } from './local-token.js';
 import { isLoopbackBind } from './security.js';
 import { type MetisServer, startServer } from './server.js';
@@ -139,9 +143,9 @@ export async function startService(
   } catch (error) {
     release();
     await prepared?.abort();
-    throw (await prepared?.explainLocked(error)) ?? error;
+    throw error;
   }
-  let cluster: ClusterNode | null = null;
+  let cluster: JoinedNode | null = null;
   const clustered = prepared !== null;
   let listening: MetisServer | null = null;
   let trace: TraceContext | null = null;
@@ -159,9 +163,12 @@ export async function startService(
     // then turns without an end (docs/decisions.md "Turns a crash cut").
     const childRecordFile = `${tracePath}.children`;
     killLeftoverChildren(childRecordFile, logger);
+    // A node recovers only the sessions it ran (their leases name it): the copy holds every node's,
+    // and the turns other nodes run look open in it.
     const recovery = recoverCrashedTurns(trace.db, trace.bus, {
       pricingVersion: config.runtime.pricing_version,
       logger,
+      ...(prepared === null ? {} : { sessions: await prepared.leasedHere() }),
     });
     await trace.flush();
     const gaps = await reportGaps(trace);
@@ -184,7 +191,17 @@ export async function startService(
       },
     );
     const runtimeConfig = conformance ? conformanceRuntime(config.runtime) : config.runtime;
+    const sessionRecords = new SessionStore(trace.db);
+    /** Whether this node runs the session: it holds its lease, or its planner's (a worker). */
+    const runsHere = (sessionId: string): boolean => {
+      if (!clustered) return true;
+      if (cluster === null) return false;
+      if (cluster.holds(sessionId)) return true;
+      const parent = sessionRecords.getSession(sessionId)?.parent_session_id ?? null;
+      return parent !== null && cluster.holds(parent);
+    };
     const runtime = createRuntime({
+      mayResume: runsHere,
       bus: trace.bus,
       db: trace.db,
       config: runtimeConfig,
@@ -207,6 +224,38 @@ export async function startService(
     }
     const pluginHost = plugins;
     const traceContext = trace;
+    const sessionGate: SessionGate = async (sessionId, creating = false) => {
+      if (!clustered) return;
+      if (cluster === null)
+        throw new MetisError(
+          'METIS_ERR_STORE_UNAVAILABLE',
+          'this node is still joining its cluster; try again in a moment',
+        );
+      // A turn running here was let in by the gate: this node owns the session (a cancel or an answer to
+      // a confirmation needs no store, which may be away).
+      if (runtime.currentTurn(sessionId) !== null) return;
+      // Unknown here and not being made (a route naming its session in the body makes it): the route
+      // answers 404, and no lease is taken for an id nobody made.
+      if (!creating && !runtime.hasSession(sessionId)) {
+        // Made on another node a moment ago, and not mirrored here yet?
+        await cluster.refresh(sessionId);
+        if (!runtime.hasSession(sessionId)) return;
+      }
+      await cluster.ownSession(sessionId);
+    };
+    /** A cancel frame on a stream of this node for a session another node runs goes there. */
+    const runElsewhere: ConnectionDeps['runElsewhere'] = async (sessionId, request) => {
+      if (runsHere(sessionId)) return null;
+      try {
+        await sessionGate(sessionId);
+        return null;
+      } catch (refusal) {
+        const answer =
+          cluster === null ? null : await cluster.forwardRefused(refusal, { ...request, headers: {} });
+        if (answer === null) throw refusal;
+        return answer;
+      }
+    };
     const server = await startServer(runtime, trace, {
       host: config.server.host,
       port: config.server.port,
@@ -224,21 +273,13 @@ export async function startService(
       faults: faults as FaultSwitches,
       logger,
       metrics: { plugins: () => plugins?.list() ?? [], processMetrics: true },
-      sessionGate: async (sessionId, creating = false) => {
-        if (!clustered) return;
-        if (cluster === null)
-          throw new MetisError(
-            'METIS_ERR_STORE_UNAVAILABLE',
-            'this node is still joining its cluster; try again in a moment',
-          );
-        // A turn running here was let in by the gate: this node owns the session (a cancel or an answer to
-        // a confirmation needs no store, which may be away).
-        if (runtime.currentTurn(sessionId) !== null) return;
-        // Unknown here and not being made (a route naming its session in the body makes it): the route
-        // answers 404, and no lease is taken for an id nobody made.
-        if (!creating && !runtime.hasSession(sessionId)) return;
-        await cluster.ownSession(sessionId);
+      sessionGate,
+      sessionRead: async (sessionId) => {
+        if (cluster !== null) await cluster.refresh(sessionId);
       },
+      runElsewhere: clustered ? runElsewhere : undefined,
+      forwardRefused: async (refusal, request) =>
+        cluster === null ? null : cluster.forwardRefused(refusal, request),
       health: () => ({
         ...(traceContext.upstream === null ? {} : { store: storeHealth(traceContext.upstream) }),
         ...(cluster === null ? {} : cluster.health()),
@@ -262,10 +303,21 @@ export async function startService(
     listening = server;
     let lastLag = { backlog: 0, shippedAtUs: null as number | null };
     if (prepared !== null) {
+      const upstream = traceContext.upstream;
+      if (upstream === null) throw new Error('a cluster node runs on a PostgreSQL store');
       cluster = await prepared.join({
         url: server.url,
-        writer: traceContext.writer,
+        trace: traceContext,
+        upstream,
         streaming: runtime.streaming,
+        sequencer: server.hub.sequencer,
+        token: auth.token,
+        runsHere,
+        forget: (sessionIds) => {
+          for (const sessionId of sessionIds) runtime.release(sessionId);
+        },
+        followed: () => server.hub.attachedSessionIds(),
+        adoptable: (sessionId) => sessionRecords.turnState(sessionId).currentTurnId !== null,
         rowIdBlock: (block) => useRowIdBlock(traceContext.db, block),
         takeOver: (sessionId, read) =>
           takeOverSession(

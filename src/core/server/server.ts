@@ -14,12 +14,12 @@ import { AttachTokens } from './attach-tokens.js';
 import { AuthGate, type GateVerdict, LOGIN_CODE_TTL_MS } from './auth-gate.js';
 import type { AuthThrottleOptions } from './auth-throttle.js';
 import { chatRoutes } from './chat-route.js';
-import { ClientConnection, type StreamOptions } from './client-connection.js';
+import { ClientConnection, type ConnectionDeps, type StreamOptions } from './client-connection.js';
 import { allowOrigin, answerPreflight } from './cors.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { apiRoutes } from './http-api.js';
-import { createHttpApp, type SessionGate } from './http-app.js';
+import { createHttpApp, type ForwardRefused, type SessionGate } from './http-app.js';
 import { inspectRoutes } from './inspect-routes.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { jsonRoute, type Route, rawRoute } from './routes.js';
@@ -54,6 +54,12 @@ export interface ServerOptions {
   }) => readonly Route[];
   /** In a cluster: resolves once this node owns the session (before any request that changes it). */
   readonly sessionGate?: SessionGate;
+  /** In a cluster: brings a session up to date before a GET reads it (http-app.ts). */
+  readonly sessionRead?: (sessionId: string) => Promise<void>;
+  /** In a cluster: runs a request the gate refused on the node that owns its session. */
+  readonly forwardRefused?: ForwardRefused;
+  /** In a cluster: runs a stream's request (a cancel frame) where its session runs (client-connection.ts). */
+  readonly runElsewhere?: ConnectionDeps['runElsewhere'];
   /** What `GET /healthz` adds to `{status}`: the store's and the cluster's state (serve.ts). */
   readonly health?: () => Record<string, unknown>;
   /** What `GET /metrics` reports beyond the server's own figures. */
@@ -158,6 +164,7 @@ export async function startServer(
     logger,
     faults: options.faults,
     counters: metrics,
+    runElsewhere: options.runElsewhere,
   });
   const otherRoutes: Route[] = [
     createSseRoute(runtime, connectionDeps, (connection, response) => {
@@ -211,6 +218,8 @@ export async function startServer(
     logger,
     dbPath: trace.dbPath,
     sessionGate: options.sessionGate,
+    sessionRead: options.sessionRead,
+    forwardRefused: options.forwardRefused,
     frontDoor: (request, response) => {
       const verdict = checkRequest(request, security);
       const listed = request.headers.origin !== undefined && isListedOrigin(request.headers.origin, security);

@@ -65,6 +65,11 @@ export class StreamHub {
     return this.sessions.childSessionIds(sessionId);
   }
 
+  /** The sessions clients are attached to now. */
+  attachedSessionIds(): string[] {
+    return [...this.targets.keys()];
+  }
+
   connectionCount(): number {
     let count = 0;
     for (const set of this.targets.values()) count += set.size;

@@ -1,4 +1,5 @@
 import { nowMicros } from '../events/clock.js';
+import type { ConfirmationRequest } from '../runtime/confirmations.js';
 import type { Db } from './database.js';
 import { MessageMarks } from './message-marks.js';
 import { nextRowId } from './row-ids.js';
@@ -210,6 +211,63 @@ export class SessionStore {
       .prepare("SELECT count(*) FROM events WHERE session_id = ? AND type = 'turn.started'")
       .pluck()
       .get(sessionId) as number;
+  }
+
+  /**
+   * The questions put to the user in these sessions that no stored event answered, while the turn that
+   * asked is still open: what another node's session waits on, as far as its events show (the input
+   * itself lives on that node; `input` is null and `input_hash` empty here).
+   */
+  unansweredConfirmations(sessionIds: readonly string[]): ConfirmationRequest[] {
+    if (sessionIds.length === 0) return [];
+    const rows = this.db
+      .prepare(
+        `SELECT q.session_id, q.turn_id, q.payload_json FROM events q
+          WHERE q.session_id IN (SELECT value FROM json_each(?)) AND q.type = 'tool.confirmation_requested'
+            AND NOT EXISTS (SELECT 1 FROM events a WHERE a.session_id = q.session_id
+                  AND a.type = 'tool.confirmation_resolved'
+                  AND json_extract(a.payload_json, '$.confirmation_request_id') = json_extract(q.payload_json, '$.confirmation_request_id'))
+            AND NOT EXISTS (SELECT 1 FROM events e WHERE e.turn_id = q.turn_id
+                  AND e.type IN ('turn.completed', 'turn.cancelled'))
+          ORDER BY q.id`,
+      )
+      .raw()
+      .all(JSON.stringify(sessionIds)) as [string, string | null, string][];
+    return rows.map(([sessionId, turnId, payloadJson]) => {
+      const asked = JSON.parse(payloadJson) as Omit<
+        ConfirmationRequest,
+        'session_id' | 'turn_id' | 'input' | 'input_hash'
+      >;
+      return {
+        session_id: sessionId,
+        turn_id: turnId,
+        confirmation_request_id: asked.confirmation_request_id,
+        tool_use_id: asked.tool_use_id,
+        tool_name: asked.tool_name,
+        side_effects: asked.side_effects,
+        input: null,
+        input_hash: '',
+        input_summary: asked.input_summary,
+        command_summary: asked.command_summary,
+        projected_modifications: asked.projected_modifications,
+        expires_at: asked.expires_at,
+      };
+    });
+  }
+
+  /** How many turns the session had, and the one started and not ended, as its stored events say. */
+  turnState(sessionId: string): { turnCount: number; currentTurnId: string | null } {
+    const lastEdge = this.db
+      .prepare(
+        `SELECT type, turn_id FROM events WHERE session_id = ?
+           AND type IN ('turn.started', 'turn.completed', 'turn.cancelled') ORDER BY id DESC LIMIT 1`,
+      )
+      .raw()
+      .get(sessionId) as [string, string | null] | undefined;
+    return {
+      turnCount: this.turnCount(sessionId),
+      currentTurnId: lastEdge?.[0] === 'turn.started' ? lastEdge[1] : null,
+    };
   }
 
   /** Whether the session has a stored `turn.started` with this turn id (a turn it really had). */

@@ -29,6 +29,11 @@ export interface StoreUpstream {
   /** Called after each local commit. */
   kick(): void;
   close(timeoutMs: number): Promise<void>;
+  /**
+   * Calls `listener` after each shipment with the newest of this copy's own events the store now holds
+   * (its events are shipped in id order). Returns the function that stops it.
+   */
+  onShipped(listener: (eventsThrough: string) => void): () => void;
 }
 
 export interface TraceContext {

@@ -110,6 +110,7 @@ export class PgShipper implements StoreUpstream {
   private closed = false;
   /** A kick that came while a ping ran: the drain starts when the ping ends. */
   private kickWaiting = false;
+  private readonly shippedListeners = new Set<(eventsThrough: string) => void>();
   /** Cuts a retry's backoff short when the shipper closes. */
   private readonly stopping = new AbortController();
   private readonly readBatch: (limit: number) => OutboxEntry[];
@@ -166,6 +167,11 @@ export class PgShipper implements StoreUpstream {
 
   get label(): string {
     return this.copy.label;
+  }
+
+  onShipped(listener: (eventsThrough: string) => void): () => void {
+    this.shippedListeners.add(listener);
+    return () => this.shippedListeners.delete(listener);
   }
 
   /** Why the store cannot be written now (the last shipment or ping failed); null while it can. */
@@ -305,9 +311,11 @@ export class PgShipper implements StoreUpstream {
       // Events brought in from the store at or below the position need no mark any more.
       this.trimPulled.run(eventsThrough);
     }
+    const moved = eventsThrough > this.eventsShipped;
     this.shipped = through;
     this.eventsShipped = eventsThrough;
     this.settleWaiters();
+    if (moved) for (const listener of this.shippedListeners) listener(eventsThrough);
   }
 
   private async readPositions(): Promise<void> {

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { SERVE_LOCK_SQL } from './schema.js';
+import { serveLockSql } from './working-copy.js';
 
 /** Pause between attempts to take the lock again after its connection was lost. */
 const RETAKE_MS = 1_000;
@@ -22,6 +22,8 @@ export class ServeLock {
     private readonly url: string,
     private readonly label: string,
     private readonly logger: Logger,
+    /** A node of a cluster holds it shared with the other nodes. */
+    private readonly cluster = false,
   ) {
     this.watch(holder);
   }
@@ -65,9 +67,7 @@ export class ServeLock {
     client.on('error', () => {});
     try {
       await client.connect();
-      const free = (
-        await client.query<{ free: boolean }>(`SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`)
-      ).rows[0]!.free;
+      const free = (await client.query<{ free: boolean }>(serveLockSql(this.cluster))).rows[0]!.free;
       if (this.closed || !free) {
         await client.end().catch(() => {});
         if (!free && !this.closed)

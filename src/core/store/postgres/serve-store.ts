@@ -39,7 +39,7 @@ export async function openPostgresStore(
   /** A node of a cluster: the store numbers the `system` session's events (pg-shipper.ts). */
   cluster = false,
 ): Promise<PostgresServeStore> {
-  const copy = await prepareWorkingCopy({ url, setting, dataDir, logger });
+  const copy = await prepareWorkingCopy({ url, setting, dataDir, logger, cluster });
   const pool = new pg.Pool({
     connectionString: url,
     max: 2,
@@ -53,7 +53,7 @@ export async function openPostgresStore(
   });
   // A connection the server drops (a restart) must not crash the process: the pool replaces it.
   pool.on('error', () => {});
-  const lock = new ServeLock(copy.lockHolder, url, copy.label, logger);
+  const lock = new ServeLock(copy.lockHolder, url, copy.label, logger, cluster);
   let closing: Promise<void> | null = null;
   return {
     copy,

@@ -30,6 +30,12 @@ export interface WorkingCopyOptions {
   readonly setting: string;
   readonly dataDir: string;
   readonly logger: Logger;
+  /**
+   * A node of a cluster: the store is shared with the other nodes (a shared lock; a copy, restore or
+   * prune still needs them all gone), and the copy is rebuilt at every start, since other nodes changed
+   * the store while this one was away.
+   */
+  readonly cluster?: boolean;
 }
 
 export interface WorkingCopy {
@@ -46,7 +52,35 @@ export interface WorkingCopy {
   readonly lockHolder: pg.Client;
 }
 
+/** The serve lock's statement: one server alone, or one node of several. */
+export function serveLockSql(cluster: boolean): string {
+  return `SELECT ${cluster ? 'pg_try_advisory_lock_shared' : 'pg_try_advisory_lock'}(${SERVE_LOCK_SQL}) AS free`;
+}
+
 const META_TABLE = 'pg_working_copy';
+
+/**
+ * Holds a row while rows brought in from the store are written (a take-over, a session mirrored from
+ * the node running it): the outbox triggers skip those, since the store has them already, and sending
+ * them back could undo a change the store had since. Only for the length of one transaction.
+ */
+export const PULLING_TABLE = 'pg_pulling';
+
+/** Runs `write` in one transaction whose changes to copied tables are not shipped (see PULLING_TABLE). */
+export function writePulled<T>(db: Db, write: () => T): T {
+  const mark = db.prepare(`INSERT INTO ${PULLING_TABLE} (since_us) VALUES (?)`);
+  const unmark = db.prepare(`DELETE FROM ${PULLING_TABLE}`);
+  return db
+    .transaction(() => {
+      mark.run(nowMicros());
+      try {
+        return write();
+      } finally {
+        unmark.run();
+      }
+    })
+    .immediate();
+}
 
 /**
  * The outbox and its triggers: every insert, update and delete of a copied table, in commit order.
@@ -68,7 +102,9 @@ function outboxSql(): string {
       .filter(([name]) => table.name !== 'events' || name === 'delete')
       .map(
         ([name, on, row, op]) =>
-          `CREATE TRIGGER IF NOT EXISTS pg_outbox_${table.name}_${name} AFTER ${on} ON ${table.name}
+          `DROP TRIGGER IF EXISTS pg_outbox_${table.name}_${name};
+         CREATE TRIGGER pg_outbox_${table.name}_${name} AFTER ${on} ON ${table.name}
+         WHEN NOT EXISTS (SELECT 1 FROM ${PULLING_TABLE})
          BEGIN INSERT INTO pg_outbox (tbl, row_key, op) VALUES ('${table.name}', ${row}.${table.pk}, '${op}'); END;`,
       ),
   );
@@ -78,6 +114,7 @@ function outboxSql(): string {
     CREATE TABLE IF NOT EXISTS ${META_TABLE} (copy_id TEXT NOT NULL, epoch TEXT NOT NULL, events_through TEXT NOT NULL DEFAULT '');
     CREATE TABLE IF NOT EXISTS pg_outbox (n INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, row_key NOT NULL, op TEXT NOT NULL);
     CREATE TABLE IF NOT EXISTS pg_pulled_events (id TEXT PRIMARY KEY) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS ${PULLING_TABLE} (since_us INTEGER NOT NULL);
     ${triggers.join('\n')}`;
 }
 
@@ -111,9 +148,8 @@ export async function prepareWorkingCopy(options: WorkingCopyOptions): Promise<W
     client.on('error', () => {});
     await client.connect();
     await migratePostgres(client);
-    const locked = await client.query<{ free: boolean }>(
-      `SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`,
-    );
+    const cluster = options.cluster === true;
+    const locked = await client.query<{ free: boolean }>(serveLockSql(cluster));
     if (!locked.rows[0]!.free)
       throw new MetisError(
         'METIS_ERR_DB_LOCKED',
@@ -122,6 +158,14 @@ export async function prepareWorkingCopy(options: WorkingCopyOptions): Promise<W
       );
     const epoch = (await client.query<{ epoch: string }>('SELECT epoch FROM metis_store_epoch')).rows[0]!
       .epoch;
+    if (cluster) {
+      const previous = setAsideUnshipped(path, await unshippedOf(client, path), options.logger);
+      const copy = await rebuild(options, client, path, epoch);
+      // The other nodes' copies stay registered: only this node's previous one is stale.
+      if (previous !== null)
+        await client.query('DELETE FROM metis_working_copies WHERE copy_id = $1', [previous]);
+      return { path, ...copy, label, lockHolder: client };
+    }
     const copy =
       (await reusable(client, path, epoch, label)) ?? (await rebuild(options, client, path, epoch));
     await client.query('DELETE FROM metis_working_copies WHERE copy_id <> $1', [copy.copyId]);
@@ -131,6 +175,73 @@ export async function prepareWorkingCopy(options: WorkingCopyOptions): Promise<W
     if (error instanceof MetisError && error.code !== 'METIS_ERR_SCHEMA_VERSION') throw error;
     throw startupStoreError(error, options.setting, label);
   }
+}
+
+/** A copy's id and how many of its changes the store lacks (null when there is no copy). */
+async function unshippedOf(
+  client: pg.Client,
+  path: string,
+): Promise<{ copyId: string; unshipped: number } | null> {
+  if (!existsSync(path)) return null;
+  const db = openDatabase(path, { create: false });
+  try {
+    db.exec(outboxSql());
+    const meta = db.prepare(`SELECT copy_id, events_through FROM ${META_TABLE}`).get() as
+      | { copy_id: string; events_through: string }
+      | undefined;
+    if (meta === undefined) return null;
+    const registered = (
+      await client.query<{ shipped_through: number; events_through: string }>(
+        'SELECT shipped_through, events_through FROM metis_working_copies WHERE copy_id = $1',
+        [meta.copy_id],
+      )
+    ).rows[0];
+    return { copyId: meta.copy_id, unshipped: countUnshipped(db, registered, meta.events_through) };
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * A node's copy that still holds changes never shipped (the node was killed, or lost the store) is
+ * kept beside the new one rather than shipped: its sessions may have been taken over and run on by
+ * another node since, and what it holds would contradict that. Returns the old copy's id.
+ */
+function setAsideUnshipped(
+  path: string,
+  state: { copyId: string; unshipped: number } | null,
+  logger: Logger,
+): string | null {
+  if (state === null) return null;
+  if (state.unshipped > 0) {
+    const aside = `${path}.unshipped-${Date.now()}`;
+    for (const suffix of ['', '-wal', '-shm'])
+      if (existsSync(`${path}${suffix}`)) renameSync(`${path}${suffix}`, `${aside}${suffix}`);
+    logger.error(
+      { unshipped: state.unshipped, kept: aside },
+      'the working copy held changes never sent to the store; kept aside, not sent (another node may have run those sessions since)',
+    );
+  }
+  return state.copyId;
+}
+
+/** Changes in a copy the store lacks, by what the store (else the copy itself) says was shipped. */
+function countUnshipped(
+  db: Db,
+  registered: { shipped_through: number; events_through: string } | undefined,
+  ownEventsThrough: string,
+): number {
+  const shippedThrough = registered?.shipped_through ?? 0;
+  const eventsThrough = registered?.events_through ?? ownEventsThrough;
+  return (
+    (db.prepare('SELECT count(*) FROM pg_outbox WHERE n > ?').pluck().get(shippedThrough) as number) +
+    (db
+      .prepare(
+        'SELECT count(*) FROM events e WHERE id > ? AND NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id)',
+      )
+      .pluck()
+      .get(eventsThrough) as number)
+  );
 }
 
 interface Positions {
@@ -186,16 +297,7 @@ async function reusable(
         eventsThrough: registered.events_through,
       };
     // What this copy knows it shipped: the store's word while it still registers the copy, else its own.
-    const shippedThrough = registered?.shipped_through ?? 0;
-    const eventsThrough = registered?.events_through ?? meta?.events_through ?? '';
-    const unshipped =
-      (db.prepare('SELECT count(*) FROM pg_outbox WHERE n > ?').pluck().get(shippedThrough) as number) +
-      (db
-        .prepare(
-          'SELECT count(*) FROM events e WHERE id > ? AND NOT EXISTS (SELECT 1 FROM pg_pulled_events p WHERE p.id = e.id)',
-        )
-        .pluck()
-        .get(eventsThrough) as number);
+    const unshipped = countUnshipped(db, registered, meta?.events_through ?? '');
     if (unshipped > 0)
       throw new MetisError(
         'METIS_ERR_STORE_DIVERGED',

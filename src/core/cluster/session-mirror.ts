@@ -1,0 +1,167 @@
+import type { Logger } from 'pino';
+import { microsToIso } from '../events/clock.js';
+import { type Actor, type MetisEvent, type Sensitivity, SYSTEM_SESSION_ID } from '../events/envelope.js';
+import type { EventSequencer } from '../server/event-sequencer.js';
+import type { Db } from '../store/database.js';
+import { eventToParams } from '../store/event-rows.js';
+import { writePulled } from '../store/postgres/working-copy.js';
+import { COPIED_TABLES } from '../store/store-copy.js';
+import type { Broker, BrokerMessage } from './broker.js';
+import { ALL_SESSIONS_SUBJECT, FAMILY_HEADER, NODE_HEADER } from './event-fanout.js';
+import { type StoredSession, writeStoredSession } from './session-pull.js';
+
+/** This node's copy of the sessions other nodes run, kept current from NATS and filled from the store. */
+export interface SessionMirror {
+  /**
+   * Brings a session (and its workers) up to what the store holds, releasing to this node's clients
+   * what was missing; waits for the messages of the session received before it. Called before a
+   * client reads a session this node does not run (an attach, a replay).
+   */
+  refresh(sessionId: string): Promise<void>;
+  /** Stops listening. */
+  close(): void;
+}
+
+const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
+const column = (name: string) => (EVENTS.columns as readonly string[]).indexOf(name);
+const AT = {
+  session: column('session_id'),
+  id: column('id'),
+  seq: column('seq'),
+  timestamp: column('timestamp_us'),
+  turn: column('turn_id'),
+  parent: column('parent_event_id'),
+  type: column('type'),
+  actor: column('actor'),
+  sensitivity: column('sensitivity'),
+  payload: column('payload_json'),
+};
+
+/** A stored event as the store's `events` columns give it (session-pull.ts), as the bus stamps one. */
+function storedRowToEvent(row: readonly unknown[]): MetisEvent {
+  return {
+    id: row[AT.id] as string,
+    timestamp: microsToIso(row[AT.timestamp] as number),
+    session_id: row[AT.session] as string,
+    turn_id: row[AT.turn] as string | null,
+    parent_event_id: row[AT.parent] as string | null,
+    type: row[AT.type] as string,
+    actor: row[AT.actor] as Actor,
+    payload: JSON.parse(row[AT.payload] as string) as Record<string, unknown>,
+    sensitivity: row[AT.sensitivity] as Sensitivity,
+    seq: row[AT.seq] as number,
+  };
+}
+
+/**
+ * Keeps this node's working copy of every session other nodes run in step with them, so that a client
+ * attached here is served exactly as on the node running the turn: each node publishes its sessions'
+ * events in id order, bus events once the store holds them (event-fanout.ts); here each bus event is
+ * written into the copy (not shipped back: the store has it) and then released to this node's clients,
+ * each streaming event released as it comes. A bus event that does not follow the copy's last one of
+ * its session (a message lost while the broker was away, a session new here) has the session brought
+ * up to the store first, which holds it already. Messages of one session are handled one at a time, in
+ * order; a refresh waits its turn among them.
+ */
+export function mirrorSessions(parts: {
+  readonly broker: Broker;
+  readonly nodeId: string;
+  readonly db: Db;
+  readonly sequencer: EventSequencer;
+  /** Reads sessions from the store: all of them, or each after the seq given (session-pull.ts). */
+  readonly read: (sessionId: string, after: ReadonlyMap<string, number>) => Promise<StoredSession>;
+  /** Whether this node runs the session now (then the mirror leaves it alone). */
+  readonly runsHere: (sessionId: string) => boolean;
+  /** Drops what this process holds in memory of sessions whose stored rows changed (Runtime.release). */
+  readonly forget: (sessionIds: readonly string[]) => void;
+  /** The sessions this node's clients are attached to. */
+  readonly followed: () => readonly string[];
+  readonly logger: Logger;
+}): SessionMirror {
+  const { db, sequencer, logger } = parts;
+  const lastSeq = db.prepare('SELECT max(seq) FROM events WHERE session_id = ?').pluck();
+  const known = db.prepare('SELECT 1 FROM sessions WHERE id = ?').pluck();
+  const insert = db.prepare(
+    `INSERT OR IGNORE INTO events (${EVENTS.columns.join(', ')}) VALUES (${EVENTS.columns.map(() => '?').join(', ')})`,
+  );
+  const markPulled = db.prepare('INSERT OR IGNORE INTO pg_pulled_events (id) VALUES (?)');
+  /** Per session, the work queued for it: each message and refresh runs after the one before. */
+  const queues = new Map<string, Promise<void>>();
+  let closed = false;
+
+  const enqueue = (sessionId: string, work: () => Promise<void> | void): Promise<void> => {
+    const previous = queues.get(sessionId) ?? Promise.resolve();
+    const next = previous.then(work).catch((error: unknown) => {
+      logger.warn({ session_id: sessionId, err: (error as Error).message }, 'could not mirror a session');
+    });
+    queues.set(sessionId, next);
+    void next.then(() => {
+      if (queues.get(sessionId) === next) queues.delete(sessionId);
+    });
+    return next;
+  };
+
+  /** Brings the session and its workers up to the store, and releases what was new here. */
+  const bringUp = async (sessionId: string): Promise<void> => {
+    if (closed || !db.open) return;
+    const after = new Map<string, number>();
+    const family = db
+      .prepare('SELECT id FROM sessions WHERE id = ? OR parent_session_id = ?')
+      .pluck()
+      .all(sessionId, sessionId) as string[];
+    for (const id of family) after.set(id, (lastSeq.get(id) as number | null) ?? 0);
+    const stored = await parts.read(sessionId, after);
+    if (closed || !db.open) return;
+    const { addedEvents } = writeStoredSession(db, stored);
+    parts.forget(stored.sessionIds.filter((id) => !parts.runsHere(id)));
+    for (const row of addedEvents) sequencer.releaseRemote(storedRowToEvent(row));
+  };
+
+  const receive = async (event: MetisEvent, family: string): Promise<void> => {
+    if (closed || !db.open || parts.runsHere(event.session_id)) return;
+    if (family === 'stream') {
+      sequencer.releaseRemote(event);
+      return;
+    }
+    const have = (lastSeq.get(event.session_id) as number | null) ?? 0;
+    if (event.seq !== null && event.seq <= have) return;
+    if (event.seq === have + 1 && known.get(event.session_id) !== undefined) {
+      writePulled(db, () => {
+        if (insert.run(eventToParams(event)).changes === 1) markPulled.run(event.id);
+      });
+      if (event.type.startsWith('session.') || event.type === 'turn.completed')
+        parts.forget([event.session_id]);
+      sequencer.releaseRemote(event);
+      return;
+    }
+    // Not the next one: the store has everything up to it (it is published once shipped).
+    await bringUp(event.session_id);
+  };
+
+  const stop = parts.broker.subscribe(ALL_SESSIONS_SUBJECT, (message: BrokerMessage) => {
+    if (message.header(NODE_HEADER) === parts.nodeId) return;
+    let event: MetisEvent;
+    try {
+      event = JSON.parse(message.data) as MetisEvent;
+    } catch {
+      return;
+    }
+    if (event.session_id === SYSTEM_SESSION_ID) return;
+    const family = message.header(FAMILY_HEADER) ?? 'bus';
+    void enqueue(event.session_id, () => receive(event, family));
+  });
+  // What was published while the broker was away is lost: the sessions clients here follow are brought
+  // up at once (a turn that ended meanwhile has no next event to show the gap).
+  const stopReconnect = parts.broker.onReconnect(() => {
+    for (const sessionId of parts.followed()) void enqueue(sessionId, () => bringUp(sessionId));
+  });
+
+  return {
+    refresh: (sessionId) => enqueue(sessionId, () => bringUp(sessionId)),
+    close: () => {
+      closed = true;
+      stop();
+      stopReconnect();
+    },
+  };
+}

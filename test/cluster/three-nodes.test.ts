@@ -1,0 +1,132 @@
+import { describe, expect, it } from 'vitest';
+import { CLUSTER_TOKEN, clusterRequest, startClusterNode } from '../helpers/cluster.js';
+import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { subscribeOn } from '../helpers/protocol.js';
+import { runCli } from '../helpers/run-cli.js';
+import { openClient } from '../helpers/server.js';
+
+/**
+ * Issue 20: three `metis serve` nodes on one PostgreSQL store and one nats-server, as child processes.
+ * A client attached to one node sees a turn another node runs exactly as a client of that node does,
+ * and a request sent to a node that does not run the session is run by the one that does.
+ */
+
+const pg = postgresForFile();
+const inCluster = describe.skipIf(!postgresTestsRun || !natsTestsRun);
+
+async function withCluster<T>(
+  work: (parts: {
+    store: string;
+    nats: NatsServer;
+    nodes: Awaited<ReturnType<typeof startClusterNode>>[];
+  }) => Promise<T>,
+): Promise<T> {
+  const nats = await startNats();
+  try {
+    const store = freshDatabase(pg);
+    const nodes = [];
+    for (const id of ['node-a', 'node-b', 'node-c']) nodes.push(await startClusterNode(store, nats.url, id));
+    return await work({ store, nats, nodes });
+  } finally {
+    await nats.destroy();
+  }
+}
+
+/** Handshake with `url` for the session, a WebSocket, and a full-preset subscription with a snapshot. */
+async function attachTo(url: string, sessionId: string, since: string | null = null) {
+  const handshake = await clusterRequest(url, 'GET', `/sessions/${sessionId}`);
+  expect(handshake.status).toBe(200);
+  const client = await openClient(handshake.body.ws_url as string, {
+    headers: { authorization: `Bearer ${CLUSTER_TOKEN}` },
+  });
+  return subscribeOn(client, { filter: 'preset:full', since, snapshot: true });
+}
+
+inCluster('three metis serve nodes on one store', () => {
+  it('start together, each naming the others as peers', async () => {
+    await withCluster(async ({ nodes }) => {
+      // The last to start sees the first two at once.
+      expect(nodes[2]!.banner.peers.map((peer) => peer.node_id).sort()).toEqual(['node-a', 'node-b']);
+      for (const node of nodes) {
+        const health = await clusterRequest(node.url, 'GET', '/healthz');
+        expect(health.body).toMatchObject({
+          status: 'ok',
+          store: { state: 'ok' },
+          broker: { state: 'connected' },
+        });
+      }
+    });
+  });
+
+  it('metis conformance run passes with its client on node C and every turn on node A', async () => {
+    await withCluster(async ({ store, nodes }) => {
+      const [a, , c] = nodes as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]];
+      const run = await runCli(
+        ['conformance', 'run', '--url', c.url, '--sessions-url', a.url, '--json'],
+        c.home,
+        { METIS_TOKEN: CLUSTER_TOKEN },
+      );
+      if (run.exitCode !== 0) console.log(run.stdout.slice(0, 20_000), run.stderr.slice(0, 5_000));
+      const results = JSON.parse(run.stdout).results as {
+        name: string;
+        outcome: { status: string; reason?: string };
+      }[];
+      const failed = results.filter((result) => result.outcome.status === 'fail');
+      expect(failed, JSON.stringify(failed, null, 2)).toEqual([]);
+      expect(run.exitCode).toBe(0);
+      const passed = results.filter((result) => result.outcome.status === 'pass').length;
+      // Only the checks that need the --conformance hooks (not served by a production node) skip.
+      for (const skipped of results.filter((result) => result.outcome.status === 'skip'))
+        expect(skipped.outcome.reason).toMatch(/hook|--conformance/);
+      expect(passed).toBeGreaterThanOrEqual(16);
+      // Every session the suite made is A's: its turns ran there while the client was on C.
+      const status = await runCli(['cluster', 'status', '--store', store, '--json'], c.home);
+      const leases = JSON.parse(status.stdout).leases as { node_id: string }[];
+      expect(leases.length).toBeGreaterThan(5);
+      expect(new Set(leases.map((lease) => lease.node_id))).toEqual(new Set(['node-a']));
+    });
+  }, 300_000);
+
+  it("a client on node C sees node A's turn as a client on A does, and C forwards the turn to A", async () => {
+    await withCluster(async ({ store, nodes }) => {
+      const [a, , c] = nodes as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]];
+      const sessionId = (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;
+      const onA = await attachTo(a.url, sessionId);
+      const onC = await attachTo(c.url, sessionId);
+      // Sent to C, run by A: C does not run A's session, it forwards the request.
+      const turn = await clusterRequest(c.url, 'POST', `/sessions/${sessionId}/turns`, {
+        message: 'hello there',
+      });
+      expect(turn.status).toBe(202);
+      expect(turn.node).toBe('node-a');
+      const turnId = turn.body.turn_id as string;
+      const ended = (frame: any) =>
+        frame.type === 'event' && frame.event.turn_id === turnId && frame.event.type === 'turn.completed';
+      await onA.client.waitFor(ended, 20_000);
+      await onC.client.waitFor(ended, 20_000);
+      const eventsOf = (client: typeof onA.client) =>
+        client.frames.filter((frame) => frame.type === 'event').map((frame) => JSON.stringify(frame.event));
+      // Both families, in the same order, byte for byte.
+      expect(eventsOf(onC.client)).toEqual(eventsOf(onA.client));
+      expect(eventsOf(onC.client).some((event) => JSON.parse(event).seq === null)).toBe(true);
+      // And the stored ones are the store's.
+      const exported = await runCli(['export', '--store', store, '--session', sessionId], c.home);
+      expect(exported.exitCode, exported.stderr).toBe(0);
+      const storedIds = exported.stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line).id as string);
+      const busOnC = eventsOf(onC.client)
+        .map((event) => JSON.parse(event))
+        .filter((event) => event.seq !== null)
+        .map((event) => event.id as string);
+      expect(storedIds.slice(-busOnC.length)).toEqual(busOnC);
+      // The lease stayed with A.
+      const status = await runCli(['cluster', 'status', '--store', store, '--json'], c.home);
+      expect(JSON.parse(status.stdout).leases).toEqual([
+        expect.objectContaining({ session_id: sessionId, node_id: 'node-a', held: true }),
+      ]);
+    });
+  });
+});

@@ -1,0 +1,79 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type CliChild, spawnCli } from './run-cli.js';
+import { tempDir } from './tmp.js';
+
+/** One `metis serve --nats` child of a test cluster. */
+export interface ClusterTestNode extends CliChild {
+  readonly nodeId: string;
+  readonly url: string;
+  readonly home: string;
+  readonly banner: { node_id: string; peers: { node_id: string; url: string }[] };
+}
+
+/** The token every node of a test cluster shares (nodes behind one load balancer share one). */
+export const CLUSTER_TOKEN = 'cluster-test-token-0123456789abcdef';
+
+/**
+ * Starts a node of a cluster on `store` and `nats` as a child process, with fast beats (a killed node
+ * is gone within a second) and the shared token; resolves once it printed its banner.
+ */
+export async function startClusterNode(
+  store: string,
+  nats: string,
+  nodeId: string,
+  options: { home?: string; heartbeatMs?: number; nodeTimeoutMs?: number } = {},
+): Promise<ClusterTestNode> {
+  const home = options.home ?? tempDir();
+  const config = join(home, 'metis.config.json');
+  writeFileSync(
+    config,
+    JSON.stringify({
+      cluster: { heartbeat_ms: options.heartbeatMs ?? 200, node_timeout_ms: options.nodeTimeoutMs ?? 1_000 },
+    }),
+  );
+  const child = spawnCli(
+    [
+      'serve',
+      '--port',
+      '0',
+      '--json',
+      '--config',
+      config,
+      '--store',
+      store,
+      '--nats',
+      nats,
+      '--node-id',
+      nodeId,
+    ],
+    home,
+    { METIS_TOKEN: CLUSTER_TOKEN },
+  );
+  await child.waitForStdout((out) => out.includes('\n'), 60_000);
+  const banner = JSON.parse(child.stdout().split('\n')[0]!) as ClusterTestNode['banner'] & { url: string };
+  return Object.assign(child, { nodeId, url: banner.url, home, banner });
+}
+
+/** A JSON request to a node of a test cluster, with the shared token. */
+export async function clusterRequest(
+  url: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; body: any; node: string | null }> {
+  const response = await fetch(`${url}${path}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${CLUSTER_TOKEN}`,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return {
+    status: response.status,
+    body: text ? JSON.parse(text) : null,
+    node: response.headers.get('metis-node'),
+  };
+}
