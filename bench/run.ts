@@ -19,6 +19,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'sse', load: async () => (await import('./sse.js')).benchSse },
   { name: 'http', load: async () => (await import('./http.js')).benchHttp },
   { name: 'pg-store', load: async () => (await import('./pg-store.js')).benchPgStore },
+  { name: 'cluster', load: async () => (await import('./cluster.js')).benchCluster },
 ];
 
 interface Args {

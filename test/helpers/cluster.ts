@@ -30,6 +30,8 @@ export async function startClusterNode(
     config,
     JSON.stringify({
       cluster: { heartbeat_ms: options.heartbeatMs ?? 200, node_timeout_ms: options.nodeTimeoutMs ?? 1_000 },
+      // A `slow:` turn lasts about 3 s: long enough to kill a node in the middle of it.
+      runtime: { scripted: { slow_tokens: 120, slow_token_delay_ms: 25 } },
     }),
   );
   const child = spawnCli(

@@ -87,6 +87,21 @@ export function mirrorSessions(parts: {
   const markPulled = db.prepare('INSERT OR IGNORE INTO pg_pulled_events (id) VALUES (?)');
   /** Per session, the work queued for it: each message and refresh runs after the one before. */
   const queues = new Map<string, Promise<void>>();
+  /**
+   * Sessions whose messages have come in order since the broker was last (re)connected: their copy is
+   * as current as the messages received, and a reader needs no trip to the store.
+   */
+  const following = new Set<string>();
+  /** Per session, the newest event released here: nothing older may follow it to a client. */
+  const releasedThrough = new Map<string, string>();
+  const release = (event: MetisEvent) => {
+    const newest = releasedThrough.get(event.session_id);
+    // A streaming event older than what a trip to the store released cannot be placed in order any
+    // more; it is dropped, as a reconnecting client's deltas may be (streaming §3.6).
+    if (newest !== undefined && event.id <= newest) return;
+    releasedThrough.set(event.session_id, event.id);
+    sequencer.releaseRemote(event);
+  };
   let closed = false;
 
   const enqueue = (sessionId: string, work: () => Promise<void> | void): Promise<void> => {
@@ -101,8 +116,12 @@ export function mirrorSessions(parts: {
     return next;
   };
 
-  /** Brings the session and its workers up to the store, and releases what was new here. */
-  const bringUp = async (sessionId: string): Promise<void> => {
+  /**
+   * Brings the session and its workers up to the store, and releases what was new here. Filling a gap
+   * the session's message `throughSeq` showed, only the session's own events up to it are taken: the
+   * ones after it (and their streaming events, published between them) are on their way in order.
+   */
+  const bringUp = async (sessionId: string, throughSeq?: number): Promise<void> => {
     if (closed || !db.open) return;
     const after = new Map<string, number>();
     const family = db
@@ -110,17 +129,26 @@ export function mirrorSessions(parts: {
       .pluck()
       .all(sessionId, sessionId) as string[];
     for (const id of family) after.set(id, (lastSeq.get(id) as number | null) ?? 0);
-    const stored = await parts.read(sessionId, after);
+    const read = await parts.read(sessionId, after);
     if (closed || !db.open) return;
+    const stored =
+      throughSeq === undefined
+        ? read
+        : {
+            ...read,
+            events: read.events.filter(
+              (row) => row[AT.session] === sessionId && (row[AT.seq] as number) <= throughSeq,
+            ),
+          };
     const { addedEvents } = writeStoredSession(db, stored);
     parts.forget(stored.sessionIds.filter((id) => !parts.runsHere(id)));
-    for (const row of addedEvents) sequencer.releaseRemote(storedRowToEvent(row));
+    for (const row of addedEvents) release(storedRowToEvent(row));
   };
 
   const receive = async (event: MetisEvent, family: string): Promise<void> => {
     if (closed || !db.open || parts.runsHere(event.session_id)) return;
     if (family === 'stream') {
-      sequencer.releaseRemote(event);
+      release(event);
       return;
     }
     const have = (lastSeq.get(event.session_id) as number | null) ?? 0;
@@ -131,11 +159,13 @@ export function mirrorSessions(parts: {
       });
       if (event.type.startsWith('session.') || event.type === 'turn.completed')
         parts.forget([event.session_id]);
-      sequencer.releaseRemote(event);
+      following.add(event.session_id);
+      release(event);
       return;
     }
     // Not the next one: the store has everything up to it (it is published once shipped).
-    await bringUp(event.session_id);
+    await bringUp(event.session_id, event.seq ?? undefined);
+    following.add(event.session_id);
   };
 
   const stop = parts.broker.subscribe(ALL_SESSIONS_SUBJECT, (message: BrokerMessage) => {
@@ -153,11 +183,14 @@ export function mirrorSessions(parts: {
   // What was published while the broker was away is lost: the sessions clients here follow are brought
   // up at once (a turn that ended meanwhile has no next event to show the gap).
   const stopReconnect = parts.broker.onReconnect(() => {
+    following.clear();
     for (const sessionId of parts.followed()) void enqueue(sessionId, () => bringUp(sessionId));
   });
 
   return {
-    refresh: (sessionId) => enqueue(sessionId, () => bringUp(sessionId)),
+    // A session followed in order needs only the messages already received applied first.
+    refresh: (sessionId) =>
+      enqueue(sessionId, () => (following.has(sessionId) ? undefined : bringUp(sessionId))),
     close: () => {
       closed = true;
       stop();

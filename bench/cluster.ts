@@ -1,0 +1,187 @@
+/**
+ * The cluster suite (issue 20): three `metis serve --nats` nodes on one PostgreSQL store and one
+ * nats-server, all real and on this machine (skipped, saying why, without the server binaries).
+ *
+ * - delta latency: a `slow:` turn (300 deltas, 10 ms apart) runs on node A; one client follows it on A
+ *   and one on C. Each delta's latency is its arrival minus its `timestamp`, both clocks being this
+ *   machine's (performance.timeOrigin-anchored microseconds). p50 and p99 on C (cross-node: A's NATS
+ *   publish, C's mirror) beside the same on A (one node), in the same turns.
+ * - fan-out: 300 clients, 100 on each node, follow one turn on A; p99 delta latency over every client
+ *   and delta, beside 300 clients all on A.
+ * - failover: the node running a turn is killed (SIGKILL); the time until a client on another node sees
+ *   the turn closed, and until a request for the session is served by a live node, beside the node
+ *   timeout (the bound the store's leases give).
+ */
+
+import WebSocket from 'ws';
+import { isoToMicros, nowMicros } from '../src/core/events/clock.js';
+import { NATS_BIN, startNats } from '../test/helpers/nats.js';
+import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
+import { BENCH_TOKEN, type BenchNode, nodeRequest, startBenchNode } from './lib/cluster-nodes.js';
+import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
+
+const TIMING = { heartbeatMs: 200, nodeTimeoutMs: 1_000 };
+
+/** A client following a session on one node: each delta's latency, and the events seen. */
+interface Follower {
+  readonly latenciesUs: number[];
+  readonly seen: Set<string>;
+  close(): void;
+}
+
+async function follow(node: BenchNode, sessionId: string): Promise<Follower> {
+  const handshake = await nodeRequest(node.url, 'GET', `/sessions/${sessionId}`);
+  const ws = new WebSocket(handshake.ws_url as string, {
+    headers: { authorization: `Bearer ${BENCH_TOKEN}` },
+  });
+  const latenciesUs: number[] = [];
+  const seen = new Set<string>();
+  await new Promise<void>((resolve, reject) => {
+    ws.once('error', reject);
+    ws.on('message', (data) => {
+      const frame = JSON.parse(String(data));
+      if (frame.type === 'subscribe_ack') resolve();
+      if (frame.type !== 'event') return;
+      seen.add(`${frame.event.type}:${frame.event.turn_id}`);
+      if (frame.event.type === 'text.delta')
+        latenciesUs.push(nowMicros() - isoToMicros(frame.event.timestamp));
+    });
+    ws.once('open', () =>
+      ws.send(JSON.stringify({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false })),
+    );
+  });
+  return { latenciesUs, seen, close: () => ws.terminate() };
+}
+
+async function until(check: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** Runs a `slow:` turn on the session (sent to `via`) and waits until every follower saw it end. */
+async function slowTurn(via: BenchNode, sessionId: string, followers: readonly Follower[]): Promise<void> {
+  const turn = await nodeRequest(via.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'slow: bench' });
+  const ended = `turn.completed:${turn.turn_id}`;
+  await until(() => followers.every((follower) => follower.seen.has(ended)), 'the end of the turn');
+}
+
+const ms = (us: number) => us / 1000;
+const sortedLatencies = (followers: readonly Follower[]) =>
+  followers.flatMap((follower) => follower.latenciesUs).sort((x, y) => x - y);
+
+export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
+  if (PG_BIN === null || NATS_BIN === null) {
+    console.log(
+      `  cluster skipped: ${PG_BIN === null ? 'no PostgreSQL server binaries' : 'no nats-server'} (see test/helpers/)`,
+    );
+    return [];
+  }
+  const postgres = await startPostgres();
+  const nats = await startNats();
+  const nodes: BenchNode[] = [];
+  try {
+    const store = freshDatabase(postgres);
+    for (const id of ['node-a', 'node-b', 'node-c'])
+      nodes.push(await startBenchNode(store, nats.url, id, TIMING));
+    const [a, b, c] = nodes as [BenchNode, BenchNode, BenchNode];
+
+    // Delta latency: one client on the node running the turn, one on another node.
+    const session = (await nodeRequest(a.url, 'POST', '/sessions', {})).session_id as string;
+    const onA = await follow(a, session);
+    const onC = await follow(c, session);
+    for (let turn = 0; turn < (opts.quick ? 1 : 4); turn += 1) await slowTurn(a, session, [onA, onC]);
+    onA.close();
+    onC.close();
+    const local = sortedLatencies([onA]);
+    const cross = sortedLatencies([onC]);
+    console.log(`  delta latency: ${local.length} deltas on A, ${cross.length} on C`);
+
+    // Fan-out: 300 clients over three nodes, then 300 on one.
+    const clients = opts.quick ? 60 : 300;
+    const fanOut = async (placement: (index: number) => BenchNode) => {
+      const id = (await nodeRequest(a.url, 'POST', '/sessions', {})).session_id as string;
+      const followers = await Promise.all(
+        Array.from({ length: clients }, (_, i) => follow(placement(i), id)),
+      );
+      await slowTurn(a, id, followers);
+      for (const follower of followers) follower.close();
+      return sortedLatencies(followers);
+    };
+    const spread = await fanOut((i) => nodes[i % 3]!);
+    const single = await fanOut(() => a);
+
+    // Failover: the node running a turn dies; a client on C waits, then a request goes to B.
+    const orphan = (await nodeRequest(a.url, 'POST', '/sessions', {})).session_id as string;
+    const watcher = await follow(c, orphan);
+    const cut = await nodeRequest(b.url, 'POST', `/sessions/${orphan}/turns`, { message: 'slow: cut' });
+    await until(() => watcher.latenciesUs.length > 20, 'the turn under way');
+    const killedAt = performance.now();
+    await a.kill();
+    nodes.splice(nodes.indexOf(a), 1);
+    await until(
+      () =>
+        watcher.seen.has(`turn.completed:${cut.turn_id}`) ||
+        watcher.seen.has(`turn.cancelled:${cut.turn_id}`),
+      'the cut turn closed',
+    );
+    const closedMs = performance.now() - killedAt;
+    let servedMs = Number.NaN;
+    for (;;) {
+      try {
+        await nodeRequest(b.url, 'POST', `/sessions/${orphan}/turns`, { message: 'again' });
+        servedMs = performance.now() - killedAt;
+        break;
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+    watcher.close();
+
+    const node = { name: 'the same turn followed on the node running it', value: 0 };
+    return [
+      figure({
+        name: 'cross-node delta latency p50 (client on C, turn on A)',
+        value: ms(percentile(cross, 50)),
+        unit: 'ms',
+        baseline: { ...node, value: ms(percentile(local, 50)) },
+      }),
+      figure({
+        name: 'cross-node delta latency p99 (client on C, turn on A)',
+        value: ms(percentile(cross, 99)),
+        unit: 'ms',
+        baseline: { ...node, value: ms(percentile(local, 99)) },
+      }),
+      figure({
+        name: `fan-out: ${clients} clients over three nodes, delta latency p50`,
+        value: ms(percentile(spread, 50)),
+        unit: 'ms',
+        baseline: { name: `${clients} clients on one node`, value: ms(percentile(single, 50)) },
+      }),
+      figure({
+        name: `fan-out: ${clients} clients over three nodes, delta latency p99`,
+        value: ms(percentile(spread, 99)),
+        unit: 'ms',
+        baseline: { name: `${clients} clients on one node`, value: ms(percentile(single, 99)) },
+      }),
+      figure({
+        name: 'failover: node killed mid-turn → its turn closed, seen on another node',
+        value: closedMs,
+        unit: 'ms',
+        baseline: { name: 'cluster.node_timeout_ms', value: TIMING.nodeTimeoutMs },
+      }),
+      figure({
+        name: 'failover: node killed mid-turn → the session served by another node',
+        value: servedMs,
+        unit: 'ms',
+        baseline: { name: 'cluster.node_timeout_ms', value: TIMING.nodeTimeoutMs },
+      }),
+    ];
+  } finally {
+    for (const node of nodes) await node.stop().catch(() => {});
+    await nats.destroy();
+    await postgres.destroy();
+  }
+}

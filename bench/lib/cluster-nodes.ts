@@ -1,0 +1,86 @@
+/**
+ * `metis serve --nats` nodes for the cluster bench, as child processes run from source, each with its
+ * own data folder, fast beats and one shared token (the nodes behind one load balancer share one).
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+
+const ROOT = join(import.meta.dirname, '../..');
+const ENTRY = join(ROOT, 'test/helpers/cli-entry.ts');
+
+export const BENCH_TOKEN = 'cluster-bench-token-0123456789abcdef';
+
+export interface BenchNode {
+  readonly nodeId: string;
+  readonly url: string;
+  kill(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startBenchNode(
+  store: string,
+  nats: string,
+  nodeId: string,
+  timing: { heartbeatMs: number; nodeTimeoutMs: number },
+): Promise<BenchNode> {
+  const home = mkdtempSync(join(tmpdir(), `metis-bench-${nodeId}-`));
+  const config = join(home, 'metis.config.json');
+  writeFileSync(
+    config,
+    JSON.stringify({
+      cluster: { heartbeat_ms: timing.heartbeatMs, node_timeout_ms: timing.nodeTimeoutMs },
+      // `slow:` turns stream 300 deltas 10 ms apart: paced, so each delta's latency is its own.
+      runtime: { scripted: { slow_tokens: 300, slow_token_delay_ms: 10 } },
+    }),
+  );
+  const child: ResultPromise = execa(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      ENTRY,
+      ...['serve', '--port', '0', '--json', '--config', config, '--store', store, '--nats', nats],
+      ...['--node-id', nodeId],
+    ],
+    {
+      cwd: ROOT,
+      reject: false,
+      stdin: 'ignore',
+      env: { METIS_HOME: home, METIS_TOKEN: BENCH_TOKEN, NO_COLOR: '1' },
+    },
+  );
+  let out = '';
+  child.stdout!.on('data', (chunk) => {
+    out += String(chunk);
+  });
+  const deadline = Date.now() + 60_000;
+  while (!out.includes('\n')) {
+    if (child.exitCode !== null || Date.now() > deadline)
+      throw new Error(`node ${nodeId} did not start: ${out}${(await child).stderr}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const url = (JSON.parse(out.split('\n')[0]!) as { url: string }).url;
+  const end = async (signal: NodeJS.Signals) => {
+    if (child.exitCode === null) child.kill(signal);
+    await child;
+    rmSync(home, { recursive: true, force: true });
+  };
+  return { nodeId, url, kill: () => end('SIGKILL'), stop: () => end('SIGTERM') };
+}
+
+/** A JSON request to a bench node, with the shared token. */
+export async function nodeRequest(url: string, method: string, path: string, body?: unknown): Promise<any> {
+  const response = await fetch(`${url}${path}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${BENCH_TOKEN}`,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
