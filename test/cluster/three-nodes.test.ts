@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { CLUSTER_TOKEN, clusterRequest, startClusterNode } from '../helpers/cluster.js';
 import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
-import { subscribeOn } from '../helpers/protocol.js';
+import { subscribeOn, subscribeReply } from '../helpers/protocol.js';
 import { runCli } from '../helpers/run-cli.js';
 import { openClient } from '../helpers/server.js';
 
@@ -40,7 +40,8 @@ async function attachTo(url: string, sessionId: string, since: string | null = n
   const client = await openClient(handshake.body.ws_url as string, {
     headers: { authorization: `Bearer ${CLUSTER_TOKEN}` },
   });
-  return subscribeOn(client, { filter: 'preset:full', since, snapshot: true });
+  // With a cursor the client resumes (a replay); without, it starts from a snapshot.
+  return subscribeOn(client, { filter: 'preset:full', since, snapshot: since === null });
 }
 
 inCluster('three metis serve nodes on one store', () => {
@@ -87,6 +88,63 @@ inCluster('three metis serve nodes on one store', () => {
       expect(new Set(leases.map((lease) => lease.node_id))).toEqual(new Set(['node-a']));
     });
   }, 300_000);
+
+  it('a node that loses the broker ends the streams it fed from other nodes with a named error; they resume once it is back', async () => {
+    await withCluster(async ({ nats, nodes }) => {
+      const [a, , c] = nodes as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]];
+      const sessionId = (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;
+      const onA = await attachTo(a.url, sessionId);
+      const onC = await attachTo(c.url, sessionId);
+      const first = await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'one' });
+      const endOf = (turnId: string) => (frame: any) =>
+        frame.type === 'event' && frame.event.turn_id === turnId && frame.event.type === 'turn.completed';
+      await onC.client.waitFor(endOf(first.body.turn_id), 20_000);
+      await nats.stop();
+      const error = await onC.client.waitFor((frame) => frame.type === 'error', 20_000);
+      expect(error.code).toBe('broker_unavailable');
+      expect((await onC.client.closed).code).toBe(1013);
+      // A's own session goes on, for A's own client.
+      const second = await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'two' });
+      expect(second.status).toBe(202);
+      await onA.client.waitFor(endOf(second.body.turn_id), 20_000);
+      // C will not hand out a stream it cannot feed.
+      const refused = await clusterRequest(c.url, 'GET', `/sessions/${sessionId}`);
+      expect(refused.status).toBe(503);
+      expect(refused.body.error.code).toBe('METIS_ERR_BROKER_UNREACHABLE');
+      await nats.start();
+      // Back: C serves the session again. A cursor from before the outage asks for deltas C never
+      // received, which it says (cursor_expired, streaming §3.6); the snapshot then holds the turn missed.
+      const cursor = onC.client.events().at(-1).id as string;
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const handshake = await clusterRequest(c.url, 'GET', `/sessions/${sessionId}`);
+        if (handshake.status === 200) break;
+        if (Date.now() > deadline) throw new Error(`C did not come back: ${JSON.stringify(handshake.body)}`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      const handshake = await clusterRequest(c.url, 'GET', `/sessions/${sessionId}`);
+      const again = await openClient(handshake.body.ws_url as string, {
+        headers: { authorization: `Bearer ${CLUSTER_TOKEN}` },
+      });
+      const reply = await subscribeReply(again, { filter: 'preset:full', since: cursor, snapshot: false });
+      let resumed = again;
+      if (reply.type === 'subscribe_error') {
+        expect(reply.code).toBe('cursor_expired');
+        const fresh = await attachTo(c.url, sessionId);
+        expect(fresh.snapshot.session.turn_count).toBe(2);
+        expect(JSON.stringify(fresh.snapshot.messages)).toContain('You said: two');
+        resumed = fresh.client;
+      } else await again.waitFor(endOf(second.body.turn_id), 20_000);
+      // A too is back on the broker (it answers C's forwarded request there).
+      while ((await clusterRequest(a.url, 'GET', '/healthz')).body.broker.state !== 'connected')
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      const third = await clusterRequest(c.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'three' });
+      expect(third.node).toBe('node-a');
+      await resumed.waitFor(endOf(third.body.turn_id), 20_000);
+      const ids = resumed.events().map((event) => event.id as string);
+      expect(ids).toEqual([...new Set(ids)].sort());
+    });
+  }, 120_000);
 
   it("a client on node C sees node A's turn as a client on A does, and C forwards the turn to A", async () => {
     await withCluster(async ({ store, nodes }) => {

@@ -23,6 +23,8 @@ export interface Broker {
   respond(subject: string, answer: (data: string) => Promise<string>): () => void;
   /** Calls `listener` each time the broker is back after an outage (what was published meanwhile is lost). */
   onReconnect(listener: () => void): () => void;
+  /** Calls `listener` each time the connection to the broker is lost. */
+  onDisconnect(listener: () => void): () => void;
   /** Sends what is buffered and closes. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -112,12 +114,15 @@ export async function connectBroker(options: {
   }
   let state: BrokerState = 'connected';
   const reconnectListeners = new Set<() => void>();
+  const disconnectListeners = new Set<() => void>();
   void (async () => {
     for await (const status of connection.status()) {
       if (status.type === 'disconnect' || status.type === 'reconnecting') {
-        if (state === 'connected')
+        const lost = state === 'connected';
+        if (lost)
           logger.warn({ broker: label }, 'lost the NATS broker; this node keeps serving its own sessions');
         state = 'reconnecting';
+        if (lost) for (const listener of disconnectListeners) listener();
       } else if (status.type === 'reconnect') {
         state = 'connected';
         logger.info({ broker: label }, 'the NATS broker is back');
@@ -181,6 +186,10 @@ export async function connectBroker(options: {
     onReconnect(listener) {
       reconnectListeners.add(listener);
       return () => reconnectListeners.delete(listener);
+    },
+    onDisconnect(listener) {
+      disconnectListeners.add(listener);
+      return () => disconnectListeners.delete(listener);
     },
     close() {
       // A broker away or frozen would hold a drain until its pings time out: close outright then.

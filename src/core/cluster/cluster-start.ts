@@ -81,6 +81,11 @@ export interface PreparedCluster {
       runsHere: (sessionId: string) => boolean;
       forget: (sessionIds: readonly string[]) => void;
       followed: () => readonly string[];
+      /**
+       * The broker is lost: the clients this node feeds from other nodes get no live events any more
+       * and are told so (their streams end with a named error, and they reconnect).
+       */
+      onBrokerLost: () => void;
     } & Pick<Parameters<typeof joinCluster>[0], 'lag' | 'rowIdBlock' | 'takeOver' | 'adoptable'>,
   ): Promise<JoinedNode>;
   /** Gives up before joining (a later step of the start failed). */
@@ -155,6 +160,7 @@ export async function prepareCluster(
         followed: parts.followed,
         logger,
       });
+      const stopWatching = broker.onDisconnect(parts.onBrokerLost);
       const stopAnswering = answerForwarded({
         broker,
         nodeId,
@@ -164,7 +170,17 @@ export async function prepareCluster(
       });
       return {
         ...node,
-        refresh: (sessionId) => (parts.runsHere(sessionId) ? Promise.resolve() : mirror.refresh(sessionId)),
+        refresh: async (sessionId) => {
+          if (parts.runsHere(sessionId)) return;
+          // Without the broker a stream of another node's session would stay silent: refused, by name.
+          if (broker.state !== 'connected')
+            throw new MetisError(
+              'METIS_ERR_BROKER_UNREACHABLE',
+              `this node has lost its NATS broker, so it cannot follow session ${sessionId}, which another node runs; attach to another node, or try again in a moment`,
+              { hint: 'The node rejoins by itself when the broker is back.' },
+            );
+          await mirror.refresh(sessionId);
+        },
         forwardRefused: async (refusal, request) => {
           if (!(refusal instanceof SessionElsewhere) || request.headers[FORWARDED_HEADER] !== undefined)
             return null;
@@ -185,6 +201,7 @@ export async function prepareCluster(
           }
         },
         close: () => {
+          stopWatching();
           stopAnswering();
           mirror.close();
           stopFanOut();

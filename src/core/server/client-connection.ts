@@ -50,7 +50,8 @@ export type CloseCause =
   | 'heartbeat_timeout'
   | 'client_closed'
   | 'protocol_error'
-  | 'shutdown';
+  | 'shutdown'
+  | 'broker_unavailable';
 export type ReplayOutcome = 'served' | 'cursor_expired' | 'replay_too_large';
 
 /**
@@ -330,6 +331,25 @@ export class ClientConnection implements StreamTarget {
   }
 
   /** Closes from the server side (shutdown). */
+  /**
+   * Closes a stream this node can no longer feed (a cluster node that lost its broker, for a session
+   * another node runs): an `error` frame naming why, then close code 1013, so the client reconnects,
+   * to this node later or to another now, with its cursor.
+   */
+  closeFor(code: string, message: string): void {
+    if (this.state === 'closed') return;
+    this.sendError(code, message);
+    if (this.transport.isOpen()) {
+      for (let i = this.queueHead; i < this.queue.length; i += 1) this.transport.write(this.queue[i]!);
+    }
+    this.queue.length = 0;
+    this.queueHead = 0;
+    this.queuedBytes = 0;
+    // A close reason holds at most 123 bytes: the message went in the error frame.
+    this.transport.close(CLOSE.tryAgainLater, JSON.stringify({ code }).slice(0, 123));
+    this.dispose('broker_unavailable');
+  }
+
   shutdown(): void {
     if (this.state === 'closed') return;
     // What is queued (the cancellations of the shutdown itself, say) goes out before the close frame:

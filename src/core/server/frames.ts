@@ -94,6 +94,8 @@ export const CLOSE = {
   heartbeatTimeout: 4408,
   unsupportedData: 1003,
   serverShutdown: 1001,
+  /** A cluster node lost its broker: the session's live events no longer reach it; reconnect. */
+  tryAgainLater: 1013,
   /** SSE only: the subscription was refused (its `subscribe_error` event came first). */
   subscribeRefused: 4400,
 } as const;

@@ -317,6 +317,18 @@ export async function startService(
           for (const sessionId of sessionIds) runtime.release(sessionId);
         },
         followed: () => server.hub.attachedSessionIds(),
+        onBrokerLost: () => {
+          const closed = server.hub.closeStreams(
+            (sessionId) => !runsHere(sessionId),
+            'broker_unavailable',
+            'this node lost its NATS broker and no longer receives the live events of this session, which another node runs; reconnect with your cursor (to another node, or to this one once it is back)',
+          );
+          if (closed > 0)
+            logger.warn(
+              { streams: closed },
+              'closed the streams of sessions other nodes run: the broker is away',
+            );
+        },
         adoptable: (sessionId) => sessionRecords.turnState(sessionId).currentTurnId !== null,
         rowIdBlock: (block) => useRowIdBlock(traceContext.db, block),
         takeOver: (sessionId, read) =>

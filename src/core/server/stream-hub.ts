@@ -22,6 +22,8 @@ export interface StreamTarget {
   wantsWorkers(): boolean;
   /** `frames` builds the event's frame once per transport for all targets; never modified. */
   deliver(event: MetisEvent, frames: EventFrames): void;
+  /** Ends the stream with an `error` frame naming why (client-connection.ts `closeFor`). */
+  closeFor?(code: string, message: string): void;
 }
 
 /**
@@ -63,6 +65,19 @@ export class StreamHub {
   /** Worker sessions spawned by a session. */
   workersOf(sessionId: string): string[] {
     return this.sessions.childSessionIds(sessionId);
+  }
+
+  /** Ends the streams of the sessions `which` names, each with an `error` frame (`code`, `message`). */
+  closeStreams(which: (sessionId: string) => boolean, code: string, message: string): number {
+    let closed = 0;
+    for (const [sessionId, set] of [...this.targets])
+      if (which(sessionId))
+        for (const target of [...set]) {
+          if (target.closeFor === undefined) continue;
+          target.closeFor(code, message);
+          closed += 1;
+        }
+    return closed;
   }
 
   /** The sessions clients are attached to now. */
