@@ -1,8 +1,9 @@
+import { connect } from '@nats-io/transport-node';
 import { describe, expect, it } from 'vitest';
 import { CLUSTER_TOKEN, clusterRequest, startClusterNode } from '../helpers/cluster.js';
 import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
-import { subscribeOn, subscribeReply } from '../helpers/protocol.js';
+import { type FilterInput, subscribeOn, subscribeReply } from '../helpers/protocol.js';
 import { runCli } from '../helpers/run-cli.js';
 import { openClient } from '../helpers/server.js';
 
@@ -34,14 +35,19 @@ async function withCluster<T>(
 }
 
 /** Handshake with `url` for the session, a WebSocket, and a full-preset subscription with a snapshot. */
-async function attachTo(url: string, sessionId: string, since: string | null = null) {
+async function attachTo(
+  url: string,
+  sessionId: string,
+  since: string | null = null,
+  filter: FilterInput = 'preset:full',
+) {
   const handshake = await clusterRequest(url, 'GET', `/sessions/${sessionId}`);
   expect(handshake.status).toBe(200);
   const client = await openClient(handshake.body.ws_url as string, {
     headers: { authorization: `Bearer ${CLUSTER_TOKEN}` },
   });
   // With a cursor the client resumes (a replay); without, it starts from a snapshot.
-  return subscribeOn(client, { filter: 'preset:full', since, snapshot: since === null });
+  return subscribeOn(client, { filter, since, snapshot: since === null });
 }
 
 inCluster('three metis serve nodes on one store', () => {
@@ -145,6 +151,56 @@ inCluster('three metis serve nodes on one store', () => {
       expect(ids).toEqual([...new Set(ids)].sort());
     });
   }, 120_000);
+
+  it('a delegated turn on A, workers included, reaches a client on C as it reaches one on A', async () => {
+    await withCluster(async ({ nodes }) => {
+      const [a, , c] = nodes as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]];
+      const sessionId = (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;
+      const everything = { event_types: null, actors: null, include_worker_sessions: true };
+      const onA = await attachTo(a.url, sessionId, null, everything);
+      const onC = await attachTo(c.url, sessionId, null, everything);
+      const turn = await clusterRequest(c.url, 'POST', `/sessions/${sessionId}/turns`, {
+        message: 'delegate: count the files',
+      });
+      expect(turn.status).toBe(202);
+      const ended = (frame: any) =>
+        frame.type === 'event' &&
+        frame.event.turn_id === turn.body.turn_id &&
+        frame.event.type === 'turn.completed';
+      await onA.client.waitFor(ended, 30_000);
+      await onC.client.waitFor(ended, 30_000);
+      const eventsOf = (client: typeof onA.client) =>
+        client.frames.filter((frame) => frame.type === 'event').map((frame) => JSON.stringify(frame.event));
+      const seenOnC = eventsOf(onC.client);
+      expect(seenOnC.some((event) => JSON.parse(event).session_id !== sessionId)).toBe(true);
+      expect(seenOnC).toEqual(eventsOf(onA.client));
+      // Nothing was emitted by C into A's sessions (a resume would have been).
+      expect(seenOnC.filter((event) => JSON.parse(event).type === 'session.resumed')).toEqual([]);
+    });
+  });
+
+  it('a node answers forwarded requests only for session paths on itself', async () => {
+    await withCluster(async ({ nats, nodes }) => {
+      const client = await connect({ servers: nats.url });
+      try {
+        for (const url of ['http://evil.example/sessions/sess_x/turns', '/patterns/clear', '/healthz']) {
+          const reply = await client.request(
+            'metis.node.node-a.http',
+            JSON.stringify({ method: 'POST', url, body: {} }),
+            {
+              timeout: 5_000,
+            },
+          );
+          const answer = JSON.parse(reply.string());
+          expect(answer.status, url).toBe(400);
+          expect(answer.node).toBe('node-a');
+        }
+      } finally {
+        await client.close();
+      }
+      expect(nodes).toHaveLength(3);
+    });
+  });
 
   it("a client on node C sees node A's turn as a client on A does, and C forwards the turn to A", async () => {
     await withCluster(async ({ store, nodes }) => {

@@ -238,8 +238,12 @@ export async function joinCluster(options: {
   };
   /** Takes the sessions a gone node left with a turn open: the turn is closed as crash recovery does. */
   const adoptOrphans = async (adoptable: (sessionId: string) => boolean) => {
+    let taken = 0;
     for (const sessionId of await orphanedLeases(client, timing.nodeTimeoutMs)) {
+      // A few per beat: many sessions of a gone node are shared out among the nodes beat by beat.
+      if (taken >= ADOPT_PER_BEAT) break;
       if (!adoptable(sessionId)) continue;
+      taken += 1;
       await ownSession(sessionId).catch((error: unknown) => {
         if (!(error instanceof SessionElsewhere))
           logger.warn(
@@ -262,18 +266,28 @@ export async function joinCluster(options: {
     return asking;
   };
   let beating: Promise<void> | null = null;
+  let adopting: Promise<void> | null = null;
   const timer = setInterval(() => {
     beating ??= (async () => {
       const sentAt = Date.now();
       try {
-        if (await beat(client, nodeId, startedAtUs, options.lag())) lastBeatAt = sentAt;
-        else {
+        if (await beat(client, nodeId, startedAtUs, options.lag())) {
+          // Back from a silence long enough for others to count this node gone: what it held, it
+          // asks the store for again (another node may have taken a session meanwhile).
+          if (!trusted()) held.clear();
+          lastBeatAt = sentAt;
+        } else {
           // Another start took the name over: this node owns nothing any more.
           lastBeatAt = 0;
           logger.error({ node_id: nodeId }, 'another start took this node name over in the store');
         }
         await refreshPeers();
-        if (options.adoptable !== undefined && trusted()) await adoptOrphans(options.adoptable);
+        // Beside the beat, not in it: bringing a large session in must not delay the next beat.
+        const adoptable = options.adoptable;
+        if (adoptable !== undefined && trusted() && adopting === null)
+          adopting = adoptOrphans(adoptable).finally(() => {
+            adopting = null;
+          });
       } catch (error) {
         logger.warn({ err: (error as Error).message }, 'could not record this node as alive; trying again');
       } finally {
@@ -295,6 +309,7 @@ export async function joinCluster(options: {
       closing ??= (async () => {
         clearInterval(timer);
         await beating;
+        await adopting;
         const { backlog } = options.lag();
         if (backlog > 0)
           logger.error(
@@ -312,6 +327,9 @@ export async function joinCluster(options: {
     },
   };
 }
+
+/** How many sessions of gone nodes one node takes per beat. */
+const ADOPT_PER_BEAT = 8;
 
 /** A session another live node runs: the request goes there (forwarded), or the client is told where. */
 export class SessionElsewhere extends MetisError {

@@ -26,8 +26,10 @@ export interface ForwardedAnswer {
  */
 export const FORWARDED_HEADER = 'x-metis-forwarded';
 
-/** How long a forwarded request may take: a turn request answers at once (202), a cancel within seconds. */
+/** How long a forwarded request may run on the owner: a turn request answers at once (202), a cancel within seconds. */
 export const FORWARD_TIMEOUT_MS = 30_000;
+/** How long the node that forwards waits: longer than the owner may run, so its answer always arrives. */
+const REPLY_TIMEOUT_MS = FORWARD_TIMEOUT_MS + 5_000;
 
 /** The subject a node answers forwarded requests on. */
 export function forwardSubject(nodeId: string): string {
@@ -44,7 +46,7 @@ export async function forwardRequest(
   request: ForwardedRequest,
 ): Promise<ForwardedAnswer> {
   return JSON.parse(
-    await broker.request(forwardSubject(owner), JSON.stringify(request), FORWARD_TIMEOUT_MS),
+    await broker.request(forwardSubject(owner), JSON.stringify(request), REPLY_TIMEOUT_MS),
   ) as ForwardedAnswer;
 }
 
@@ -62,13 +64,33 @@ export function answerForwarded(parts: {
   readonly logger: Logger;
 }): () => void {
   return parts.broker.respond(forwardSubject(parts.nodeId), async (data) => {
-    const request = JSON.parse(data) as ForwardedRequest;
+    const refuse = (status: number, message: string) =>
+      JSON.stringify({
+        status,
+        contentType: 'application/json',
+        body: JSON.stringify({ error: { code: 'METIS_ERR_INVALID_ARGUMENT', message } }),
+        node: parts.nodeId,
+      } satisfies ForwardedAnswer);
+    let request: ForwardedRequest;
+    let target: URL;
+    try {
+      request = JSON.parse(data) as ForwardedRequest;
+      target = new URL(request.url, parts.localUrl);
+    } catch {
+      return refuse(400, 'a forwarded request that does not parse');
+    }
+    // Only what a node forwards: a request on a session, to this node's own server.
+    if (target.origin !== new URL(parts.localUrl).origin || !target.pathname.startsWith('/sessions/'))
+      return refuse(
+        400,
+        `a forwarded request may only name a session's path on this node, not ${request.url}`,
+      );
     const headers: Record<string, string> = { accept: 'application/json', [FORWARDED_HEADER]: '1' };
     if (parts.token !== null) headers.authorization = `Bearer ${parts.token}`;
     if (request.body !== null) headers['content-type'] = 'application/json';
     let answer: ForwardedAnswer;
     try {
-      const response = await fetch(new URL(request.url, parts.localUrl), {
+      const response = await fetch(target, {
         method: request.method,
         headers,
         body: request.body === null ? undefined : JSON.stringify(request.body),

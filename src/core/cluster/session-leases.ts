@@ -101,8 +101,9 @@ export async function leasedTo(client: pg.ClientBase | pg.Pool, nodeId: string):
 }
 
 /**
- * Sessions leased to a node that is no longer alive (stopped, or silent past `nodeTimeoutMs` by the
- * store's clock): free for the first live node that takes them.
+ * Sessions leased to a node that went silent (past `nodeTimeoutMs` by the store's clock, without a
+ * goodbye: killed, or cut off): free for the first live node that takes them. A node that stopped
+ * cleanly closed its turns first, so its sessions wait for their next request.
  */
 export async function orphanedLeases(
   client: pg.ClientBase | pg.Pool,
@@ -110,8 +111,8 @@ export async function orphanedLeases(
 ): Promise<string[]> {
   const leases = await client.query<{ session_id: string }>(
     `SELECT l.session_id FROM metis_session_leases l LEFT JOIN metis_nodes n ON n.node_id = l.node_id
-      WHERE n.node_id IS NULL OR n.stopped_at_us IS NOT NULL
-         OR n.heartbeat_at_us < ${STORE_NOW_US} - $1::bigint * 1000
+      WHERE n.node_id IS NULL
+         OR (n.stopped_at_us IS NULL AND n.heartbeat_at_us < ${STORE_NOW_US} - $1::bigint * 1000)
       ORDER BY l.session_id`,
     [nodeTimeoutMs],
   );

@@ -23,6 +23,12 @@ export interface SessionMirror {
 }
 
 const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
+
+/**
+ * Event types written with rows of other tables (messages, tool calls, the session's own row): their
+ * arrival brings the session's rows up from the store.
+ */
+const CHANGES_ROWS = /^(session\.|turn\.|llm\.call_(completed|failed)$|tool\.|delegate\.)/;
 const column = (name: string) => (EVENTS.columns as readonly string[]).indexOf(name);
 const AT = {
   session: column('session_id'),
@@ -85,8 +91,12 @@ export function mirrorSessions(parts: {
     `INSERT OR IGNORE INTO events (${EVENTS.columns.join(', ')}) VALUES (${EVENTS.columns.map(() => '?').join(', ')})`,
   );
   const markPulled = db.prepare('INSERT OR IGNORE INTO pg_pulled_events (id) VALUES (?)');
-  /** Per session, the work queued for it: each message and refresh runs after the one before. */
-  const queues = new Map<string, Promise<void>>();
+  /**
+   * The work queued: each message and refresh runs after the one before. One queue for every session,
+   * not one each: a planner's stream carries its workers' events, which must keep their id order
+   * among its own (NATS delivers each node's messages in the order it published them).
+   */
+  let queue: Promise<void> = Promise.resolve();
   /**
    * Sessions whose messages have come in order since the broker was last (re)connected: their copy is
    * as current as the messages received, and a reader needs no trip to the store.
@@ -97,22 +107,22 @@ export function mirrorSessions(parts: {
   const release = (event: MetisEvent) => {
     const newest = releasedThrough.get(event.session_id);
     // A streaming event older than what a trip to the store released cannot be placed in order any
-    // more; it is dropped, as a reconnecting client's deltas may be (streaming §3.6).
-    if (newest !== undefined && event.id <= newest) return;
-    releasedThrough.set(event.session_id, event.id);
+    // more; it is dropped, as a reconnecting client's deltas may be (streaming §3.6). A stored event
+    // is never dropped: it reaches this point only once, in seq order.
+    if (event.seq === null && newest !== undefined && event.id <= newest) return;
+    if (newest === undefined || event.id > newest) releasedThrough.set(event.session_id, event.id);
     sequencer.releaseRemote(event);
   };
+  const newestStored = db.prepare('SELECT max(id) FROM events WHERE session_id = ?').pluck();
   let closed = false;
 
   const enqueue = (sessionId: string, work: () => Promise<void> | void): Promise<void> => {
-    const previous = queues.get(sessionId) ?? Promise.resolve();
-    const next = previous.then(work).catch((error: unknown) => {
+    const next = queue.then(work).catch((error: unknown) => {
+      // The copy may now miss what this work was to bring: the next reader goes to the store.
+      following.delete(sessionId);
       logger.warn({ session_id: sessionId, err: (error as Error).message }, 'could not mirror a session');
     });
-    queues.set(sessionId, next);
-    void next.then(() => {
-      if (queues.get(sessionId) === next) queues.delete(sessionId);
-    });
+    queue = next;
     return next;
   };
 
@@ -125,9 +135,14 @@ export function mirrorSessions(parts: {
     if (closed || !db.open) return;
     const after = new Map<string, number>();
     const family = db
-      .prepare('SELECT id FROM sessions WHERE id = ? OR parent_session_id = ?')
+      .prepare(
+        `WITH RECURSIVE family (id) AS (
+           SELECT id FROM sessions WHERE id = ?
+           UNION SELECT s.id FROM sessions s JOIN family f ON s.parent_session_id = f.id)
+         SELECT id FROM family`,
+      )
       .pluck()
-      .all(sessionId, sessionId) as string[];
+      .all(sessionId) as string[];
     for (const id of family) after.set(id, (lastSeq.get(id) as number | null) ?? 0);
     const read = await parts.read(sessionId, after);
     if (closed || !db.open) return;
@@ -140,9 +155,15 @@ export function mirrorSessions(parts: {
               (row) => row[AT.session] === sessionId && (row[AT.seq] as number) <= throughSeq,
             ),
           };
-    const { addedEvents } = writeStoredSession(db, stored);
+    // A session followed live has its streaming events here already: only a gap may have lost some.
+    const { addedEvents } = writeStoredSession(db, stored, !following.has(sessionId));
     parts.forget(stored.sessionIds.filter((id) => !parts.runsHere(id)));
     for (const row of addedEvents) release(storedRowToEvent(row));
+    // Everything the copy holds of these sessions is released: a replay may reach that far.
+    for (const id of stored.sessionIds) {
+      const newest = newestStored.get(id) as string | null;
+      if (newest !== null && !parts.runsHere(id)) sequencer.markRemote(id, newest);
+    }
   };
 
   const receive = async (event: MetisEvent, family: string): Promise<void> => {
@@ -153,17 +174,22 @@ export function mirrorSessions(parts: {
     }
     const have = (lastSeq.get(event.session_id) as number | null) ?? 0;
     if (event.seq !== null && event.seq <= have) return;
-    if (event.seq === have + 1 && known.get(event.session_id) !== undefined) {
+    // An event that comes with rows (a message, a turn's end, the session's own changes) brings them
+    // from the store, where they were shipped with it: snapshots and reads here show them.
+    if (
+      event.seq === have + 1 &&
+      known.get(event.session_id) !== undefined &&
+      !CHANGES_ROWS.test(event.type)
+    ) {
       writePulled(db, () => {
         if (insert.run(eventToParams(event)).changes === 1) markPulled.run(event.id);
       });
-      if (event.type.startsWith('session.') || event.type === 'turn.completed')
-        parts.forget([event.session_id]);
       following.add(event.session_id);
       release(event);
       return;
     }
-    // Not the next one: the store has everything up to it (it is published once shipped).
+    // Not the next one, or one with rows: the store has everything up to it (published once shipped).
+    if (event.seq !== have + 1) following.delete(event.session_id);
     await bringUp(event.session_id, event.seq ?? undefined);
     following.add(event.session_id);
   };

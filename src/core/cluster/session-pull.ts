@@ -31,11 +31,17 @@ export async function readStoredSession(
 ): Promise<StoredSession> {
   await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
   try {
-    const ids = (
-      await client.query<{ id: string }>('SELECT id FROM sessions WHERE id = $1 OR parent_session_id = $1', [
-        sessionId,
-      ])
-    ).rows.map((row) => row.id);
+    const ids =
+      // Workers, and their workers (a delegation may nest): the whole family lives on one node.
+      (
+        await client.query<{ id: string }>(
+          `WITH RECURSIVE family (id) AS (
+           SELECT id FROM sessions WHERE id = $1
+           UNION SELECT s.id FROM sessions s JOIN family f ON s.parent_session_id = f.id)
+         SELECT id FROM family`,
+          [sessionId],
+        )
+      ).rows.map((row) => row.id);
     const rows = new Map<string, unknown[][]>();
     for (const [source, column] of SESSION_TABLES) {
       const result = await client.query({
@@ -70,6 +76,11 @@ export async function readStoredSession(
 export function writeStoredSession(
   db: Db,
   stored: StoredSession,
+  /**
+   * Whether this node may lack the streaming events before the events added (it did not follow the
+   * session live): a replay from before them then says it cannot bring them all. Default yes.
+   */
+  missedStreaming = true,
 ): { added: number; lastEventId: string | null; addedEvents: unknown[][] } {
   const upserts = SESSION_TABLES.map(([target]) => {
     const others = target.columns.filter((column) => column !== target.pk);
@@ -107,7 +118,7 @@ export function writeStoredSession(
       markPulled.run(row[idIndex]);
       addedEvents.push(row);
     }
-    for (const [session, id] of newest) raiseHorizon.run(session, id);
+    if (missedStreaming) for (const [session, id] of newest) raiseHorizon.run(session, id);
   });
   return {
     added: addedEvents.length,

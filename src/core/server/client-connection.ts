@@ -158,7 +158,7 @@ export class ClientConnection implements StreamTarget {
   ) {
     this.faults = deps.faults ?? NO_FAULTS;
     this.counters = deps.counters ?? NO_COUNTERS;
-    this.acceptedAfterId = deps.hub.sequencer.lastReleasedId;
+    this.acceptedAfterId = deps.hub.sequencer.releasedThrough([sessionId]);
     deps.hub.attach(this);
     transport.listen({
       message: (data, isBinary) => this.onMessage(data, isBinary),
@@ -480,7 +480,8 @@ export class ClientConnection implements StreamTarget {
     let snapshotFrame: string | null = null;
     if (frame.snapshot) {
       // Nothing released yet by this process (it just started): what is stored is all there is.
-      const released = hub.sequencer.lastReleasedId ?? storedEventBefore(store.db, [...sessionIds], '~');
+      const released =
+        hub.sequencer.releasedThrough(sessionIds) ?? storedEventBefore(store.db, [...sessionIds], '~');
       let point = this.faults.snapshotLiveState
         ? released
         : snapshotPoint({
@@ -517,7 +518,13 @@ export class ClientConnection implements StreamTarget {
         this.subscribeError('cursor_expired', problem);
         return;
       }
-      const replay = this.replayAfter(since, resolved, sessionIds, matches, hub.sequencer.lastReleasedId);
+      const replay = this.replayAfter(
+        since,
+        resolved,
+        sessionIds,
+        matches,
+        hub.sequencer.releasedThrough(sessionIds),
+      );
       replayFrames = replay.frames;
       if (replay.tooLarge) {
         // The buffer stays whole: a later subscribe on this socket may still rely on it.
@@ -598,8 +605,11 @@ export class ClientConnection implements StreamTarget {
         (answer) => {
           if (answer === null) this.cancelHere(turnId, cancelReason);
           else if (answer.status === 404) this.sendError('turn_not_found', errorMessageOf(answer.body));
+          // Not run (the node running the session did not answer, or refused): the client must know
+          // its cancel did not go through.
+          else if (answer.status >= 300) this.sendError('cancel_failed', errorMessageOf(answer.body));
         },
-        (error: unknown) => this.sendError('turn_not_found', (error as Error).message),
+        (error: unknown) => this.sendError('cancel_failed', (error as Error).message),
       );
       return;
     }

@@ -32,6 +32,8 @@ export class EventSequencer {
   private readonly detachers: (() => void)[] = [];
   /** Id of the newest event released, the `snapshot_at_event_id` of a snapshot taken now. */
   lastReleasedId: string | null = null;
+  /** Per session another node runs, the newest of its events released here (releaseRemote). */
+  private readonly remoteReleased = new Map<string, string>();
 
   constructor(bus: EventBus, writer: Pick<TraceWriter, 'onCommit' | 'onDrop'>, streaming: StreamingChannel) {
     this.detachers.push(
@@ -57,8 +59,38 @@ export class EventSequencer {
    * against it.
    */
   releaseRemote(event: MetisEvent): void {
-    this.slots.push({ event, ready: true, dropped: false });
-    this.release();
+    // Not through the slots: this node's own events neither wait for it nor are ordered after it, and
+    // `lastReleasedId`, this node's horizon for its own sessions, is not moved by another node's ids.
+    this.markRemote(event.session_id, event.id);
+    for (const listener of this.listeners) listener(event);
+  }
+
+  /** A session another node runs, whose events up to `id` this node's copy holds (all released). */
+  markRemote(sessionId: string, id: string): void {
+    const newest = this.remoteReleased.get(sessionId);
+    if (newest === undefined || id > newest) this.remoteReleased.set(sessionId, id);
+  }
+
+  /** This node runs these sessions now (it took them over): their horizon is its own again. */
+  forgetRemote(sessionIds: Iterable<string>): void {
+    for (const id of sessionIds) this.remoteReleased.delete(id);
+  }
+
+  /**
+   * The newest event released to clients of these sessions: no snapshot or replay reaches past it.
+   * For sessions another node runs, the newest of theirs released here (each is released as soon as
+   * this node's copy holds it); for this node's own, `lastReleasedId`.
+   */
+  releasedThrough(sessionIds: Iterable<string>): string | null {
+    let newest: string | null = null;
+    let remote = false;
+    for (const id of sessionIds) {
+      const mark = this.remoteReleased.get(id);
+      if (mark === undefined) continue;
+      remote = true;
+      if (newest === null || mark > newest) newest = mark;
+    }
+    return remote ? newest : this.lastReleasedId;
   }
 
   onRelease(listener: ReleaseListener): () => void {

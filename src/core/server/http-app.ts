@@ -133,9 +133,13 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       try {
         await sessionGate(sessionId);
       } catch (refusal) {
+        // A response that streams (AG-UI's) cannot travel as one answer: the refusal names the owner.
+        if (request.routeOptions.url?.endsWith('/ag-ui')) throw refusal;
+        // The path and query only: a request line in absolute form names another host.
+        const target = new URL(request.url, 'http://localhost');
         const answer = await forwardRefused?.(refusal, {
           method: request.method,
-          url: request.url,
+          url: `${target.pathname}${target.search}`,
           body: request.body ?? null,
           headers: request.headers,
         });

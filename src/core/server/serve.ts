@@ -15,6 +15,7 @@ import { MetisError } from '../errors.js';
 import { ChildProcessRecord, killLeftoverChildren } from '../runtime/child-process-record.js';
 import { type RecoveryReport, recoverCrashedTurns } from '../runtime/crash-recovery.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
+import { MAX_DELEGATION_DEPTH, selfAndDescendants } from '../runtime/session-lineage.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
 import { watchHandoffs } from '../store/owner-handoffs.js';
@@ -163,12 +164,19 @@ export async function startService(
     // then turns without an end (docs/decisions.md "Turns a crash cut").
     const childRecordFile = `${tracePath}.children`;
     killLeftoverChildren(childRecordFile, logger);
+    const opening = trace;
     // A node recovers only the sessions it ran (their leases name it): the copy holds every node's,
     // and the turns other nodes run look open in it.
     const recovery = recoverCrashedTurns(trace.db, trace.bus, {
       pricingVersion: config.runtime.pricing_version,
       logger,
-      ...(prepared === null ? {} : { sessions: await prepared.leasedHere() }),
+      ...(prepared === null
+        ? {}
+        : {
+            sessions: (await prepared.leasedHere()).flatMap((root) =>
+              selfAndDescendants(new SessionStore(opening.db), root),
+            ),
+          }),
     });
     await trace.flush();
     const gaps = await reportGaps(trace);
@@ -192,13 +200,21 @@ export async function startService(
     );
     const runtimeConfig = conformance ? conformanceRuntime(config.runtime) : config.runtime;
     const sessionRecords = new SessionStore(trace.db);
-    /** Whether this node runs the session: it holds its lease, or its planner's (a worker). */
+    /** The session a worker's delegations descend from: the one leased for the whole family. */
+    const rootOf = (sessionId: string): string => {
+      let id = sessionId;
+      for (let depth = 0; depth <= MAX_DELEGATION_DEPTH; depth += 1) {
+        const parent = sessionRecords.getSession(id)?.parent_session_id ?? null;
+        if (parent === null) return id;
+        id = parent;
+      }
+      return id;
+    };
+    /** Whether this node runs the session: it holds the lease of its family's root. */
     const runsHere = (sessionId: string): boolean => {
       if (!clustered) return true;
       if (cluster === null) return false;
-      if (cluster.holds(sessionId)) return true;
-      const parent = sessionRecords.getSession(sessionId)?.parent_session_id ?? null;
-      return parent !== null && cluster.holds(parent);
+      return cluster.holds(rootOf(sessionId));
     };
     const runtime = createRuntime({
       mayResume: runsHere,
@@ -241,7 +257,7 @@ export async function startService(
         await cluster.refresh(sessionId);
         if (!runtime.hasSession(sessionId)) return;
       }
-      await cluster.ownSession(sessionId);
+      await cluster.ownSession(rootOf(sessionId));
     };
     /** A cancel frame on a stream of this node for a session another node runs goes there. */
     const runElsewhere: ConnectionDeps['runElsewhere'] = async (sessionId, request) => {
@@ -331,11 +347,15 @@ export async function startService(
         },
         adoptable: (sessionId) => sessionRecords.turnState(sessionId).currentTurnId !== null,
         rowIdBlock: (block) => useRowIdBlock(traceContext.db, block),
-        takeOver: (sessionId, read) =>
-          takeOverSession(
+        takeOver: async (sessionId, read) => {
+          const report = await takeOverSession(
             { read, trace: traceContext, runtime, pricingVersion: config.runtime.pricing_version, logger },
             sessionId,
-          ),
+          );
+          // Its events are this node's to release from now on, in this node's order.
+          server.hub.sequencer.forgetRemote(selfAndDescendants(sessionRecords, sessionId));
+          return report;
+        },
         lag: () => {
           // Read from the working copy; after a forced stop closed it, the last figure read stands.
           try {
