@@ -8,7 +8,7 @@ import { MetisError } from '../core/errors.js';
  * checked as the config checks it and refused naming the flag (exit 2). Returns where each came from.
  */
 export function pickCluster(
-  options: { readonly nats?: string; readonly nodeId?: string },
+  options: { readonly nats?: string; readonly nodeId?: string; readonly advertiseUrl?: string },
   config: MetisConfig,
 ): ClusterSettings {
   const fromEnv = process.env.METIS_NATS_URL;
@@ -21,6 +21,12 @@ export function pickCluster(
   if (nats !== null) config.cluster.nats = checked(ClusterConfigSchema.shape.nats, nats, natsSetting!);
   if (options.nodeId !== undefined)
     config.cluster.node_id = checked(ClusterConfigSchema.shape.node_id, options.nodeId, '--node-id');
+  if (options.advertiseUrl !== undefined)
+    config.cluster.advertise_url = checked(
+      ClusterConfigSchema.shape.advertise_url,
+      options.advertiseUrl,
+      '--advertise-url',
+    );
   return { nats: natsSetting, nodeId: options.nodeId === undefined ? undefined : '--node-id' };
 }
 

@@ -50,6 +50,10 @@ export function registerCommands(program: Command): void {
       '--node-id <id>',
       "this node's name in the cluster (default cluster.node_id, else the host name and a hash of the data folder)",
     )
+    .option(
+      '--advertise-url <url>',
+      'the URL other nodes and `metis cluster status` show for this node (default cluster.advertise_url, else its own URL, with the host name for 0.0.0.0)',
+    )
     .option('--model <model>', 'default model as provider:name (default scripted:demo)')
     .option('--config <file>', 'config file (default: metis.config.* or .metisrc* found from here up)')
     .option('--json', 'print the startup line as JSON (url, db, config, node)')

@@ -16,6 +16,7 @@ export interface ServeOptions {
   store?: string;
   nats?: string;
   nodeId?: string;
+  advertiseUrl?: string;
   model?: string;
   config?: string;
   json?: boolean;

@@ -83,6 +83,9 @@ inCluster('three metis serve nodes on one store', () => {
       expect(failed, JSON.stringify(failed, null, 2)).toEqual([]);
       expect(run.exitCode).toBe(0);
       const passed = results.filter((result) => result.outcome.status === 'pass').length;
+      console.log(
+        `conformance through node C, sessions on node A: ${passed} passed, ${failed.length} failed, ${results.length - passed - failed.length} skipped`,
+      );
       // Only the checks that need the --conformance hooks (not served by a production node) skip.
       for (const skipped of results.filter((result) => result.outcome.status === 'skip'))
         expect(skipped.outcome.reason).toMatch(/hook|--conformance/);

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
 import { MetisError } from '../errors.js';
 import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
@@ -55,7 +56,8 @@ export interface ApiContext {
   /** metis's version, for `GET /openapi.json`. */
   readonly version?: string;
   /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
-  readonly wsBase: () => string;
+  /** Where a client reaches the stream, as it reached this request (a load balancer's address too). */
+  readonly wsBase: (request: IncomingMessage) => string;
   /** Every other route the server serves, for `GET /openapi.json`. */
   readonly otherRoutes?: () => readonly RouteDoc[];
   /** The store's and the cluster's state, for `GET /healthz`. */
@@ -175,7 +177,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         success: { status: 200, description: 'session, attach_token, ws_url' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
-      async ({ params: [id] }) => {
+      async ({ params: [id], request }) => {
         const session = runtime.getSession(id!);
         const token = tokens.issue(session.id);
         return [
@@ -184,7 +186,7 @@ export function apiRoutes(context: ApiContext): Route[] {
             session_id: session.id,
             active_model: session.active_model,
             attach_token: token,
-            ws_url: `${context.wsBase()}/sessions/${encodeURIComponent(session.id)}/stream?attach=${token}`,
+            ws_url: `${context.wsBase(request)}/sessions/${encodeURIComponent(session.id)}/stream?attach=${token}`,
             session,
           },
         ];

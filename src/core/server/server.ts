@@ -205,7 +205,12 @@ export async function startServer(
       commitWaitMs: options.commitWaitMs,
       tokens,
       faults: options.faults,
-      wsBase: () => `ws://${address}`,
+      // The host the client named (checked by the front door): behind a proxy or a load balancer the
+      // node's own address is not one the client can reach. A proxy that ends TLS says so.
+      wsBase: (request) => {
+        const secure = request.headers['x-forwarded-proto'] === 'https';
+        return `${secure ? 'wss' : 'ws'}://${request.headers.host ?? address}`;
+      },
       version: packageVersion(),
       otherRoutes: () => otherRoutes,
       health: options.health,
