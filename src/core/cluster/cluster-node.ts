@@ -37,6 +37,8 @@ export interface ClusterNode {
   ownSession(sessionId: string): Promise<void>;
   /** Whether this node holds the session's lease now (as far as it knows without asking the store). */
   holds(sessionId: string): boolean;
+  /** Another node holds these sessions now (the store said so at a shipment): asked again next time. */
+  lost(sessionIds: readonly string[]): void;
   /** Reads a session and its workers from the store, each after the seq given (session-pull.ts). */
   readSession(sessionId: string, after: ReadonlyMap<string, number>): Promise<StoredSession>;
   /**
@@ -302,6 +304,9 @@ export async function joinCluster(options: {
     peers: () => peers,
     ownSession,
     holds: (sessionId) => trusted() && held.has(sessionId),
+    lost: (sessionIds) => {
+      for (const sessionId of sessionIds) held.delete(sessionId);
+    },
     readSession: (sessionId, after) =>
       withConnection(sessionId, (connection) => readStoredSession(connection, sessionId, after)),
     health: () => ({ broker: { state: broker.state } }),

@@ -51,7 +51,17 @@ function shippedCommits(
         stopShipped();
       };
     },
-    onDrop: (listener) => writer.onDrop(listener),
+    onDrop: (listener) => {
+      writer.onDrop(listener);
+      // Fenced off a shipment (another node runs the session now): never published.
+      upstream.onFenced(({ events }) => {
+        const ids = new Set(events.map((event) => event.id));
+        const dropped = awaiting.filter((event) => ids.has(event.id));
+        if (dropped.length === 0) return;
+        for (let i = awaiting.length - 1; i >= 0; i -= 1) if (ids.has(awaiting[i]!.id)) awaiting.splice(i, 1);
+        listener(dropped);
+      });
+    },
   };
 }
 

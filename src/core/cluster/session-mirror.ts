@@ -1,11 +1,10 @@
 import type { Logger } from 'pino';
-import { microsToIso } from '../events/clock.js';
-import { type Actor, type MetisEvent, type Sensitivity, SYSTEM_SESSION_ID } from '../events/envelope.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import type { EventSequencer } from '../server/event-sequencer.js';
 import type { Db } from '../store/database.js';
 import { eventToParams } from '../store/event-rows.js';
 import { writePulled } from '../store/postgres/working-copy.js';
-import { COPIED_TABLES } from '../store/store-copy.js';
+import { COPIED_TABLES, copiedRowToEvent, EVENT_ROW_AT } from '../store/store-copy.js';
 import type { Broker, BrokerMessage } from './broker.js';
 import { ALL_SESSIONS_SUBJECT, FAMILY_HEADER, NODE_HEADER } from './event-fanout.js';
 import { type StoredSession, writeStoredSession } from './session-pull.js';
@@ -29,36 +28,6 @@ const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
  * arrival brings the session's rows up from the store.
  */
 const CHANGES_ROWS = /^(session\.|turn\.|llm\.call_(completed|failed)$|tool\.|delegate\.)/;
-const column = (name: string) => (EVENTS.columns as readonly string[]).indexOf(name);
-const AT = {
-  session: column('session_id'),
-  id: column('id'),
-  seq: column('seq'),
-  timestamp: column('timestamp_us'),
-  turn: column('turn_id'),
-  parent: column('parent_event_id'),
-  type: column('type'),
-  actor: column('actor'),
-  sensitivity: column('sensitivity'),
-  payload: column('payload_json'),
-};
-
-/** A stored event as the store's `events` columns give it (session-pull.ts), as the bus stamps one. */
-function storedRowToEvent(row: readonly unknown[]): MetisEvent {
-  return {
-    id: row[AT.id] as string,
-    timestamp: microsToIso(row[AT.timestamp] as number),
-    session_id: row[AT.session] as string,
-    turn_id: row[AT.turn] as string | null,
-    parent_event_id: row[AT.parent] as string | null,
-    type: row[AT.type] as string,
-    actor: row[AT.actor] as Actor,
-    payload: JSON.parse(row[AT.payload] as string) as Record<string, unknown>,
-    sensitivity: row[AT.sensitivity] as Sensitivity,
-    seq: row[AT.seq] as number,
-  };
-}
-
 /**
  * Keeps this node's working copy of every session other nodes run in step with them, so that a client
  * attached here is served exactly as on the node running the turn: each node publishes its sessions'
@@ -152,13 +121,14 @@ export function mirrorSessions(parts: {
         : {
             ...read,
             events: read.events.filter(
-              (row) => row[AT.session] === sessionId && (row[AT.seq] as number) <= throughSeq,
+              (row) =>
+                row[EVENT_ROW_AT.session] === sessionId && (row[EVENT_ROW_AT.seq] as number) <= throughSeq,
             ),
           };
     // A session followed live has its streaming events here already: only a gap may have lost some.
     const { addedEvents } = writeStoredSession(db, stored, !following.has(sessionId));
     parts.forget(stored.sessionIds.filter((id) => !parts.runsHere(id)));
-    for (const row of addedEvents) release(storedRowToEvent(row));
+    for (const row of addedEvents) release(copiedRowToEvent(row));
     // Everything the copy holds of these sessions is released: a replay may reach that far.
     for (const id of stored.sessionIds) {
       const newest = newestStored.get(id) as string | null;

@@ -140,7 +140,13 @@ export async function startService(
     store =
       config.store.url === null
         ? null
-        : await openPostgresStore(config.store.url, storeSetting, dirname(dbPath), logger, prepared !== null);
+        : await openPostgresStore(
+            config.store.url,
+            storeSetting,
+            dirname(dbPath),
+            logger,
+            prepared?.nodeId ?? null,
+          );
   } catch (error) {
     release();
     await prepared?.abort();
@@ -368,6 +374,20 @@ export async function startService(
         },
       });
       prepared = null; // joined: closing the node closes the broker
+      const node = cluster;
+      upstream.onFenced(({ sessionIds }) => {
+        const roots = [...new Set(sessionIds.map(rootOf))];
+        node.lost(roots);
+        // What this node still runs there reaches no one: the turn is cancelled, its tools' processes
+        // with it (their events are fenced off too).
+        for (const root of roots) {
+          const turn = runtime.currentTurn(root);
+          if (turn === null) continue;
+          runtime.cancelTurn(root, turn.turnId, 'timeout');
+          // Then forgotten: the session's next use here reads the store again.
+          void turn.done.finally(() => runtime.release(root));
+        }
+      });
     }
     const joined = cluster;
     const opened = trace;

@@ -4,6 +4,8 @@ import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { MetisError } from '../errors.js';
+import { microsToIso } from '../events/clock.js';
+import type { Actor, MetisEvent, Sensitivity } from '../events/envelope.js';
 import { type Db, openDatabase } from './database.js';
 import { assertReadableStore, BIGINT_AS_NUMBER, copyTextField } from './postgres/pg-util.js';
 import { migratePostgres, renewStoreEpoch, SERVE_LOCK_SQL } from './postgres/schema.js';
@@ -97,6 +99,38 @@ export const COPIED_TABLES = [
     columns: ['id', 'fingerprint_id', 'model', 'session_id', 'score', 'cost_usd', 'turns', 'recorded_at_us'],
   },
 ] as const;
+
+const eventColumn = (name: string) =>
+  (COPIED_TABLES.find((table) => table.name === 'events')!.columns as readonly string[]).indexOf(name);
+/** Where each column of an `events` row (COPIED_TABLES' order) is. */
+export const EVENT_ROW_AT = {
+  session: eventColumn('session_id'),
+  id: eventColumn('id'),
+  seq: eventColumn('seq'),
+  timestamp: eventColumn('timestamp_us'),
+  turn: eventColumn('turn_id'),
+  parent: eventColumn('parent_event_id'),
+  type: eventColumn('type'),
+  actor: eventColumn('actor'),
+  sensitivity: eventColumn('sensitivity'),
+  payload: eventColumn('payload_json'),
+};
+
+/** An event as a row of `events` in COPIED_TABLES' column order, as the bus stamps one. */
+export function copiedRowToEvent(row: readonly unknown[]): MetisEvent {
+  return {
+    id: row[EVENT_ROW_AT.id] as string,
+    timestamp: microsToIso(row[EVENT_ROW_AT.timestamp] as number),
+    session_id: row[EVENT_ROW_AT.session] as string,
+    turn_id: row[EVENT_ROW_AT.turn] as string | null,
+    parent_event_id: row[EVENT_ROW_AT.parent] as string | null,
+    type: row[EVENT_ROW_AT.type] as string,
+    actor: row[EVENT_ROW_AT.actor] as Actor,
+    payload: JSON.parse(row[EVENT_ROW_AT.payload] as string) as Record<string, unknown>,
+    sensitivity: row[EVENT_ROW_AT.sensitivity] as Sensitivity,
+    seq: row[EVENT_ROW_AT.seq] as number,
+  };
+}
 
 const TABLES = COPIED_TABLES;
 export type CopiedTable = (typeof COPIED_TABLES)[number];

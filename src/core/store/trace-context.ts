@@ -6,6 +6,7 @@ import { silentLogger } from '../logger.js';
 import { type Db, openDatabase } from './database.js';
 import { type DetectedGap, scanForGaps } from './gap-detector.js';
 import { drainHandoffs } from './owner-handoffs.js';
+import type { Fenced } from './postgres/pg-shipper.js';
 import { asStorageError } from './storage-errors.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
@@ -34,6 +35,11 @@ export interface StoreUpstream {
    * (its events are shipped in id order). Returns the function that stops it.
    */
   onShipped(listener: (eventsThrough: string) => void): () => void;
+  /**
+   * Calls `listener` with the events a shipment left out because another node runs their session now
+   * (a cluster node's fencing); they are gone from the copy, and never reach the store.
+   */
+  onFenced(listener: (fenced: Fenced) => void): () => void;
 }
 
 export interface TraceContext {

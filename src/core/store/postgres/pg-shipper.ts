@@ -6,11 +6,12 @@ import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from 'pino';
 import { MetisError } from '../../errors.js';
 import { nowMicros } from '../../events/clock.js';
-import { SYSTEM_SESSION_ID } from '../../events/envelope.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../../events/envelope.js';
 import type { Db } from '../database.js';
-import { COPIED_TABLES, type CopiedTable } from '../store-copy.js';
+import { COPIED_TABLES, type CopiedTable, copiedRowToEvent } from '../store-copy.js';
 import type { StoreUpstream } from '../trace-context.js';
 import { copyTextField, inTransaction } from './pg-util.js';
+import { writePulled } from './working-copy.js';
 
 export interface ShipperOptions {
   /** Outbox entries per shipment at most: after an outage the backlog goes in transactions of this size. */
@@ -24,6 +25,18 @@ export interface ShipperOptions {
    * into `system`, each with its own counter; the store's order is the one that stays whole).
    */
   readonly numberSystemEvents?: boolean;
+  /**
+   * A cluster node's name: changes of a session whose lease (its family root's) names another node
+   * are not shipped. A node cut off past the node timeout may still be running a session another node
+   * has taken since; what it did meanwhile would contradict the new owner's (docs/scale-out.md).
+   */
+  readonly fenceFor?: string;
+}
+
+/** Events left out of a shipment because another node runs their session now, and those sessions. */
+export interface Fenced {
+  readonly events: readonly MetisEvent[];
+  readonly sessionIds: readonly string[];
 }
 
 interface OutboxEntry {
@@ -75,6 +88,13 @@ async function copyEvents(client: pg.PoolClient, rows: readonly unknown[][]): Pr
   );
 }
 
+/** The column naming the session a table's row belongs to. */
+const SESSION_COLUMN: Readonly<Record<string, string>> = {
+  sessions: 'id',
+  messages: 'session_id',
+  tool_calls: 'session_id',
+};
+
 /** Tables whose rows are named by an integer. */
 const NUMERIC_KEYS = new Set(['tool_calls', 'pattern_outcomes']);
 
@@ -111,6 +131,7 @@ export class PgShipper implements StoreUpstream {
   /** A kick that came while a ping ran: the drain starts when the ping ends. */
   private kickWaiting = false;
   private readonly shippedListeners = new Set<(eventsThrough: string) => void>();
+  private readonly fencedListeners = new Set<(fenced: Fenced) => void>();
   /** Cuts a retry's backoff short when the shipper closes. */
   private readonly stopping = new AbortController();
   private readonly readBatch: (limit: number) => OutboxEntry[];
@@ -172,6 +193,11 @@ export class PgShipper implements StoreUpstream {
   onShipped(listener: (eventsThrough: string) => void): () => void {
     this.shippedListeners.add(listener);
     return () => this.shippedListeners.delete(listener);
+  }
+
+  onFenced(listener: (fenced: Fenced) => void): () => void {
+    this.fencedListeners.add(listener);
+    return () => this.fencedListeners.delete(listener);
   }
 
   /** Why the store cannot be written now (the last shipment or ping failed); null while it can. */
@@ -284,7 +310,8 @@ export class PgShipper implements StoreUpstream {
       const through = entries.at(-1)?.n ?? this.shipped;
       const eventsThrough = (events.at(-1)?.[EVENT_ID] as string | undefined) ?? this.eventsShipped;
       try {
-        await this.ship(entries, events, through, eventsThrough);
+        const fenced = await this.ship(entries, events, through, eventsThrough);
+        if (fenced.size > 0) this.dropFenced(events, fenced);
       } catch (error) {
         this.failed(error);
         if (this.closed) return;
@@ -348,7 +375,8 @@ export class PgShipper implements StoreUpstream {
     events: readonly unknown[][],
     through: number,
     eventsThrough: string,
-  ): Promise<void> {
+  ): Promise<ReadonlySet<string>> {
+    let fenced: ReadonlySet<string> = new Set();
     const latest = new Map<string, Map<string | number, OutboxEntry['op']>>();
     for (const entry of entries) {
       const ops = latest.get(entry.tbl) ?? new Map<string | number, OutboxEntry['op']>();
@@ -357,7 +385,11 @@ export class PgShipper implements StoreUpstream {
       ops.set(entry.row_key, entry.op);
     }
     await inTransaction(this.pool, async (client) => {
-      const shipped = this.options.numberSystemEvents ? await numberSystemEvents(client, events) : events;
+      if (this.options.fenceFor !== undefined)
+        fenced = await this.fencedSessions(client, this.options.fenceFor, events, entries);
+      const kept =
+        fenced.size === 0 ? events : events.filter((row) => !fenced.has(row[EVENT_SESSION] as string));
+      const shipped = this.options.numberSystemEvents ? await numberSystemEvents(client, kept) : kept;
       if (shipped.length > 0) await copyEvents(client, shipped);
       // Deletes first (children before parents): a row deleted and one inserted under another key with
       // the same unique value (a pattern fingerprint's key) must not meet in the store.
@@ -375,7 +407,7 @@ export class PgShipper implements StoreUpstream {
         const keys = [...(latest.get(table.name) ?? [])]
           .filter(([, op]) => op === 'upsert')
           .map(([key]) => key);
-        if (keys.length > 0) await this.upsert(client, table, keys);
+        if (keys.length > 0) await this.upsert(client, table, keys, fenced);
       }
       const registered = await client.query(
         'UPDATE metis_working_copies SET shipped_through = $2, events_through = $3, updated_at_us = $4 WHERE copy_id = $1',
@@ -387,13 +419,22 @@ export class PgShipper implements StoreUpstream {
           `${this.label} no longer knows this server's working copy: something else changed the store while this server ran (a restore, a copy into it, a prune, or another server that started on it)`,
         );
     });
+    return fenced;
   }
 
-  private async upsert(client: pg.PoolClient, table: CopiedTable, keys: readonly (string | number)[]) {
+  private async upsert(
+    client: pg.PoolClient,
+    table: CopiedTable,
+    keys: readonly (string | number)[],
+    fenced: ReadonlySet<string>,
+  ) {
     const columns = table.columns.join(', ');
-    const rows = this.db
-      .prepare(`SELECT ${columns} FROM ${table.name} WHERE ${table.pk} IN (SELECT value FROM json_each(?))`)
-      .all(JSON.stringify(keys));
+    const sessionColumn = SESSION_COLUMN[table.name];
+    const rows = (
+      this.db
+        .prepare(`SELECT ${columns} FROM ${table.name} WHERE ${table.pk} IN (SELECT value FROM json_each(?))`)
+        .all(JSON.stringify(keys)) as Record<string, unknown>[]
+    ).filter((row) => sessionColumn === undefined || !fenced.has(row[sessionColumn] as string));
     // A row gone since (deleted later, its delete further on in the outbox) has nothing to upsert.
     if (rows.length === 0) return;
     const updates = table.columns
@@ -406,6 +447,72 @@ export class PgShipper implements StoreUpstream {
        ON CONFLICT (${table.pk}) DO UPDATE SET ${updates}`,
       [JSON.stringify(rows)],
     );
+  }
+
+  /**
+   * The sessions of this shipment whose family root is leased to another node (the lease rows read
+   * FOR SHARE: a node taking one over waits for this shipment, or this shipment sees it taken).
+   */
+  private async fencedSessions(
+    client: pg.PoolClient,
+    nodeId: string,
+    events: readonly unknown[][],
+    entries: readonly OutboxEntry[],
+  ): Promise<ReadonlySet<string>> {
+    const sessions = new Set<string>();
+    for (const row of events) sessions.add(row[EVENT_SESSION] as string);
+    for (const entry of entries) {
+      const column = SESSION_COLUMN[entry.tbl];
+      if (column === undefined || entry.op !== 'upsert') continue;
+      const owner = this.db
+        .prepare(
+          `SELECT ${column} FROM ${entry.tbl} WHERE ${COPIED_TABLES.find((t) => t.name === entry.tbl)!.pk} = ?`,
+        )
+        .pluck()
+        .get(entry.row_key) as string | undefined;
+      if (owner !== undefined) sessions.add(owner);
+    }
+    sessions.delete(SYSTEM_SESSION_ID);
+    if (sessions.size === 0) return new Set();
+    const rootOf = new Map<string, string>();
+    const parent = this.db.prepare('SELECT parent_session_id FROM sessions WHERE id = ?').pluck();
+    for (const id of sessions) {
+      let root = id;
+      for (let depth = 0; depth < 64; depth += 1) {
+        const up = parent.get(root) as string | null | undefined;
+        if (up === null || up === undefined) break;
+        root = up;
+      }
+      rootOf.set(id, root);
+    }
+    const taken = new Set(
+      (
+        await client.query<{ session_id: string }>(
+          `SELECT session_id FROM metis_session_leases WHERE session_id = ANY($1::text[]) AND node_id <> $2
+           FOR SHARE`,
+          [[...new Set(rootOf.values())], nodeId],
+        )
+      ).rows.map((row) => row.session_id),
+    );
+    return new Set([...sessions].filter((id) => taken.has(rootOf.get(id)!)));
+  }
+
+  /**
+   * Events left out of a shipment are taken out of the copy too (another node numbers their session
+   * now, and brings it in when this node runs it again), and said to be dropped, never published.
+   */
+  private dropFenced(events: readonly unknown[][], fenced: ReadonlySet<string>): void {
+    const dropped = events.filter((row) => fenced.has(row[EVENT_SESSION] as string));
+    const remove = this.db.prepare('DELETE FROM events WHERE id = ?');
+    writePulled(this.db, () => {
+      for (const row of dropped) remove.run(row[EVENT_ID]);
+    });
+    this.logger.error(
+      { sessions: [...fenced], events: dropped.length },
+      'another node runs these sessions now: what this node did in them since is not sent to the store',
+    );
+    const report: Fenced = { events: dropped.map(copiedRowToEvent), sessionIds: [...fenced] };
+    for (const listener of this.fencedListeners) listener(report);
   }
 
   private failed(error: unknown): void {

@@ -36,9 +36,13 @@ export async function openPostgresStore(
   setting: string,
   dataDir: string,
   logger: Logger,
-  /** A node of a cluster: the store numbers the `system` session's events (pg-shipper.ts). */
-  cluster = false,
+  /**
+   * A node of a cluster, by its name: the store numbers the `system` session's events, and the
+   * sessions another node runs are fenced off its shipments (pg-shipper.ts).
+   */
+  clusterNode: string | null = null,
 ): Promise<PostgresServeStore> {
+  const cluster = clusterNode !== null;
   const copy = await prepareWorkingCopy({ url, setting, dataDir, logger, cluster });
   const pool = new pg.Pool({
     connectionString: url,
@@ -57,7 +61,11 @@ export async function openPostgresStore(
   let closing: Promise<void> | null = null;
   return {
     copy,
-    upstream: (db) => new PgShipper(db, pool, copy, logger, { numberSystemEvents: cluster }),
+    upstream: (db) =>
+      new PgShipper(db, pool, copy, logger, {
+        numberSystemEvents: cluster,
+        ...(clusterNode === null ? {} : { fenceFor: clusterNode }),
+      }),
     close: () => {
       closing ??= Promise.all([pool.end().catch(() => {}), lock.close()]).then(() => {});
       return closing;
