@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { connect, type Msg } from '@nats-io/transport-node';
 import { describe, expect, it } from 'vitest';
 import { newEventId } from '../../src/core/events/ids.js';
+import { until } from '../helpers/cluster.js';
 import { freePort } from '../helpers/free-port.js';
 import { jsonRequest } from '../helpers/http.js';
 import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
@@ -58,14 +59,6 @@ async function clusterStatus(store: string, home: string, extra: string[] = []) 
 
 function psqlIn(url: string, sql: string): string {
   return pg.psql(sql, new URL(url).pathname.slice(1)).trim();
-}
-
-async function until(check: () => Promise<boolean> | boolean, what: string, timeoutMs = 15_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 inCluster('a metis serve node of a cluster', () => {

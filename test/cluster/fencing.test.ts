@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { clusterRequest, startClusterNode } from '../helpers/cluster.js';
+import { clusterRequest, startClusterNode, until } from '../helpers/cluster.js';
 import { natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
@@ -13,14 +13,6 @@ import { runCli } from '../helpers/run-cli.js';
 
 const pg = postgresForFile();
 const inCluster = describe.skipIf(!postgresTestsRun || !natsTestsRun);
-
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 20_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 inCluster('a node cut off while running a turn', () => {
   it('ships nothing more of a session another node has taken since, and gives the session up', async () => {

@@ -79,3 +79,16 @@ export async function clusterRequest(
     node: response.headers.get('metis-node'),
   };
 }
+
+/** Polls `check` until it holds; fails naming `what` after `timeoutMs`. */
+export async function until(
+  check: () => Promise<boolean> | boolean,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

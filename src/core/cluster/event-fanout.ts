@@ -26,6 +26,9 @@ export function sessionSubject(sessionId: string): string | null {
   return SUBJECT_TOKEN.test(sessionId) ? `${SUBJECT_PREFIX}.session.${sessionId}` : null;
 }
 
+/** Events committed here and not yet in PostgreSQL that the fan-out holds at most. */
+const MAX_AWAITING_SHIPMENT = 50_000;
+
 /**
  * What "committed" means for the cluster: a bus event counts once the store of record (PostgreSQL)
  * holds it, not when this node's working copy does. Events committed locally wait here for the shipment
@@ -36,10 +39,15 @@ function shippedCommits(
   upstream: StoreUpstream,
 ): Pick<TraceWriter, 'onCommit' | 'onDrop'> {
   const awaiting: MetisEvent[] = [];
+  let drop: ((batch: readonly MetisEvent[]) => void) | null = null;
   return {
     onCommit: (listener) => {
       const stopLocal = writer.onCommit((batch) => {
         for (const event of batch) awaiting.push(event);
+        // PostgreSQL away for long: the oldest are given up on here (never published, and what waits
+        // behind them goes on); other nodes find the gap by seq and fill it from the store once back.
+        if (awaiting.length > MAX_AWAITING_SHIPMENT && drop !== null)
+          drop(awaiting.splice(0, awaiting.length - MAX_AWAITING_SHIPMENT / 2));
       });
       const stopShipped = upstream.onShipped((through) => {
         let count = 0;
@@ -52,6 +60,7 @@ function shippedCommits(
       };
     },
     onDrop: (listener) => {
+      drop = listener;
       writer.onDrop(listener);
       // Fenced off a shipment (another node runs the session now): never published.
       upstream.onFenced(({ events }) => {
