@@ -5,7 +5,7 @@ import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { type FilterInput, subscribeOn, subscribeReply } from '../helpers/protocol.js';
 import { runCli } from '../helpers/run-cli.js';
-import { openClient } from '../helpers/server.js';
+import { openClient, type TestClient } from '../helpers/server.js';
 
 /**
  * Issue 20: three `metis serve` nodes on one PostgreSQL store and one nats-server, as child processes.
@@ -49,6 +49,14 @@ async function attachTo(
   // With a cursor the client resumes (a replay); without, it starts from a snapshot.
   return subscribeOn(client, { filter, since, snapshot: since === null });
 }
+
+/** Matches the event frame that completes the turn. */
+const completed = (turnId: string) => (frame: any) =>
+  frame.type === 'event' && frame.event.turn_id === turnId && frame.event.type === 'turn.completed';
+
+/** A client's events, each as the JSON it came as, in the order received. */
+const eventsOf = (client: TestClient) =>
+  client.frames.filter((frame) => frame.type === 'event').map((frame) => JSON.stringify(frame.event));
 
 inCluster('three metis serve nodes on one store', () => {
   it('start together, each naming the others as peers', async () => {
@@ -105,8 +113,7 @@ inCluster('three metis serve nodes on one store', () => {
       const onA = await attachTo(a.url, sessionId);
       const onC = await attachTo(c.url, sessionId);
       const first = await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'one' });
-      const endOf = (turnId: string) => (frame: any) =>
-        frame.type === 'event' && frame.event.turn_id === turnId && frame.event.type === 'turn.completed';
+      const endOf = completed;
       await onC.client.waitFor(endOf(first.body.turn_id), 20_000);
       await nats.stop();
       const error = await onC.client.waitFor((frame) => frame.type === 'error', 20_000);
@@ -166,14 +173,9 @@ inCluster('three metis serve nodes on one store', () => {
         message: 'delegate: count the files',
       });
       expect(turn.status).toBe(202);
-      const ended = (frame: any) =>
-        frame.type === 'event' &&
-        frame.event.turn_id === turn.body.turn_id &&
-        frame.event.type === 'turn.completed';
+      const ended = completed(turn.body.turn_id as string);
       await onA.client.waitFor(ended, 30_000);
       await onC.client.waitFor(ended, 30_000);
-      const eventsOf = (client: typeof onA.client) =>
-        client.frames.filter((frame) => frame.type === 'event').map((frame) => JSON.stringify(frame.event));
       const seenOnC = eventsOf(onC.client);
       expect(seenOnC.some((event) => JSON.parse(event).session_id !== sessionId)).toBe(true);
       expect(seenOnC).toEqual(eventsOf(onA.client));
@@ -183,7 +185,7 @@ inCluster('three metis serve nodes on one store', () => {
   });
 
   it('a node answers forwarded requests only for session paths on itself', async () => {
-    await withCluster(async ({ nats, nodes }) => {
+    await withCluster(async ({ nats }) => {
       const client = await connect({ servers: nats.url });
       try {
         for (const url of ['http://evil.example/sessions/sess_x/turns', '/patterns/clear', '/healthz']) {
@@ -201,7 +203,6 @@ inCluster('three metis serve nodes on one store', () => {
       } finally {
         await client.close();
       }
-      expect(nodes).toHaveLength(3);
     });
   });
 
@@ -218,12 +219,9 @@ inCluster('three metis serve nodes on one store', () => {
       expect(turn.status).toBe(202);
       expect(turn.node).toBe('node-a');
       const turnId = turn.body.turn_id as string;
-      const ended = (frame: any) =>
-        frame.type === 'event' && frame.event.turn_id === turnId && frame.event.type === 'turn.completed';
+      const ended = completed(turnId);
       await onA.client.waitFor(ended, 20_000);
       await onC.client.waitFor(ended, 20_000);
-      const eventsOf = (client: typeof onA.client) =>
-        client.frames.filter((frame) => frame.type === 'event').map((frame) => JSON.stringify(frame.event));
       // Both families, in the same order, byte for byte.
       expect(eventsOf(onC.client)).toEqual(eventsOf(onA.client));
       expect(eventsOf(onC.client).some((event) => JSON.parse(event).seq === null)).toBe(true);

@@ -1,9 +1,11 @@
 import type { Logger } from 'pino';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
+import { selfAndDescendants } from '../runtime/session-lineage.js';
 import type { EventSequencer } from '../server/event-sequencer.js';
 import type { Db } from '../store/database.js';
 import { eventToParams } from '../store/event-rows.js';
 import { writePulled } from '../store/postgres/working-copy.js';
+import { SessionStore } from '../store/session-store.js';
 import { COPIED_TABLES, copiedRowToEvent, EVENT_ROW_AT } from '../store/store-copy.js';
 import type { Broker, BrokerMessage } from './broker.js';
 import { ALL_SESSIONS_SUBJECT, FAMILY_HEADER, NODE_HEADER } from './event-fanout.js';
@@ -35,8 +37,8 @@ const CHANGES_ROWS = /^(session\.|turn\.|llm\.call_(completed|failed)$|tool\.|de
  * written into the copy (not shipped back: the store has it) and then released to this node's clients,
  * each streaming event released as it comes. A bus event that does not follow the copy's last one of
  * its session (a message lost while the broker was away, a session new here) has the session brought
- * up to the store first, which holds it already. Messages of one session are handled one at a time, in
- * order; a refresh waits its turn among them.
+ * up to the store first, which holds it already. Messages are handled one at a time, in the order they
+ * came; a refresh waits its turn among them.
  */
 export function mirrorSessions(parts: {
   readonly broker: Broker;
@@ -71,17 +73,15 @@ export function mirrorSessions(parts: {
    * as current as the messages received, and a reader needs no trip to the store.
    */
   const following = new Set<string>();
-  /** Per session, the newest event released here: nothing older may follow it to a client. */
-  const releasedThrough = new Map<string, string>();
   const release = (event: MetisEvent) => {
-    const newest = releasedThrough.get(event.session_id);
-    // A streaming event older than what a trip to the store released cannot be placed in order any
-    // more; it is dropped, as a reconnecting client's deltas may be (streaming §3.6). A stored event
-    // is never dropped: it reaches this point only once, in seq order.
+    // A streaming event older than what this node released of its session (a trip to the store
+    // released further) cannot be placed in order any more; it is dropped, as a reconnecting client's
+    // deltas may be (streaming §3.6). A stored event is never dropped: it comes once, in seq order.
+    const newest = sequencer.remoteMark(event.session_id);
     if (event.seq === null && newest !== undefined && event.id <= newest) return;
-    if (newest === undefined || event.id > newest) releasedThrough.set(event.session_id, event.id);
     sequencer.releaseRemote(event);
   };
+  const lineage = new SessionStore(db);
   const newestStored = db.prepare('SELECT max(id) FROM events WHERE session_id = ?').pluck();
   let closed = false;
 
@@ -103,16 +103,8 @@ export function mirrorSessions(parts: {
   const bringUp = async (sessionId: string, throughSeq?: number): Promise<void> => {
     if (closed || !db.open) return;
     const after = new Map<string, number>();
-    const family = db
-      .prepare(
-        `WITH RECURSIVE family (id) AS (
-           SELECT id FROM sessions WHERE id = ?
-           UNION SELECT s.id FROM sessions s JOIN family f ON s.parent_session_id = f.id)
-         SELECT id FROM family`,
-      )
-      .pluck()
-      .all(sessionId) as string[];
-    for (const id of family) after.set(id, (lastSeq.get(id) as number | null) ?? 0);
+    for (const id of selfAndDescendants(lineage, sessionId))
+      after.set(id, (lastSeq.get(id) as number | null) ?? 0);
     const read = await parts.read(sessionId, after);
     if (closed || !db.open) return;
     const stored =

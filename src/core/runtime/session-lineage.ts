@@ -23,6 +23,17 @@ export function selfAndDescendants(sessions: SessionStore, sessionId: string): s
   return found;
 }
 
+/** The session at the top of `sessionId`'s delegation tree (itself when it is no worker). */
+export function rootSession(sessions: SessionStore, sessionId: string): string {
+  let current = sessionId;
+  for (let depth = 0; depth <= MAX_DELEGATION_DEPTH; depth += 1) {
+    const parent = sessions.getSession(current)?.parent_session_id ?? null;
+    if (parent === null) return current;
+    current = parent;
+  }
+  return current;
+}
+
 /** Whether `ancestorId` is `sessionId` itself or a session above it in the delegation tree. */
 export function isSelfOrAncestor(sessions: SessionStore, ancestorId: string, sessionId: string): boolean {
   let current: string | null = sessionId;

@@ -71,6 +71,11 @@ export class EventSequencer {
     if (newest === undefined || id > newest) this.remoteReleased.set(sessionId, id);
   }
 
+  /** The newest event of a session another node runs released here, if any. */
+  remoteMark(sessionId: string): string | undefined {
+    return this.remoteReleased.get(sessionId);
+  }
+
   /** This node runs these sessions now (it took them over): their horizon is its own again. */
   forgetRemote(sessionIds: Iterable<string>): void {
     for (const id of sessionIds) this.remoteReleased.delete(id);

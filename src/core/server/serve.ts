@@ -15,7 +15,7 @@ import { MetisError } from '../errors.js';
 import { ChildProcessRecord, killLeftoverChildren } from '../runtime/child-process-record.js';
 import { type RecoveryReport, recoverCrashedTurns } from '../runtime/crash-recovery.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
-import { MAX_DELEGATION_DEPTH, selfAndDescendants } from '../runtime/session-lineage.js';
+import { rootSession, selfAndDescendants } from '../runtime/session-lineage.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
 import { watchHandoffs } from '../store/owner-handoffs.js';
@@ -207,15 +207,7 @@ export async function startService(
     const runtimeConfig = conformance ? conformanceRuntime(config.runtime) : config.runtime;
     const sessionRecords = new SessionStore(trace.db);
     /** The session a worker's delegations descend from: the one leased for the whole family. */
-    const rootOf = (sessionId: string): string => {
-      let id = sessionId;
-      for (let depth = 0; depth <= MAX_DELEGATION_DEPTH; depth += 1) {
-        const parent = sessionRecords.getSession(id)?.parent_session_id ?? null;
-        if (parent === null) return id;
-        id = parent;
-      }
-      return id;
-    };
+    const rootOf = (sessionId: string): string => rootSession(sessionRecords, sessionId);
     /** Whether this node runs the session: it holds the lease of its family's root. */
     const runsHere = (sessionId: string): boolean => {
       if (!clustered) return true;

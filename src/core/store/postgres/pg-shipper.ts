@@ -7,7 +7,9 @@ import type { Logger } from 'pino';
 import { MetisError } from '../../errors.js';
 import { nowMicros } from '../../events/clock.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../../events/envelope.js';
+import { rootSession } from '../../runtime/session-lineage.js';
 import type { Db } from '../database.js';
+import { SessionStore } from '../session-store.js';
 import { COPIED_TABLES, type CopiedTable, copiedRowToEvent } from '../store-copy.js';
 import type { StoreUpstream } from '../trace-context.js';
 import { copyTextField, inTransaction } from './pg-util.js';
@@ -461,30 +463,23 @@ export class PgShipper implements StoreUpstream {
   ): Promise<ReadonlySet<string>> {
     const sessions = new Set<string>();
     for (const row of events) sessions.add(row[EVENT_SESSION] as string);
+    const ownerOf = new Map<string, ReturnType<Db['prepare']>>();
     for (const entry of entries) {
       const column = SESSION_COLUMN[entry.tbl];
       if (column === undefined || entry.op !== 'upsert') continue;
-      const owner = this.db
-        .prepare(
-          `SELECT ${column} FROM ${entry.tbl} WHERE ${COPIED_TABLES.find((t) => t.name === entry.tbl)!.pk} = ?`,
-        )
-        .pluck()
-        .get(entry.row_key) as string | undefined;
-      if (owner !== undefined) sessions.add(owner);
+      let owner = ownerOf.get(entry.tbl);
+      if (owner === undefined) {
+        const pk = COPIED_TABLES.find((table) => table.name === entry.tbl)!.pk;
+        owner = this.db.prepare(`SELECT ${column} FROM ${entry.tbl} WHERE ${pk} = ?`).pluck();
+        ownerOf.set(entry.tbl, owner);
+      }
+      const session = owner.get(entry.row_key) as string | undefined;
+      if (session !== undefined) sessions.add(session);
     }
     sessions.delete(SYSTEM_SESSION_ID);
     if (sessions.size === 0) return new Set();
-    const rootOf = new Map<string, string>();
-    const parent = this.db.prepare('SELECT parent_session_id FROM sessions WHERE id = ?').pluck();
-    for (const id of sessions) {
-      let root = id;
-      for (let depth = 0; depth < 64; depth += 1) {
-        const up = parent.get(root) as string | null | undefined;
-        if (up === null || up === undefined) break;
-        root = up;
-      }
-      rootOf.set(id, root);
-    }
+    const lineage = new SessionStore(this.db);
+    const rootOf = new Map([...sessions].map((id) => [id, rootSession(lineage, id)] as const));
     const taken = new Set(
       (
         await client.query<{ session_id: string }>(
