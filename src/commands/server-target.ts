@@ -20,7 +20,8 @@ export function configuredUrl(config: MetisConfig): string {
  * `--url`, else $METIS_URL, else the host and port of the config (`--config`, or the one found from
  * here up), else http://127.0.0.1:8421. The token: `--token`, else $METIS_TOKEN, else the config's
  * `server.bearer_token`, else the token file of $METIS_HOME. The config is read only when one of them
- * is not given otherwise; a broken one is an error that names it.
+ * is not given otherwise; a broken one is an error that names it, and so is one another account could
+ * have written (loadConfig refuses it): the token file's token never goes where such a file points.
  */
 export async function serverTarget(
   options: TargetOptions,
