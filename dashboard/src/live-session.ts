@@ -6,6 +6,7 @@ import {
   MetisClient,
   reduce,
 } from '../../src/client/browser.js';
+import { accessKey } from './access-key.js';
 import { eventIdMillis } from './format.js';
 
 export type Link = 'connecting' | 'connected' | 'reconnecting' | 'stopped';
@@ -42,6 +43,7 @@ export function useLiveSession(sessionId: string): LiveSession {
     setLive(blank());
     const client = new MetisClient({
       url: location.origin,
+      token: accessKey() ?? undefined,
       sessionId,
       filter: 'preset:full',
       snapshot: true,

@@ -1,4 +1,4 @@
-import type { StoredEvent } from './api.js';
+import type { StoredEvent } from './api-types.js';
 
 /** Start events and the types that end them (each end's `parent_event_id` is its start, bus §4). */
 const SPAN_ENDS: Readonly<Record<string, readonly string[]>> = {

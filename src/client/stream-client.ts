@@ -176,7 +176,8 @@ export class MetisClient implements AsyncIterable<ClientItem> {
 
   private async http(method: string, path: string, body?: unknown): Promise<Record<string, any>> {
     const headers: Record<string, string> = {};
-    if (body !== undefined) headers['content-type'] = 'application/json';
+    // Anything but a read is JSON, even with no body: the server refuses a change a form could send.
+    if (body !== undefined || method !== 'GET') headers['content-type'] = 'application/json';
     if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
     const response = await fetch(`${this.options.url}${path}`, {
       method,

@@ -80,7 +80,8 @@ export async function apiRequest(
 ): Promise<Record<string, any>> {
   const { url, token } = typeof target === 'string' ? { url: target, token: undefined } : target;
   const headers: Record<string, string> = {};
-  if (body !== undefined) headers['content-type'] = 'application/json';
+  // Anything but a read is JSON, even with no body: the server refuses a change a form could send.
+  if (body !== undefined || method !== 'GET') headers['content-type'] = 'application/json';
   if (token) headers.authorization = `Bearer ${token}`;
   let response: Response;
   try {

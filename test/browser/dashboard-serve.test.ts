@@ -65,7 +65,7 @@ describe.runIf(browserTestsRun)('metis serve and the dashboard', () => {
     await expect
       .poll(() => sessionTab.getByTestId('link').textContent(), { timeout: 15_000 })
       .toMatch(/^live · resumed, \d+ events? replayed$/);
-    // The cookie still holds: the same token (the home's token file) on the same address.
+    // The access key still holds: derived from the same token (the home's token file), kept by the page.
     expect(errors.filter((e) => !/ERR_CONNECTION_REFUSED|Failed to fetch/.test(e))).toEqual([]);
     await second.stop('SIGTERM');
   });

@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { Page } from 'playwright-core';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
@@ -22,7 +24,7 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     return startTestServer(config, { staticRoot: chromium.root, bearerToken: TOKEN });
   }
 
-  /** A page signed in the way a person is: a sign-in link (a single-use code), then the cookie. */
+  /** A page signed in the way a person is: a sign-in link (a single-use code), traded for the access key. */
   async function open(t: TestServer, hash = ''): Promise<{ page: Page; errors: string[] }> {
     const context = await chromium.browser.newContext({ colorScheme: 'light' });
     onTestFinished(() => context.close());
@@ -52,6 +54,36 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
       .locator('[data-turn-status]')
       .evaluateAll((nodes) => nodes.map((n) => n.getAttribute('data-turn-status')));
 
+  it('a page on another port of this host gets nothing to replay, and its calls are refused (issue 34, observation 2)', async () => {
+    const t = await serve();
+    const { page } = await open(t);
+    await expect.poll(() => page.textContent('main'), { timeout: 10_000 }).toContain('No sessions yet');
+    // Another listener on 127.0.0.1, in the same browser: what the browser sends it, and what its page can do.
+    const seenCookies: string[] = [];
+    const other = createServer((request, response) => {
+      seenCookies.push(request.headers.cookie ?? '');
+      response.setHeader('content-type', 'text/html');
+      response.end('<!doctype html><title>another port</title>');
+    });
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    onTestFinished(() => new Promise<void>((resolve) => other.close(() => resolve())));
+    const elsewhere = await page.context().newPage();
+    await elsewhere.goto(`http://127.0.0.1:${(other.address() as AddressInfo).port}/`);
+    expect(seenCookies.join(';')).not.toContain('metis');
+    // Any loopback page may read metis's answers (CORS), so what it may send must be worth nothing.
+    const tried = await elsewhere.evaluate(async (base) => {
+      const read = await fetch(`${base}/sessions`);
+      const change = await fetch(`${base}/sessions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{}',
+      });
+      return [read.status, change.status];
+    }, t.url);
+    expect(tried).toEqual([401, 401]);
+    expect((await t.request('GET', '/sessions', undefined, AUTH)).body.sessions).toHaveLength(0);
+  });
+
   it('a missing or wrong token shows how to get in, not a blank page', async () => {
     const t = await serve();
     const context = await chromium.browser.newContext();
@@ -65,13 +97,15 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     await expect.poll(() => page.getByTestId('sign-in').isVisible(), { timeout: 10_000 }).toBe(true);
   });
 
-  it('trades a sign-in link for a cookie, drops the code from the address, and lists sessions as they come', async () => {
+  it('trades a sign-in link for an access key, drops the code from the address, and lists sessions as they come', async () => {
     const t = await serve();
     const { page, errors } = await open(t);
     await expect.poll(() => page.textContent('main'), { timeout: 10_000 }).toContain('No sessions yet');
     expect(page.url()).not.toContain('login=');
-    const cookies = await page.context().cookies();
-    expect(cookies.map((cookie) => cookie.name)).toContain(`metis_token_${t.server.port}`);
+    expect(await page.context().cookies()).toEqual([]);
+    expect(await page.evaluate(() => (globalThis as any).localStorage.getItem('metis.access_key'))).toMatch(
+      /^mdk_/,
+    );
     const id = await session(t);
     await expect.poll(() => page.locator(`tr[data-session="${id}"]`).count(), { timeout: 10_000 }).toBe(1);
     await screenshot(page, 'sessions');

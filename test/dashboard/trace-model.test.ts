@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { StoredEvent } from '../../dashboard/src/api.js';
+import type { StoredEvent } from '../../dashboard/src/api-types.js';
 import { causalTree, spanLabel, spans } from '../../dashboard/src/trace-model.js';
 
 let clock = Date.parse('2026-11-27T10:00:00.000Z');

@@ -47,7 +47,9 @@ export async function startTestServer(
   const request: TestServer['request'] = async (method, path, body, headers = {}) => {
     const response = await fetch(`${server.url}${path}`, {
       method,
-      headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
+      // Anything but a read is JSON, even with no body, as metis's own clients send it.
+      headers:
+        body === undefined && method === 'GET' ? headers : { 'content-type': 'application/json', ...headers },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await response.text();

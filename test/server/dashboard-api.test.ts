@@ -6,7 +6,7 @@ import { startTestServer } from '../helpers/server.js';
 
 /**
  * Issue 16: what the dashboard reads (session activity, a session's trace, the store's figures, the
- * models) and how a browser signs in (a single-use link traded for the cookie; the page itself open).
+ * models) and how a browser signs in (a single-use link traded for an access key; the page itself open).
  */
 const TOKEN = 'dashboard-api-token-0123456789';
 const AUTH = { authorization: `Bearer ${TOKEN}` };
@@ -109,7 +109,7 @@ describe('what the dashboard reads', () => {
 });
 
 describe('signing a browser in', () => {
-  it('serves the page without the token, and trades a sign-in link for the cookie once', async () => {
+  it('serves the page without the token, and trades a sign-in link for the access key once', async () => {
     const t = await startTestServer({}, { bearerToken: TOKEN, staticRoot: dashboardFolder() });
     const page = await fetch(`${t.url}/`);
     expect(page.status).toBe(200);
@@ -120,23 +120,27 @@ describe('signing a browser in', () => {
     expect(minted.status).toBe(201);
     expect(minted.body.url).toMatch(new RegExp(`^${t.url}/\\?login=atk_`));
     expect(minted.body.url).not.toContain(TOKEN);
-    const first = await fetch(minted.body.url);
-    const cookie = first.headers.get('set-cookie');
-    expect(cookie).toMatch(/^metis_token_\d+=\S+; HttpOnly; SameSite=Strict; Path=\//);
-    expect(cookie).not.toContain(TOKEN);
-    const withCookie = await fetch(`${t.url}/sessions`, { headers: { cookie: cookie!.split(';')[0]! } });
-    expect(withCookie.status).toBe(200);
-    // Once only: the same link again sets nothing.
+    const code = new URL(minted.body.url).searchParams.get('login')!;
+    // Loading the page spends nothing: the page's own script trades the code.
     expect((await fetch(minted.body.url)).headers.get('set-cookie')).toBeNull();
+    const first = await t.request('POST', '/dashboard/sign-in', { login: code });
+    expect(first.status).toBe(200);
+    expect(first.body.access_key).not.toContain(TOKEN);
+    const withKey = await t.request('GET', '/sessions', undefined, {
+      authorization: `Bearer ${first.body.access_key}`,
+    });
+    expect(withKey.status).toBe(200);
+    // Once only.
+    expect((await t.request('POST', '/dashboard/sign-in', { login: code })).status).toBe(401);
     // A link is for the page: elsewhere it is no credential.
     const other = await t.request('POST', '/dashboard/sign-in-link', undefined, AUTH);
-    const code = new URL(other.body.url).searchParams.get('login');
-    expect((await fetch(`${t.url}/sessions?login=${code}`)).status).toBe(401);
+    const otherCode = new URL(other.body.url).searchParams.get('login');
+    expect((await fetch(`${t.url}/sessions?login=${otherCode}`)).status).toBe(401);
     expect((await t.request('POST', '/dashboard/sign-in-link')).status).toBe(401);
     expect(t.server.signInLink()).toMatch(/\/\?login=atk_/);
   });
 
-  it('counts wrong tokens and codes offered to the page as failures: a guesser is slowed down there too', async () => {
+  it('counts wrong tokens and codes offered to the sign-in as failures: a guesser is slowed down there too', async () => {
     const t = await startTestServer(
       {},
       {
@@ -145,14 +149,20 @@ describe('signing a browser in', () => {
         authThrottle: { maxFailures: 3, baseDelayMs: 60_000 },
       },
     );
-    for (let i = 0; i < 3; i += 1) {
-      const guess = await fetch(`${t.url}/?token=wrong-guess-${i}-0123456789`);
-      expect(guess.status).toBe(200); // the page still loads, to say how to get in
-      expect(guess.headers.get('set-cookie')).toBeNull();
-    }
-    // Slowed down now: even the right token trades nothing on the page, and the API says 429.
-    expect((await fetch(`${t.url}/?token=${TOKEN}`)).headers.get('set-cookie')).toBeNull();
-    expect((await fetch(`${t.url}/sessions`, { headers: AUTH })).status).toBe(429);
+    const offers = [
+      { token: 'wrong-guess-0-0123456789' },
+      { login: 'atk_guess' },
+      { token: 'wrong-guess-2-0123456789' },
+    ];
+    for (const offer of offers)
+      expect((await t.request('POST', '/dashboard/sign-in', offer)).status).toBe(401);
+    // Slowed down now: a wrong offer is answered 429, and so is a wrong token on the API...
+    const slowed = await t.request('POST', '/dashboard/sign-in', { login: 'atk_another' });
+    expect(slowed.status).toBe(429);
+    expect((await fetch(`${t.url}/sessions`)).status).toBe(429);
+    // ...but the right token still passes, and still trades.
+    expect((await fetch(`${t.url}/sessions`, { headers: AUTH })).status).toBe(200);
+    expect((await t.request('POST', '/dashboard/sign-in', { token: TOKEN })).status).toBe(200);
   });
 
   it('gives a plain link when the server has no token', async () => {

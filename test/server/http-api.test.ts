@@ -87,7 +87,8 @@ describe('POST /sessions', () => {
 
   it('refuses a POST without a JSON content type with 415, even with no body', async () => {
     const t = await startTestServer();
-    expectError(await t.request('POST', '/sessions'), 415, 'METIS_ERR_UNSUPPORTED_MEDIA_TYPE');
+    const bare = await fetch(`${t.url}/sessions`, { method: 'POST' });
+    expectError({ status: bare.status, body: await bare.json() }, 415, 'METIS_ERR_UNSUPPORTED_MEDIA_TYPE');
   });
 });
 
@@ -448,15 +449,16 @@ describe('health, unknown routes and methods', () => {
     expect(await allow('PUT', '/metrics')).toBe('GET, HEAD');
   });
 
-  it('a route without a body ignores what a client says it sends (curl -d sends a form type)', async () => {
+  it('a route without a body still wants JSON, or an Authorization header: a form cannot send either (issue 34)', async () => {
     const t = await startTestServer();
     const form = { 'content-type': 'application/x-www-form-urlencoded' };
-    expect((await fetch(`${t.url}/patterns/clear`, { method: 'POST', headers: form, body: '' })).status).toBe(
-      200,
-    );
-    // A route with a body still wants JSON.
-    const refused = await fetch(`${t.url}/sessions`, { method: 'POST', headers: form, body: 'a=b' });
-    expect(refused.status).toBe(415);
+    const post = (path: string, headers: Record<string, string>, body = '') =>
+      fetch(`${t.url}${path}`, { method: 'POST', headers, body });
+    expect((await post('/patterns/clear', form)).status).toBe(415);
+    expect((await post('/patterns/clear', { 'content-type': 'application/json' })).status).toBe(200);
+    expect((await post('/patterns/clear', { authorization: 'Bearer any' })).status).toBe(200);
+    // A route with a body wants JSON whatever else is sent.
+    expect((await post('/sessions', { ...form, authorization: 'Bearer any' }, 'a=b')).status).toBe(415);
   });
 
   it('sends JSON with no-store and nosniff on every answer', async () => {

@@ -7,8 +7,8 @@ export function SignIn() {
       <ol>
         <li>
           Open the link <code>metis serve</code> printed when it started, on its <code>dashboard</code> line:{' '}
-          <code>http://127.0.0.1:8421/?login=…</code>. A link works once; the browser then keeps a cookie for
-          this address.
+          <code>http://127.0.0.1:8421/?login=…</code>. A link works once; this page then keeps an access key
+          for this address (in its own storage, which no other address can read).
         </li>
         <li>
           Used it already, or it is older than 15 minutes? Run <code>metis dashboard</code> on the machine

@@ -61,7 +61,7 @@ export class CheckContext {
     at: string = this.url,
   ): Promise<{ status: number; body: any }> {
     const headers: Record<string, string> = {};
-    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (body !== undefined || method !== 'GET') headers['content-type'] = 'application/json';
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     const response = await fetch(`${at}${path}`, {
       method,

@@ -1,5 +1,14 @@
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { RuntimeConfigSchema } from './runtime-schema.js';
+
+function isAddressOrRange(entry: string): boolean {
+  const [address = '', bits, ...rest] = entry.split('/');
+  const family = isIP(address);
+  if (family === 0 || rest.length > 0) return false;
+  if (bits === undefined) return true;
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 6 ? 128 : 32);
+}
 
 export const ServerConfigSchema = z.strictObject({
   host: z.string().min(1).default('127.0.0.1'),
@@ -12,6 +21,15 @@ export const ServerConfigSchema = z.strictObject({
   /** Required to bind a non-loopback address. */
   bearer_token: z.string().min(16, 'must be at least 16 characters').nullable().default(null),
   allowed_origins: z.array(z.string().url()).default([]),
+  /**
+   * Reverse proxies (addresses or CIDR ranges) whose `X-Forwarded-For` names the client: the slow-down
+   * of wrong tokens then counts each client apart instead of the proxy as one.
+   */
+  trusted_proxies: z
+    .array(
+      z.string().refine(isAddressOrRange, 'must be an IP address or a CIDR range like 10.0.0.0/8'),
+    )
+    .default([]),
   max_queue_events: z.number().int().positive().default(1000),
   max_queue_bytes: z
     .number()

@@ -15,6 +15,7 @@ import {
   ToolError,
   type ToolErrorClass,
 } from './tools/tool.js';
+import { visibleSummary } from './tools/visible-summary.js';
 import type { TurnEvents } from './turn-events.js';
 
 type ToolUseBlock = Extract<ContentBlock, { type: 'tool_use' }>;
@@ -246,10 +247,11 @@ export class ToolDispatcher {
       return { errorClass: 'user_denied', message: `${effects} tools are denied by policy` };
 
     const requestId = newId('conf');
-    const summary =
+    const summary = visibleSummaries(
       asked !== null
         ? { input_summary: asked.input_summary }
-        : (call.tool.summarize?.(call.input as never) ?? { input_summary: call.tool.name });
+        : (call.tool.summarize?.(call.input as never) ?? { input_summary: call.tool.name }),
+    );
     const expiresAt = new Date(Date.now() + this.config.confirmation_timeout_ms).toISOString();
     const requested = request.events.emit('tool.confirmation_requested', call.calledId, {
       tool_use_id: call.use.id,
@@ -314,4 +316,15 @@ function sideEffectPolicy(config: RuntimeConfig, effects: SideEffects): 'ask' | 
 
 function errorResult(toolUseId: string, message: string): ToolResultBlock {
   return { type: 'tool_result', tool_use_id: toolUseId, content: message, is_error: true };
+}
+
+/** The summaries a confirmation shows, with their control characters visible (visible-summary.ts). */
+function visibleSummaries<S extends { input_summary: string; command_summary?: string }>(summary: S): S {
+  return {
+    ...summary,
+    input_summary: visibleSummary(summary.input_summary),
+    ...(summary.command_summary === undefined
+      ? {}
+      : { command_summary: visibleSummary(summary.command_summary) }),
+  };
 }

@@ -9,6 +9,18 @@ interface OpenBlock {
 }
 
 /**
+ * The AG-UI run that starts no turn (a `RunAgentInput` with no messages): it reports the thread as
+ * stored, in the order the client's verifier expects of any run.
+ */
+export function threadReport(threadId: string, runId: string, messages: unknown[]): AgUiEvent[] {
+  return [
+    { type: 'RUN_STARTED', threadId, runId },
+    { type: 'MESSAGES_SNAPSHOT', messages },
+    { type: 'RUN_FINISHED', threadId, runId },
+  ];
+}
+
+/**
  * Maps the events of one metis turn to an AG-UI run (docs/ag-ui.md). Each content block of a model's
  * message is its own AG-UI text or reasoning message (id `<message_id>:<block>`), ended before the next
  * block starts, so messages never interleave with each other or with tool calls; tool calls keep the

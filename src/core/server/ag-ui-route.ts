@@ -1,13 +1,14 @@
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { MetisError } from '../errors.js';
+import { SYSTEM_SESSION_ID } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
-import { type AgUiEvent, AgUiMapper } from './ag-ui-events.js';
+import { type AgUiEvent, AgUiMapper, threadReport } from './ag-ui-events.js';
 import { ClientSessionId } from './client-session-id.js';
 import { assertStorageWritable } from './commit-ack.js';
 import type { SessionGate } from './http-app.js';
-import { HttpError, writeEventStreamHead } from './http-util.js';
+import { HttpError, isClientSession, writeEventStreamHead } from './http-util.js';
 import { STORAGE_ERRORS } from './openapi.js';
 import { type RawRoute, rawRoute } from './routes.js';
 import { agUiMessages, storedToolResult } from './stored-conversation.js';
@@ -18,13 +19,18 @@ import { followTurn } from './turn-follower.js';
 const RunAgentInput = z.looseObject({
   threadId: ClientSessionId,
   runId: z.string().min(1).max(200),
-  messages: z.array(
-    z.looseObject({
-      id: z.string(),
-      role: z.enum(['user', 'assistant', 'system', 'developer', 'tool', 'reasoning', 'activity']),
-      content: z.unknown().optional(),
-    }),
-  ),
+  messages: z
+    .array(
+      z.looseObject({
+        id: z.string(),
+        role: z.enum(['user', 'assistant', 'system', 'developer', 'tool', 'reasoning', 'activity']),
+        content: z.unknown().optional(),
+      }),
+    )
+    .describe(
+      'Empty: a run that starts no turn and reports the thread as stored (MESSAGES_SNAPSHOT), as a client ' +
+        'loading a thread sends. Otherwise the last message must be a user message with text content: it starts the turn.',
+    ),
   tools: z.array(z.unknown()).default([]),
   context: z.array(z.unknown()).default([]),
 });
@@ -37,7 +43,8 @@ const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...
  * `POST /ag-ui` (the thread is the metis session, created on first use) and `POST
  * /sessions/{id}/ag-ui` (an existing session; the thread id must name it): an AG-UI agent endpoint
  * (docs/ag-ui.md). The last user message of `RunAgentInput` starts a turn, answered as AG-UI events over
- * SSE; closing the request cancels the turn (`client_disconnect`).
+ * SSE; closing the request cancels the turn (`client_disconnect`). A run with no messages (a client
+ * loading a thread, as CopilotKit does on mount) starts none and reports the thread as stored.
  */
 export function agUiRoutes(
   runtime: Runtime,
@@ -47,17 +54,25 @@ export function agUiRoutes(
   sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
   const run = async (input: AgUiInput, perSession: string | null, response: ServerResponse) => {
-    let sessionId = input.threadId;
-    if (perSession !== null) {
-      sessionId = perSession;
-      if (!runtime.hasSession(sessionId))
-        throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId} (unknown thread)`);
-      if (input.threadId !== sessionId)
-        throw new HttpError(
-          400,
-          'METIS_ERR_INVALID_ARGUMENT',
-          `threadId: "${input.threadId}" is not this session (${sessionId}); use POST /ag-ui for other threads`,
-        );
+    const sessionId = perSession ?? input.threadId;
+    // The internal `system` session is no thread, on either route.
+    if (sessionId === SYSTEM_SESSION_ID || (perSession !== null && !isClientSession(runtime, sessionId)))
+      throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId} (unknown thread)`);
+    if (perSession !== null && input.threadId !== sessionId)
+      throw new HttpError(
+        400,
+        'METIS_ERR_INVALID_ARGUMENT',
+        `threadId: "${input.threadId}" is not this session (${sessionId}); use POST /ag-ui for other threads`,
+      );
+    if (input.messages.length === 0) {
+      // In a cluster, the node that owns the thread has it as it is now (a run takes it over too).
+      if (perSession === null) await sessionGate(sessionId);
+      const stored = runtime.hasSession(sessionId) ? agUiMessages(runtime, sessionId) : [];
+      writeEventStreamHead(response);
+      for (const event of threadReport(input.threadId, input.runId, stored))
+        response.write(`data: ${JSON.stringify(event)}\n\n`);
+      response.end();
+      return;
     }
     const text = lastUserText(input.messages);
     assertStorageWritable(trace);

@@ -1,7 +1,8 @@
 /**
- * Slows down a peer that keeps sending wrong tokens (issue 13, observation 4): after `maxFailures`
- * 401s within `windowMs` the peer is answered 429 for `baseDelayMs`, and each failure after a pause
- * doubles the pause up to `maxDelayMs`. A success resets the peer. Guessing a 32-byte token is hopeless
+ * Slows down whoever keeps sending wrong tokens (issue 13, observation 4): after `maxFailures` 401s
+ * within `windowMs` a key (a client address, or a presented secret's hash: auth-gate.ts) is answered 429
+ * for `baseDelayMs`, and each failure after a pause doubles the pause up to `maxDelayMs`. Only failures
+ * are counted and slowed: a right token is checked first and always passes (issue 34, observation 4). Guessing a 32-byte token is hopeless
  * anyway; this keeps a runaway script from burning the CPU and makes the attempt visible in the log.
  *
  * Bounded: at most `maxPeers` are remembered; past it the least recently seen goes first (a Map keeps
@@ -90,11 +91,6 @@ export class AuthThrottle {
     const logNow = !state.logged;
     state.logged = true;
     return { blocked: true, logNow, failures: state.failures };
-  }
-
-  /** A peer that authenticated is forgiven. */
-  success(peer: string): void {
-    this.peers.delete(peer);
   }
 
   private evict(): void {

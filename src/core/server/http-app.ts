@@ -7,6 +7,7 @@ import { asStorageError } from '../store/storage-errors.js';
 import { errorHeaders, HttpError, MAX_BODY_BYTES, sendError, validationError } from './http-util.js';
 import { pathPattern } from './openapi.js';
 import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.js';
+import { checkChangeRequest } from './security.js';
 
 /**
  * Awaited before a request that changes a session: in a cluster, the node must own the session first
@@ -59,12 +60,20 @@ export interface HttpApp {
 const MAX_PARAM_LENGTH = 512;
 
 /**
+ * How much of a body over the cap the server still reads, and throws away, after answering 413: a
+ * client that streams its body reads the answer only if the connection stays open until it is done
+ * sending. Closing earlier resets the connection, and the reset can overtake the answer (issue 34).
+ */
+const MAX_DISCARDED_BYTES = 16 * MAX_BODY_BYTES;
+
+/**
  * The HTTP layer on Fastify: the routes as declared (routes.ts), bodies and queries validated with their
  * zod schemas, and every failure answered as `{error: {code, message}}` with its status (docs/http-api.md).
  * A path served under other methods answers 405 with `Allow` (RFC 9110 §15.5.6).
  */
 export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
   const { logger, frontDoor } = options;
+  const unserved = unservedAnswers(options.routes);
   let server: Server | null = null;
   const app = Fastify({
     serverFactory: (handler) => {
@@ -77,6 +86,16 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
             'METIS_ERR_INVALID_ARGUMENT',
             'the request target is not a valid URL',
           );
+        // A method no route has (QUERY, PROPFIND, ...) is answered here: the framework would first
+        // apply its own rules for that method's body (a QUERY must have a content type) and fail with
+        // a 500 (issue 34).
+        if (!unserved.servesMethod(request.method ?? '')) {
+          const { status, code, message, headers } = unserved.answer(
+            request.method ?? '',
+            request.url ?? '/',
+          );
+          return sendError(response, status, code, message, headers);
+        }
         handler(request, response);
       });
       return server;
@@ -94,7 +113,12 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       // One value per name, the last one winning, as URLSearchParams reads a query.
       querystringParser: (text) => Object.fromEntries(new URLSearchParams(text)),
     },
-    frameworkErrors: (error, _request, reply) => {
+    frameworkErrors: (error, request, reply) => {
+      // No id is that long: the path names nothing, as an unknown id of ordinary length (issue 34).
+      if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+        const { status, code, message, headers } = unserved.answer(request.method, request.url, true);
+        return replyError(reply, status, code, message, headers);
+      }
       const message =
         error.code === 'FST_ERR_BAD_URL' ? 'path: malformed percent-encoding' : 'the request is malformed';
       replyError(reply, 400, 'METIS_ERR_INVALID_ARGUMENT', message);
@@ -110,8 +134,8 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       done(new HttpError(400, 'METIS_ERR_INVALID_JSON', 'request body is not valid JSON'), undefined);
     }
   });
-  // Any other body is read and ignored: a route without a body (POST /patterns/clear) does not care
-  // what `curl -d ''` says it sends; a route with one refuses it in requireJsonBody.
+  // Any other body is read and ignored, and then refused: by requireJsonBody on a route with a body,
+  // by requireChangeRequest on one without (unless an Authorization header came with it).
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null, undefined));
   app.setValidatorCompiler(({ schema, httpPart }) => (data: unknown) => {
     const result = (schema as z.ZodType).safeParse(data);
@@ -152,26 +176,13 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
   app.setErrorHandler((error, request, reply) => {
     const [status, code, message] = describeFailure(error, options.dbPath);
     if (status === 500) logger.error({ err: error, path: request.url.split('?')[0] }, 'request failed');
+    if ((error as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE') discardRestOfBody(request, reply);
     replyError(reply, status, code, message);
   });
 
-  // A route the framework serves under a wildcard (`/assets/*`) takes every path below its prefix.
-  const patterns = options.routes.map((route) => ({
-    method: route.method,
-    pattern:
-      route.kind === 'raw' && route.frameworkUrl?.endsWith('*')
-        ? new RegExp(`^${route.frameworkUrl.slice(0, -1).replace(/[.*+?^$()|[\]\\]/g, '\\$&')}`)
-        : pathPattern(route.path),
-  }));
   app.setNotFoundHandler((request, reply) => {
-    const path = request.url.split('?')[0]!;
-    const allowed = options.routes
-      .filter((route, i) => patterns[i]!.pattern.test(path))
-      .flatMap((route) => (route.kind === 'raw' && route.head ? [route.method, 'HEAD'] : [route.method]));
-    if (allowed.length === 0) return replyError(reply, 404, 'METIS_ERR_NOT_FOUND', `no route ${path}`);
-    replyError(reply, 405, 'METIS_ERR_METHOD_NOT_ALLOWED', `${request.method} is not allowed on ${path}`, {
-      allow: [...new Set(allowed)].sort().join(', '),
-    });
+    const { status, code, message, headers } = unserved.answer(request.method, request.url);
+    replyError(reply, status, code, message, headers);
   });
 
   const served: { method: string; path: string }[] = [];
@@ -195,7 +206,12 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       method: methods,
       url: (route.kind === 'raw' ? route.frameworkUrl : undefined) ?? frameworkPath(route.path),
       // A route that takes a body, called with none and no content type: the body it takes is JSON.
-      ...(route.body ? { preValidation: requireJsonBody } : {}),
+      // A change without a body still needs what only a preflighted request carries (security.ts).
+      ...(route.body
+        ? { preValidation: requireJsonBody }
+        : route.method === 'GET'
+          ? {}
+          : { preValidation: requireChangeRequest }),
       schema: {
         ...(route.body ? { body: route.body } : {}),
         ...(route.kind === 'json' && route.query ? { querystring: route.query } : {}),
@@ -226,6 +242,82 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
   return { server, served };
 }
 
+interface UnservedAnswer {
+  readonly status: number;
+  readonly code: string;
+  readonly message: string;
+  readonly headers: Record<string, string>;
+}
+
+/**
+ * What the server answers for a request no route takes: 405 with `Allow` (RFC 9110 §15.5.6) when routes
+ * serve the path under other methods, else 404. `tooLong`: the path has the shape of a route but an id
+ * longer than any (MAX_PARAM_LENGTH), so it names nothing even under a method its routes serve.
+ */
+function unservedAnswers(routes: readonly Route[]) {
+  // A route the framework serves under a wildcard (`/assets/*`) takes every path below its prefix.
+  const patterns = routes.map((route) => ({
+    methods: route.kind === 'raw' && route.head ? [route.method, 'HEAD'] : [route.method],
+    pattern:
+      route.kind === 'raw' && route.frameworkUrl?.endsWith('*')
+        ? new RegExp(`^${route.frameworkUrl.slice(0, -1).replace(/[.*+?^$()|[\]\\]/g, '\\$&')}`)
+        : pathPattern(route.path),
+  }));
+  const methods = new Set(patterns.flatMap((route) => route.methods));
+  return {
+    servesMethod: (method: string) => methods.has(method),
+    answer(method: string, url: string, tooLong = false): UnservedAnswer {
+      const path = url.split('?')[0]!;
+      const allowed = new Set(
+        patterns.filter(({ pattern }) => pattern.test(path)).flatMap((route) => route.methods),
+      );
+      if (allowed.size === 0 || allowed.has(method))
+        return {
+          status: 404,
+          code: 'METIS_ERR_NOT_FOUND',
+          message: tooLong
+            ? `no such resource: an id in ${shortened(path)} is longer than ${MAX_PARAM_LENGTH} characters`
+            : `no route ${path}`,
+          headers: {},
+        };
+      return {
+        status: 405,
+        code: 'METIS_ERR_METHOD_NOT_ALLOWED',
+        message: `${method} is not allowed on ${shortened(path)}`,
+        headers: { allow: [...allowed].sort().join(', ') },
+      };
+    },
+  };
+}
+
+/** A path as an error message quotes it: whole up to 200 characters. */
+function shortened(path: string): string {
+  return path.length <= 200 ? path : `${path.slice(0, 200)}… (${path.length} characters)`;
+}
+
+/**
+ * After a 413, reads the rest of the body and throws it away (up to MAX_DISCARDED_BYTES), and keeps the
+ * connection: the framework would close it at once, and the reset that answers the bytes the client is
+ * still sending can reach it before the 413 does. A client that sends more than the bound is cut off.
+ */
+function discardRestOfBody(request: FastifyRequest, reply: FastifyReply): void {
+  const raw = request.raw;
+  const declared = Number(request.headers['content-length']);
+  if (raw.complete || declared > MAX_DISCARDED_BYTES) return;
+  reply.removeHeader('connection');
+  let discarded = 0;
+  raw.on('data', (chunk: Buffer) => {
+    discarded += chunk.length;
+    if (discarded > MAX_DISCARDED_BYTES) raw.socket.destroy();
+  });
+  raw.resume();
+}
+
+async function requireChangeRequest(request: FastifyRequest): Promise<void> {
+  const verdict = checkChangeRequest(request.raw);
+  if (!verdict.ok) throw new HttpError(verdict.status, verdict.code, verdict.message);
+}
+
 async function requireJsonBody(request: FastifyRequest): Promise<void> {
   if (!/^application\/json\s*(;|$)/i.test(request.headers['content-type'] ?? ''))
     throw unsupportedMediaType();
@@ -247,6 +339,16 @@ function describeFailure(error: unknown, dbPath: string): [number, string, strin
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return [400, 'METIS_ERR_INVALID_ARGUMENT', 'content-length does not match the body'];
   }
+  // Any other refusal of the framework's (a request it finds malformed) is the client's, not a bug.
+  const framework = error as { code?: unknown; statusCode?: unknown };
+  if (
+    typeof framework.code === 'string' &&
+    framework.code.startsWith('FST_ERR_') &&
+    typeof framework.statusCode === 'number' &&
+    framework.statusCode >= 400 &&
+    framework.statusCode < 500
+  )
+    return [400, 'METIS_ERR_INVALID_ARGUMENT', 'the request is malformed'];
   // A read that met a full disk or an I/O error is a storage failure, not a metis bug.
   const mapped = asStorageError(error, dbPath);
   if (isMetisError(mapped)) return [mapped.status, mapped.code, mapped.message];

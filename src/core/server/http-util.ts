@@ -1,6 +1,8 @@
 import type { ServerResponse } from 'node:http';
 import type { z } from 'zod';
 import { MetisError } from '../errors.js';
+import { SYSTEM_SESSION_ID } from '../events/envelope.js';
+import type { Runtime } from '../runtime/runtime.js';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -59,6 +61,15 @@ export function sendError(
   extraHeaders: Record<string, string> = {},
 ): void {
   sendJson(response, status, { error: { code, message } }, errorHeaders(code, extraHeaders));
+}
+
+/**
+ * Whether a client may name this session: one the runtime has, but never the internal `system` session
+ * (the bus's own events: every subscriber's registration with its connection and session ids), which
+ * every route answers as unknown (issue 34).
+ */
+export function isClientSession(runtime: Pick<Runtime, 'hasSession'>, sessionId: string): boolean {
+  return sessionId !== SYSTEM_SESSION_ID && runtime.hasSession(sessionId);
 }
 
 /** Validates a body or query with zod; the error names the field and the problem. */

@@ -85,6 +85,8 @@ export function openApiDocument(routes: readonly RouteDoc[], version: string): R
       ...(route.open ? [] : GUARDED),
       ...(route.body ? WITH_BODY : []),
       ...(route.query ? ['METIS_ERR_INVALID_ARGUMENT'] : []),
+      // An id longer than any the router takes names nothing (http-app.ts MAX_PARAM_LENGTH).
+      ...(route.path.includes('{') ? ['METIS_ERR_NOT_FOUND'] : []),
       ...route.errors,
     ]);
     const byStatus = new Map<number, string[]>();

@@ -1,4 +1,4 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 
 /** Host names that point at this machine; anything else in `Host` may be a DNS rebinding attack. */
@@ -53,33 +53,33 @@ function isAllowedOrigin(origin: string, options: SecurityOptions): boolean {
   }
 }
 
+/** Compares digests, so neither the content nor the length of the secret shows in the time taken. */
 function sameSecret(given: string, expected: string): boolean {
-  const a = Buffer.from(given);
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
+  return timingSafeEqual(
+    createHash('sha256').update(given).digest(),
+    createHash('sha256').update(expected).digest(),
+  );
 }
 
 /**
- * The cookie a browser gets for `?token=`: named after the port, so two servers on one host keep
- * their own, and holding a value derived from the token, so a leaked cookie is not the bearer token.
+ * The dashboard's access key: what the page holds (in its origin's `localStorage`) and sends as
+ * `Authorization: Bearer`, traded for a sign-in code by `POST /dashboard/sign-in`. Derived from the
+ * token, so it outlives a restart and dies with the token, and a leak of the page's storage is not the
+ * token itself. Never a cookie: browsers send a cookie to every port of a host, so any listener on
+ * another port of 127.0.0.1 could read it and replay it (docs/decisions.md "A cookie alone authorizes
+ * nothing").
  */
-export function authCookieName(port: number): string {
-  return `metis_token_${port}`;
+export function dashboardAccessKey(token: string): string {
+  if (lastKey?.token !== token)
+    lastKey = {
+      token,
+      key: `mdk_${createHmac('sha256', token).update('metis dashboard access key v2').digest('base64url')}`,
+    };
+  return lastKey.key;
 }
 
-export function authCookieValue(token: string): string {
-  return createHmac('sha256', token).update('metis auth cookie v1').digest('base64url');
-}
-
-function cookieFrom(request: IncomingMessage, name: string): string | undefined {
-  const header = request.headers.cookie;
-  if (!header) return undefined;
-  for (const part of header.split(';')) {
-    const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
-  }
-  return undefined;
-}
+/** A server has one token: its key is derived once, not per request. */
+let lastKey: { token: string; key: string } | null = null;
 
 export function queryToken(request: IncomingMessage): string | null {
   const url = request.url ?? '/';
@@ -88,27 +88,56 @@ export function queryToken(request: IncomingMessage): string | null {
   return new URLSearchParams(url.slice(mark + 1)).get('token');
 }
 
-/** How a request proved it holds the token; `query` asks the caller to set the cookie. */
-export type Credential = 'header' | 'cookie' | 'query';
+/** How a request proved it holds the token. */
+export type Credential = 'header' | 'query';
+
+/** The secret a request presents, whether right or wrong: the header's, else (GET only) the query's. */
+export function presentedSecret(request: IncomingMessage): string | null {
+  const header = request.headers.authorization;
+  if (header?.startsWith('Bearer ')) return header.slice(7);
+  return request.method === 'GET' ? queryToken(request) : null;
+}
+
+/** Whether `given` is the token or the dashboard's key derived from it, compared in constant time. */
+export function isTokenOrAccessKey(given: string, token: string): boolean {
+  // Both compared, always: which one matched must not show in the time taken.
+  const isToken = sameSecret(given, token);
+  const isKey = sameSecret(given, dashboardAccessKey(token));
+  return isToken || isKey;
+}
 
 /**
- * Which credential of the request carries the token: `Authorization: Bearer`, the port's cookie, or
- * (GET only, for browsers, which cannot set headers) a `?token=` query parameter. Null when none does.
+ * Which credential of the request carries the token: `Authorization: Bearer` (the token, or the
+ * dashboard's access key), or (GET only, for an `EventSource` or a link, which cannot set headers) a
+ * `?token=` query parameter. Null when none does. A cookie is never one.
  */
 export function authenticate(request: IncomingMessage, token: string): Credential | null {
   const header = request.headers.authorization;
-  if (header?.startsWith('Bearer ') && sameSecret(header.slice(7), token)) return 'header';
-  const cookie = cookieFrom(request, authCookieName(request.socket.localPort ?? 0));
-  if (cookie !== undefined && sameSecret(cookie, authCookieValue(token))) return 'cookie';
+  if (header?.startsWith('Bearer ') && isTokenOrAccessKey(header.slice(7), token)) return 'header';
   const fromQuery = request.method === 'GET' ? queryToken(request) : null;
   if (fromQuery !== null && sameSecret(fromQuery, token)) return 'query';
   return null;
 }
 
-/** The `Set-Cookie` value that trades a `?token=` for a cookie. */
-export function authCookieHeader(request: IncomingMessage, token: string): string {
-  const name = authCookieName(request.socket.localPort ?? 0);
-  return `${name}=${authCookieValue(token)}; HttpOnly; SameSite=Strict; Path=/`;
+/** Methods a browser sends from any page without asking first (a form, an image): they change nothing here. */
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * A request that changes something must be one a browser sends only after a CORS preflight: with a JSON
+ * content type, or with an `Authorization` header. A `<form method=POST>` can send neither, so a page
+ * on another port of this host (same site for the browser) cannot make one (issue 34, observation 5).
+ * An empty body with `Content-Type: application/json` is fine.
+ */
+export function checkChangeRequest(request: IncomingMessage): SecurityVerdict {
+  if (SAFE_METHODS.has(request.method ?? 'GET')) return { ok: true };
+  if (request.headers.authorization !== undefined) return { ok: true };
+  if (/^application\/json\s*(;|$)/i.test(request.headers['content-type'] ?? '')) return { ok: true };
+  return {
+    ok: false,
+    status: 415,
+    code: 'METIS_ERR_UNSUPPORTED_MEDIA_TYPE',
+    message: `${request.method} needs Content-Type: application/json (an empty body is fine) or an Authorization header`,
+  };
 }
 
 /**

@@ -275,6 +275,7 @@ export async function startService(
       port: config.server.port,
       bearerToken: auth.token,
       allowedOrigins: config.server.allowed_origins,
+      trustedProxies: config.server.trusted_proxies,
       staticRoot: dashboard ?? undefined,
       attachTokenTtlMs: config.server.attach_token_ttl_ms,
       stream: {

@@ -11,19 +11,26 @@ import type { TraceContext } from '../store/trace-context.js';
 import { packageVersion } from '../version.js';
 import { agUiRoutes } from './ag-ui-route.js';
 import { AttachTokens } from './attach-tokens.js';
-import { AuthGate, type GateVerdict, LOGIN_CODE_TTL_MS } from './auth-gate.js';
+import { AuthGate, type GateVerdict } from './auth-gate.js';
 import type { AuthThrottleOptions } from './auth-throttle.js';
 import { chatRoutes } from './chat-route.js';
+import { trustedProxies } from './client-address.js';
 import { ClientConnection, type ConnectionDeps, type StreamOptions } from './client-connection.js';
 import { allowOrigin, answerPreflight } from './cors.js';
+import { dashboardAuthRoutes } from './dashboard-auth-routes.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { apiRoutes } from './http-api.js';
 import { createHttpApp, type ForwardRefused, type SessionGate } from './http-app.js';
 import { inspectRoutes } from './inspect-routes.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
-import { jsonRoute, type Route, rawRoute } from './routes.js';
-import { checkRequest, isListedOrigin, isLoopbackBind, type SecurityOptions } from './security.js';
+import { type Route, rawRoute } from './routes.js';
+import {
+  checkRequest,
+  isListedOrigin,
+  isLoopbackBind,
+  type SecurityOptions,
+} from './security.js';
 import { createSseRoute } from './sse-route.js';
 import { staticRoutes } from './static-files.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
@@ -39,6 +46,8 @@ export interface ServerOptions {
   /** The slow-down of peers that keep sending wrong tokens (defaults in auth-throttle.ts). */
   readonly authThrottle?: Partial<AuthThrottleOptions>;
   readonly allowedOrigins?: readonly string[];
+  /** `server.trusted_proxies`: proxies whose `X-Forwarded-For` names the client (client-address.ts). */
+  readonly trustedProxies?: readonly string[];
   /** A folder of static files served at `/` and `/assets/…` (the dashboard's build; static-files.ts). */
   readonly staticRoot?: string;
   readonly stream?: Partial<StreamOptions>;
@@ -82,8 +91,8 @@ export interface MetisServer {
   readonly hub: StreamHub;
   readonly metrics: ServerMetrics;
   /**
-   * A sign-in link to the dashboard: `/` with a single-use `?login=` code that the first visit trades for
-   * the token's cookie (auth-gate.ts); plain `/` when the server has no token.
+   * A sign-in link to the dashboard: `/` with a single-use `?login=` code that the page trades for its
+   * access key (dashboard-auth-routes.ts); plain `/` when the server has no token.
    */
   signInLink(): string;
   /** Every method and path template the HTTP layer serves (`GET /openapi.json` must name each). */
@@ -131,7 +140,10 @@ export async function startServer(
     });
   }
   const security: SecurityOptions = { allowedOrigins: options.allowedOrigins ?? [], loopbackOnly };
-  const gate = new AuthGate(bearerToken, logger, options.authThrottle);
+  const gate = new AuthGate(bearerToken, logger, {
+    throttle: options.authThrottle,
+    trustedProxies: trustedProxies(options.trustedProxies ?? []),
+  });
   // From here the connection serves the loop: no write may wait long for another process's lock.
   trace.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
   const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
@@ -185,16 +197,7 @@ export async function startServer(
       ({ request }, response) => metrics.respond(request, response),
     ),
     ...inspectRoutes(runtime, trace, streamOptions.retentionDays),
-    jsonRoute(
-      {
-        method: 'POST',
-        path: '/dashboard/sign-in-link',
-        summary: 'A fresh single-use sign-in link to the dashboard (what `metis dashboard` prints)',
-        success: { status: 201, description: 'url, expires_in_seconds' },
-        errors: [],
-      },
-      async () => [201, { url: signInLink(), expires_in_seconds: LOGIN_CODE_TTL_MS / 1000 }],
-    ),
+    ...dashboardAuthRoutes(gate, signInLink),
     ...(options.staticRoot === undefined ? [] : staticRoutes(options.staticRoot)),
     ...(options.extraRoutes?.({ hub, trace }) ?? []),
   ];
@@ -230,7 +233,7 @@ export async function startServer(
       const listed = request.headers.origin !== undefined && isListedOrigin(request.headers.origin, security);
       if (verdict.ok && answerPreflight(request, response, listed)) return false;
       if (verdict.ok) allowOrigin(request, response, listed);
-      const auth: GateVerdict = verdict.ok ? gate.check(request) : verdict;
+      const auth: GateVerdict = !verdict.ok ? verdict : gate.check(request);
       if (!auth.ok) {
         response.writeHead(auth.status, {
           'content-type': 'application/json',
@@ -239,7 +242,6 @@ export async function startServer(
         response.end(JSON.stringify({ error: { code: auth.code, message: auth.message } }));
         return false;
       }
-      if (auth.setCookie !== null) response.setHeader('set-cookie', auth.setCookie);
       return true;
     },
   });
@@ -253,9 +255,6 @@ export async function startServer(
     };
     const verdict = checkRequest(request, security);
     if (!verdict.ok) return refuse(verdict.status, 'Forbidden');
-    // A peer being slowed down spends no attach token.
-    const wait = gate.retryAfter(request);
-    if (wait > 0) return refuse(429, 'Too Many Requests', `Retry-After: ${wait}\r\n`);
     let url: URL;
     try {
       url = new URL(request.url ?? '/', 'http://localhost');
@@ -276,7 +275,7 @@ export async function startServer(
       const retry = 'retryAfterSeconds' in auth ? `Retry-After: ${auth.retryAfterSeconds}\r\n` : '';
       return refuse(auth.status, auth.status === 429 ? 'Too Many Requests' : 'Unauthorized', retry);
     }
-    // Authenticated by header or cookie, but the stream still needs its attach token (streaming §3.1).
+    // Authenticated by header, but the stream still needs its attach token (streaming §3.1).
     if (!attached) return refuse(401, 'Unauthorized');
     wss.handleUpgrade(request, socket, head, (ws) => {
       const connection = new ClientConnection(

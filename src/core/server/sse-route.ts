@@ -5,7 +5,7 @@ import { isPresetName, PRESETS } from '../events/presets.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { ClientConnection, type ConnectionDeps } from './client-connection.js';
 import { describeFrameIssue, type SubscribeFrame, SubscribeFrameSchema } from './frames.js';
-import { sendError, writeEventStreamHead } from './http-util.js';
+import { isClientSession, sendError, writeEventStreamHead } from './http-util.js';
 import { type RawRoute, rawRoute } from './routes.js';
 import { SseTransport } from './sse-transport.js';
 import { resolveFilter, sessionIdsProblem } from './subscription-filter.js';
@@ -60,7 +60,7 @@ export function createSseRoute(
   return rawRoute(SSE_ROUTE_DOC, async ({ params: [sessionId], request, url }, response) => {
     const parsed = subscriptionOf(url.searchParams, request.headers['last-event-id']);
     if (!parsed.ok) return sendError(response, parsed.status, parsed.code, parsed.message);
-    if (!runtime.hasSession(sessionId!))
+    if (!isClientSession(runtime, sessionId!))
       return sendError(response, 404, 'METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
     const scope = filterProblem(parsed.frame, sessionId!, deps());
     if (scope !== null) return sendError(response, 400, 'METIS_ERR_INVALID_FILTER', scope);
