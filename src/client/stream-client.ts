@@ -1,3 +1,4 @@
+import { backoffMs } from '../core/backoff.js';
 import { CATALOG } from '../core/events/catalog/index.js';
 import type { Frame, WireEvent } from './reducer.js';
 
@@ -232,7 +233,7 @@ export class MetisClient implements AsyncIterable<ClientItem> {
       }
       this.attempts += 1;
       const { minMs, maxMs } = this.options.backoff ?? { minMs: 200, maxMs: 5000 };
-      const ceiling = Math.min(maxMs, minMs * 2 ** Math.min(this.attempts, 10));
+      const ceiling = backoffMs({ baseMs: minMs, maxMs }, this.attempts);
       const delayMs = minMs + Math.random() * (ceiling - minMs);
       this.push({
         kind: 'status',

@@ -1,6 +1,7 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { backoffMs } from '../core/backoff.js';
 import type { MetisEvent } from '../core/events/envelope.js';
 import { definePlugin } from './define-plugin.js';
 import { filterFrom, filterOptions } from './filter-options.js';
@@ -158,7 +159,10 @@ export class WebhookSender {
         problem = (error as Error).message;
       }
       if (attempt === this.options.max_retries) break;
-      const backoff = Math.min(this.options.max_backoff_ms, this.options.initial_backoff_ms * 2 ** attempt);
+      const backoff = backoffMs(
+        { baseMs: this.options.initial_backoff_ms, maxMs: this.options.max_backoff_ms },
+        attempt,
+      );
       const wait = Math.min(Math.max(backoff, retryAfterMs), this.options.max_backoff_ms);
       if (Date.now() + wait > this.deadline) break;
       this.counters.retries += 1;

@@ -4,26 +4,9 @@
  * ..., `message.complete`), so every provider renders the same way (streaming spec §5.2).
  */
 
-export type ErrorClass =
-  | 'rate_limit'
-  | 'auth'
-  | 'server_error'
-  | 'network'
-  | 'context_overflow'
-  | 'invalid_request'
-  | 'cancelled'
-  | 'other';
+import { ERROR_CLASSES, type ErrorClass } from '../events/catalog/llm.js';
 
-export const ERROR_CLASSES: readonly ErrorClass[] = [
-  'rate_limit',
-  'auth',
-  'server_error',
-  'network',
-  'context_overflow',
-  'invalid_request',
-  'cancelled',
-  'other',
-];
+export { ERROR_CLASSES, type ErrorClass };
 
 export type ContentBlock =
   | { type: 'text'; text: string }

@@ -1,21 +1,11 @@
 import { routingPattern } from '../config/routing-pattern.js';
 import type { RoutingRule, RuntimeConfig } from '../config/runtime-schema.js';
+import { ROUTING_POLICIES, type RoutingPolicy, type Verdict } from '../events/catalog/route.js';
 import type { ModelValidationFailure } from './model-adapter.js';
 import type { ModelRegistry } from './models/model-registry.js';
 import type { PatternAdvice, PatternAlternative } from './patterns/pattern-store.js';
 
-export const ROUTING_POLICIES = [
-  'per_message_override',
-  'manual_sticky',
-  'rule',
-  'pattern',
-  'delegate_request',
-  'workspace_default',
-  'global_default',
-] as const;
-
-export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
-export type Verdict = 'not_applicable' | 'deferred' | 'rejected' | 'chose';
+export { ROUTING_POLICIES, type RoutingPolicy, type Verdict };
 
 export interface ChainEntry {
   policy: RoutingPolicy;

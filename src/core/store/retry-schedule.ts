@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { backoffMs } from '../backoff.js';
 import { type StorageFailure, storageFailureOf } from './storage-errors.js';
 
 /**
@@ -41,7 +42,7 @@ export class RetrySchedule {
       );
     }
     this.current = failure;
-    const delay = Math.min(this.maxMs, this.baseMs * 2 ** Math.min(this.attempts - 1, 20));
+    const delay = backoffMs({ baseMs: this.baseMs, maxMs: this.maxMs }, this.attempts - 1);
     this.timer = setTimeout(() => {
       this.timer = null;
       retry();

@@ -1,6 +1,20 @@
 import { z } from 'zod';
 import { additive, defineEventType, nonNegativeInt, nonNegativeNumber, StopReasonSchema } from '../define.js';
 
+/** How a model call failed, as provider adapters classify it (the catalog's one spelling). */
+export const ERROR_CLASSES = [
+  'rate_limit',
+  'auth',
+  'server_error',
+  'network',
+  'context_overflow',
+  'invalid_request',
+  'cancelled',
+  'other',
+] as const;
+
+export type ErrorClass = (typeof ERROR_CLASSES)[number];
+
 export const llmCallStarted = defineEventType({
   type: 'llm.call_started',
   domain: 'llm',
@@ -58,16 +72,7 @@ export const llmCallFailed = defineEventType({
     model: z.string().min(1),
     provider: z.string().min(1),
     // The spec types this `str` and lists the provider-adapter ErrorClass values in a comment.
-    error_class: z.enum([
-      'rate_limit',
-      'auth',
-      'server_error',
-      'network',
-      'context_overflow',
-      'invalid_request',
-      'cancelled',
-      'other',
-    ]),
+    error_class: z.enum(ERROR_CLASSES),
     error_message_redacted: z.string(),
     retry_count: nonNegativeInt,
     latency_ms: nonNegativeInt,

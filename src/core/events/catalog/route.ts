@@ -3,20 +3,30 @@ import { defineEventType, nonNegativeInt, nonNegativeNumber, unitInterval } from
 
 // The route domain (bus spec §6.5) holds route.decided and the routing.* types.
 
+/** The router's policies, in the order it asks them (routing-engine §7): the catalog's one spelling. */
+export const ROUTING_POLICIES = [
+  'per_message_override',
+  'manual_sticky',
+  'rule',
+  'pattern',
+  'delegate_request',
+  'workspace_default',
+  'global_default',
+] as const;
+
+export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
+
+/** What one policy said of a turn's model. */
+export const ROUTE_VERDICTS = ['not_applicable', 'deferred', 'rejected', 'chose'] as const;
+
+export type Verdict = (typeof ROUTE_VERDICTS)[number];
+
 const RoutingScopeSchema = z.enum(['model_specific', 'provider_wide']);
 
 /** One policy's verdict in route.decided.chain, in chain order (routing-engine §7). */
 const RouteChainEntrySchema = z.strictObject({
-  policy: z.enum([
-    'per_message_override',
-    'manual_sticky',
-    'rule',
-    'pattern',
-    'delegate_request',
-    'workspace_default',
-    'global_default',
-  ]),
-  verdict: z.enum(['not_applicable', 'deferred', 'rejected', 'chose']),
+  policy: z.enum(ROUTING_POLICIES),
+  verdict: z.enum(ROUTE_VERDICTS),
   candidate_model: z.string().nullable(),
   reason: z.string(),
   rule_name: z.string().nullable(),

@@ -11,10 +11,11 @@ import {
   type StopReason,
   type ToolSpec,
 } from '../model-adapter.js';
-import { explainRefusal, type ProviderWhereabouts, withAdvice } from './adapter-advice.js';
+import { explainRefusal, type ProviderWhereabouts } from './adapter-advice.js';
 import { apiModelName, pairToolCalls, parseToolInput } from './conversation.js';
-import { classifyProviderError, type SdkErrors, StreamIncompleteError } from './error-mapping.js';
-import { DEFAULT_RETRY_POLICY, type RetryPolicy, streamWithRetries } from './retry.js';
+import { type SdkErrors, StreamIncompleteError } from './error-mapping.js';
+import { adapterRetryPolicy, streamProviderCall } from './provider-call.js';
+import type { RetryPolicy } from './retry.js';
 
 const SDK_ERRORS: SdkErrors = { APIError, APIUserAbortError, APIConnectionError };
 
@@ -85,11 +86,7 @@ export class AnthropicAdapter implements ModelAdapter {
       this.thinkingBudgetTokens !== undefined
         ? Math.max(maxTokens, this.thinkingBudgetTokens + 1024)
         : maxTokens;
-    this.policy = {
-      ...DEFAULT_RETRY_POLICY,
-      ...options.retryPolicy,
-      ...(options.maxRetries !== undefined ? { maxRetries: options.maxRetries } : {}),
-    };
+    this.policy = adapterRetryPolicy(options);
     this.client = new Anthropic({
       apiKey: options.apiKey ?? NO_KEY,
       ...(options.baseUrl !== undefined ? { baseURL: options.baseUrl } : {}),
@@ -112,16 +109,14 @@ export class AnthropicAdapter implements ModelAdapter {
   }
 
   stream(request: ModelRequest, signal: AbortSignal): AsyncGenerator<AdapterChunk, AdapterResult, void> {
-    const secrets = this.apiKey === null ? [] : [this.apiKey];
-    return streamWithRetries({
+    return streamProviderCall({
+      provider: this.provider,
+      sdk: SDK_ERRORS,
       policy: this.policy,
+      apiKey: this.apiKey,
+      whereabouts: () => this.whereabouts(),
       signal,
       attempt: () => this.attempt(request, signal),
-      classify: (error) =>
-        withAdvice(
-          classifyProviderError(error, { provider: this.provider, sdk: SDK_ERRORS, signal, secrets }),
-          this.whereabouts(),
-        ),
     });
   }
 

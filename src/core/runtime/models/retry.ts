@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { backoffMs } from '../../backoff.js';
 import { type AdapterChunk, AdapterError, type AdapterResult } from '../model-adapter.js';
 import type { ClassifiedError } from './error-mapping.js';
 
@@ -30,7 +31,7 @@ export function retryDelayMs(
   random: () => number = Math.random,
 ): number | null {
   if (retryAfterMs !== null) return retryAfterMs > policy.maxRetryAfterMs ? null : retryAfterMs;
-  const exponential = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** retry);
+  const exponential = backoffMs({ baseMs: policy.baseDelayMs, maxMs: policy.maxDelayMs }, retry);
   return Math.round(exponential * (0.75 + random() * 0.5));
 }
 

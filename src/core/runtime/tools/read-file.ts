@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { fileAccessConfirmation, type OutsideWorkspacePolicy } from './file-access.js';
 import { SecretPaths } from './secret-paths.js';
 import { type CallCheck, defineTool, type ToolContext, ToolError } from './tool.js';
+import { completeUtf8Prefix } from './utf8-cut.js';
 import { type ResolvedPath, resolveInWorkspace } from './workspace-path.js';
 
 export const DEFAULT_READ_FILE_MAX_BYTES = 64 * 1024;
@@ -161,17 +162,6 @@ function render(displayPath: string, data: Buffer, totalBytes: number, maxBytes:
   if (data.length <= maxBytes && totalBytes <= data.length) return data.toString('utf8');
   const cut = completeUtf8Prefix(data.subarray(0, Math.min(maxBytes, data.length)));
   return `${data.subarray(0, cut).toString('utf8')}\n[... truncated ${totalBytes - cut} bytes]`;
-}
-
-/** Length of the longest prefix of `data` that does not end inside a UTF-8 sequence. */
-function completeUtf8Prefix(data: Buffer): number {
-  for (let i = data.length - 1; i >= 0 && i >= data.length - 4; i--) {
-    const byte = data[i]!;
-    if ((byte & 0xc0) === 0x80) continue; // continuation byte: look further back
-    const length = byte < 0x80 ? 1 : byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : 2;
-    return i + length <= data.length ? data.length : i;
-  }
-  return data.length;
 }
 
 function fileKind(stats: Stats): string {

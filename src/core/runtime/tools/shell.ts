@@ -4,6 +4,7 @@ import { execa } from 'execa';
 import { z } from 'zod';
 import { boundedSummary } from './summary-bound.js';
 import { defineTool, ToolError } from './tool.js';
+import { completeUtf8Prefix } from './utf8-cut.js';
 
 export const DEFAULT_SHELL_TIMEOUT_MS = 120_000;
 export const DEFAULT_SHELL_MAX_OUTPUT_BYTES = 64 * 1024;
@@ -359,17 +360,6 @@ class OutputCapture {
       tail.subarray(tailStart).toString('utf8')
     );
   }
-}
-
-/** Length of the longest prefix of `data` that does not end inside a UTF-8 sequence. */
-function completeUtf8Prefix(data: Buffer): number {
-  for (let i = data.length - 1; i >= 0 && i >= data.length - 4; i--) {
-    const byte = data[i]!;
-    if ((byte & 0xc0) === 0x80) continue; // continuation byte: look further back
-    const length = byte < 0x80 ? 1 : byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : 2;
-    return i + length <= data.length ? data.length : i;
-  }
-  return data.length;
 }
 
 function positiveInteger(name: string, value: number, max = Number.MAX_SAFE_INTEGER): number {

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
+import { backoffMs } from '../../backoff.js';
 import { isoToMicros, microsToIso } from '../../events/clock.js';
 import type { Actor, MetisEvent, Sensitivity } from '../../events/envelope.js';
 import type { EventPage, EventQuery, EventStore } from '../event-store.js';
@@ -195,7 +196,7 @@ export class PgEventStore implements EventStore {
           this.lastFailure = error;
           const { minMs, maxMs } = this.options.retry ?? { minMs: 100, maxMs: 5_000 };
           await new Promise((resolve) =>
-            setTimeout(resolve, Math.min(maxMs, minMs * 2 ** (this.failures - 1))),
+            setTimeout(resolve, backoffMs({ baseMs: minMs, maxMs }, this.failures - 1)),
           );
           // The failed attempt may have committed before its answer was lost: keep only what is missing.
           events = await this.notStored(events).catch(() => events);
