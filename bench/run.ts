@@ -20,6 +20,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'http', load: async () => (await import('./http.js')).benchHttp },
   { name: 'pg-store', load: async () => (await import('./pg-store.js')).benchPgStore },
   { name: 'cluster', load: async () => (await import('./cluster.js')).benchCluster },
+  { name: 'broker-seal', load: async () => (await import('./broker-seal.js')).benchBrokerSeal },
 ];
 
 interface Args {

@@ -1,9 +1,9 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type Msg } from '@nats-io/transport-node';
 import { describe, expect, it } from 'vitest';
 import { newEventId } from '../../src/core/events/ids.js';
-import { until } from '../helpers/cluster.js';
+import { openClusterMessage, until } from '../helpers/cluster.js';
 import { freePort } from '../helpers/free-port.js';
 import { jsonRequest } from '../helpers/http.js';
 import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
@@ -57,6 +57,11 @@ async function clusterStatus(store: string, home: string, extra: string[] = []) 
   };
 }
 
+/** The token a node made in its home (these nodes have no configured one), which seals its messages. */
+function tokenOf(home: string): string {
+  return readFileSync(join(home, 'token'), 'utf8').trim();
+}
+
 function psqlIn(url: string, sql: string): string {
   return pg.psql(sql, new URL(url).pathname.slice(1)).trim();
 }
@@ -99,8 +104,11 @@ inCluster('a metis serve node of a cluster', () => {
         message: 'hello there',
       });
       expect(turn.status).toBe(202);
+      // Sealed under the node's token (message-seal.ts): opened as another node of the cluster opens them.
+      const token = tokenOf(a.home);
+      const opened = (m: Msg) => openClusterMessage(m, token) ?? '';
       await until(
-        () => received.some((m) => m.string().includes('"type":"turn.completed"')),
+        () => received.some((m) => opened(m).includes('"type":"turn.completed"')),
         'turn.completed on NATS',
       );
       await a.stop('SIGTERM');
@@ -109,10 +117,10 @@ inCluster('a metis serve node of a cluster', () => {
 
       const mine = received.filter((m) => m.subject === `metis.session.${sessionId}`);
       expect(mine.every((m) => m.headers?.get('Metis-Node') === 'node-a')).toBe(true);
-      const bus = mine.filter((m) => m.headers?.get('Metis-Family') === 'bus').map((m) => m.string());
+      const bus = mine.filter((m) => m.headers?.get('Metis-Family') === 'bus').map(opened);
       const stream = mine
         .filter((m) => m.headers?.get('Metis-Family') === 'stream')
-        .map((m) => m.json<{ type: string }>());
+        .map((m) => JSON.parse(opened(m)) as { type: string });
       expect(stream.some((e) => e.type === 'text.delta')).toBe(true);
       // What the store holds of the session, exported from PostgreSQL: the same envelopes, byte for byte.
       const exported = await runCli(['export', '--store', store, '--session', sessionId], a.home);
@@ -228,7 +236,7 @@ inCluster('a metis serve node of a cluster', () => {
       const watcher = await connect({ servers: nats.url });
       const seen: string[] = [];
       watcher.subscribe(`metis.session.${created.body.session_id}`, {
-        callback: (_, m) => void seen.push(m.string()),
+        callback: (_, m) => void seen.push(openClusterMessage(m, tokenOf(a.home)) ?? ''),
       });
       await watcher.flush();
       await jsonRequest(a.url, 'POST', `/sessions/${created.body.session_id}/turns`, { message: 'and now?' });

@@ -1,6 +1,7 @@
-import { connect } from '@nats-io/transport-node';
 import { describe, expect, it } from 'vitest';
-import { CLUSTER_TOKEN, clusterRequest, startClusterNode } from '../helpers/cluster.js';
+import { clusterKeys } from '../../src/core/cluster/cluster-keys.js';
+import { signForward } from '../../src/core/cluster/forwarded-proof.js';
+import { CLUSTER_TOKEN, clusterRequest, nodeBroker, startClusterNode } from '../helpers/cluster.js';
 import { type NatsServer, natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { type FilterInput, subscribeOn, subscribeReply } from '../helpers/protocol.js';
@@ -186,22 +187,16 @@ inCluster('three metis serve nodes on one store', () => {
 
   it('a node answers forwarded requests only for session paths on itself', async () => {
     await withCluster(async ({ nats }) => {
-      const client = await connect({ servers: nats.url });
-      try {
-        for (const url of ['http://evil.example/sessions/sess_x/turns', '/patterns/clear', '/healthz']) {
-          const reply = await client.request(
-            'metis.node.node-a.http',
-            JSON.stringify({ method: 'POST', url, body: {} }),
-            {
-              timeout: 5_000,
-            },
-          );
-          const answer = JSON.parse(reply.string());
-          expect(answer.status, url).toBe(400);
-          expect(answer.node).toBe('node-a');
-        }
-      } finally {
-        await client.close();
+      // Signed and sealed as node C would (broker-proof.test.ts has what happens without the token).
+      const broker = await nodeBroker(nats.url);
+      const key = clusterKeys(CLUSTER_TOKEN).forwarding;
+      for (const url of ['http://evil.example/sessions/sess_x/turns', '/patterns/clear', '/healthz']) {
+        const signed = signForward(key, 'node-c', 'node-a', { method: 'POST', url, body: '{}' });
+        const answer = JSON.parse(
+          await broker.request('metis.node.node-a.http', JSON.stringify(signed), 5_000),
+        );
+        expect(answer.status, url).toBe(400);
+        expect(answer.node).toBe('node-a');
       }
     });
   });

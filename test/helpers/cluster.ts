@@ -1,5 +1,12 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Msg } from '@nats-io/transport-node';
+import { onTestFinished } from 'vitest';
+import { connectBroker } from '../../src/core/cluster/broker.js';
+import { clusterKeys } from '../../src/core/cluster/cluster-keys.js';
+import { associatedData, messageSealer } from '../../src/core/cluster/message-seal.js';
+import { type SealedBroker, sealBroker } from '../../src/core/cluster/sealed-broker.js';
+import { silentLogger } from '../../src/core/logger.js';
 import { type CliChild, spawnCli } from './run-cli.js';
 import { tempDir } from './tmp.js';
 
@@ -91,4 +98,37 @@ export async function until(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+/** A NATS message's headers as a record, by the names they came under. */
+function headersOf(message: Msg): Record<string, string> {
+  const found: Record<string, string> = {};
+  for (const name of message.headers?.keys() ?? []) found[name] = message.headers!.get(name);
+  return found;
+}
+
+/**
+ * A message a node published, opened as a node of the cluster with `token` opens it (it is sealed:
+ * message-seal.ts); null when it does not open.
+ */
+export function openClusterMessage(message: Msg, token = CLUSTER_TOKEN): string | null {
+  return messageSealer(clusterKeys(token).sealing).open(
+    associatedData('message', message.subject, headersOf(message)),
+    message.data,
+  );
+}
+
+/**
+ * The broker as a node with `token` uses it (every message sealed), for a test that acts as a node:
+ * closed when the test finishes.
+ */
+export async function nodeBroker(natsUrl: string, token = CLUSTER_TOKEN): Promise<SealedBroker> {
+  const connection = await connectBroker({
+    url: natsUrl,
+    nodeId: 'test-as-node',
+    setting: 'test',
+    logger: silentLogger(),
+  });
+  onTestFinished(() => connection.close());
+  return sealBroker(connection, clusterKeys(token).sealing, silentLogger());
 }

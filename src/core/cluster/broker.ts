@@ -1,26 +1,13 @@
-import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
+import { connect, headers, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import { MetisError } from '../errors.js';
 
 /** What `/healthz` and `metis cluster status` say of the broker. */
 export type BrokerState = 'connected' | 'reconnecting' | 'closed';
 
-export interface Broker {
+/** What every view of the broker shares: its state, its outages, and closing it. */
+export interface BrokerLifecycle {
   readonly state: BrokerState;
-  /** Publishes one message; lost while the broker is away (core NATS keeps nothing). */
-  publish(subject: string, data: string, meta?: Record<string, string>): void;
-  /**
-   * Calls `handler` with each message on `subject` (wildcards allowed), in the order the broker delivers
-   * them; returns the function that stops it.
-   */
-  subscribe(subject: string, handler: (message: BrokerMessage) => void): () => void;
-  /**
-   * Sends `data` to whoever answers `subject` and resolves with the answer.
-   * @throws Error when no one answers (no responder, or none within `timeoutMs`)
-   */
-  request(subject: string, data: string, timeoutMs: number): Promise<string>;
-  /** Answers each request on `subject` with what `answer` resolves to; returns the function that stops it. */
-  respond(subject: string, answer: (data: string) => Promise<string>): () => void;
   /** Calls `listener` each time the broker is back after an outage (what was published meanwhile is lost). */
   onReconnect(listener: () => void): () => void;
   /** Calls `listener` each time the connection to the broker is lost. */
@@ -29,11 +16,65 @@ export interface Broker {
   close(): Promise<void>;
 }
 
+/**
+ * The broker as metis's cluster code uses it: text in, text out. The one in use seals every message
+ * with the cluster's key (sealed-broker.ts), so what comes out of it was sent by a node of the cluster.
+ */
+export interface Broker extends BrokerLifecycle {
+  /** Publishes one message; lost while the broker is away (core NATS keeps nothing). */
+  publish(subject: string, data: string, meta?: Record<string, string>): void;
+  /**
+   * Calls `handler` with each message on `subject` (wildcards allowed), in the order the broker delivers
+   * them, but this node's own; returns the function that stops it.
+   */
+  subscribe(subject: string, handler: (message: BrokerMessage) => void): () => void;
+  /**
+   * Sends `data` to whoever answers `subject` and resolves with the answer.
+   * @throws Error when no one answers (no responder, or none within `timeoutMs`), or the answer is not
+   *   one a node of the cluster sent
+   */
+  request(subject: string, data: string, timeoutMs: number): Promise<string>;
+  /**
+   * Answers each request on `subject` with what `answer` resolves to; returns the function that stops it.
+   * A request that is not a node's of the cluster is answered with what `refuse` returns (as it is,
+   * unsealed, since its sender could not read a sealed one), or not at all without `refuse`.
+   */
+  respond(
+    subject: string,
+    answer: (data: string) => Promise<string>,
+    refuse?: (reason: string) => string,
+  ): () => void;
+}
+
 /** A message as a subscriber gets it. */
 export interface BrokerMessage {
   readonly subject: string;
   readonly data: string;
   header(name: string): string | undefined;
+}
+
+/** A message as the NATS connection delivers it: bytes, and the headers, by the name they were set under. */
+export interface RawBrokerMessage {
+  readonly subject: string;
+  readonly data: Uint8Array;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** The NATS connection itself: bytes in, bytes out, whoever sent them. */
+export interface BrokerConnection extends BrokerLifecycle {
+  publish(subject: string, data: Uint8Array, headers?: Readonly<Record<string, string>>): void;
+  subscribe(subject: string, handler: (message: RawBrokerMessage) => void): () => void;
+  request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
+  /** Answers each request with what `answer` resolves to; null sends no answer. */
+  respond(subject: string, answer: (data: Uint8Array) => Promise<Uint8Array | null>): () => void;
+}
+
+/** The headers of a message, each by the name it was set under (its first value). */
+function headersOf(message: Msg): Readonly<Record<string, string>> {
+  const found: Record<string, string> = {};
+  if (message.headers === undefined) return found;
+  for (const name of message.headers.keys()) found[name] = message.headers.get(name);
+  return found;
 }
 
 /** How long the first connection may take before the start fails. */
@@ -84,7 +125,8 @@ export function natsOptionsFrom(url: string): {
  * Connects to the cluster's NATS broker. At start-up an unreachable broker is a bad setting (exit 2,
  * naming it); once connected, a lost broker is waited out for ever: the client reconnects by itself,
  * and this node's own sessions keep working meanwhile (what was published in between is lost, which is
- * why readers fill gaps from the store).
+ * why readers fill gaps from the store). Anyone the broker lets in may publish and read here: a node
+ * uses this connection only through sealBroker (sealed-broker.ts).
  * @throws MetisError METIS_ERR_BROKER_UNREACHABLE naming `setting`
  */
 export async function connectBroker(options: {
@@ -92,7 +134,7 @@ export async function connectBroker(options: {
   readonly nodeId: string;
   readonly setting: string;
   readonly logger: Logger;
-}): Promise<Broker> {
+}): Promise<BrokerConnection> {
   const { url, nodeId, setting, logger } = options;
   const label = redactNatsUrl(url);
   let connection: NatsConnection;
@@ -158,24 +200,22 @@ export async function connectBroker(options: {
       const subscription = connection.subscribe(subject, {
         callback: (error, message) => {
           if (error !== null) return;
-          handler({
-            subject: message.subject,
-            data: message.string(),
-            header: (name) => message.headers?.get(name) || undefined,
-          });
+          handler({ subject: message.subject, data: message.data, headers: headersOf(message) });
         },
       });
       return () => subscription.unsubscribe();
     },
     async request(subject, data, timeoutMs) {
-      return (await connection.request(subject, data, { timeout: timeoutMs })).string();
+      return (await connection.request(subject, data, { timeout: timeoutMs })).data;
     },
     respond(subject, answer) {
       const subscription = connection.subscribe(subject, {
         callback: (error, message) => {
           if (error !== null) return;
-          void answer(message.string()).then(
-            (reply) => message.respond(reply),
+          void answer(message.data).then(
+            (reply) => {
+              if (reply !== null) message.respond(reply);
+            },
             (failure: unknown) =>
               logger.error({ err: (failure as Error).message, subject }, 'answering a request failed'),
           );

@@ -6,7 +6,7 @@ import { NODE_ID_PATTERN } from '../config/schema.js';
 import { MetisError } from '../errors.js';
 import { BIGINT_AS_NUMBER } from '../store/postgres/pg-util.js';
 import { packageVersion } from '../version.js';
-import type { Broker } from './broker.js';
+import type { BrokerLifecycle } from './broker.js';
 import {
   aliveNodes,
   beat,
@@ -149,7 +149,8 @@ export async function joinCluster(options: {
   readonly storeUrl: string;
   readonly nodeId: string;
   readonly url: string;
-  readonly broker: Broker;
+  /** Only its state (for `/healthz`) and its close (with the node's) are used here. */
+  readonly broker: BrokerLifecycle;
   readonly timing: ClusterTiming;
   readonly logger: Logger;
   /** This node's shipping, recorded with each beat (`metis cluster status` shows it as lag). */

@@ -7,6 +7,7 @@ import type { EventSequencer } from '../server/event-sequencer.js';
 import type { ForwardRefused } from '../server/http-app.js';
 import type { StoreUpstream, TraceContext } from '../store/trace-context.js';
 import { connectBroker } from './broker.js';
+import { clusterKeys } from './cluster-keys.js';
 import {
   type ClusterNode,
   type ClusterTiming,
@@ -18,6 +19,7 @@ import {
 } from './cluster-node.js';
 import { fanOutEvents } from './event-fanout.js';
 import { answerForwarded, FORWARDED_HEADER, forwardRequest } from './request-forwarding.js';
+import { sealBroker } from './sealed-broker.js';
 import { mirrorSessions } from './session-mirror.js';
 
 /** The server's URL as this host reaches it: a bind to every address is reached on loopback. */
@@ -75,7 +77,10 @@ export interface PreparedCluster {
       upstream: StoreUpstream;
       streaming: StreamingChannel;
       sequencer: EventSequencer;
-      /** This node's own token, for the requests forwarded to it. */
+      /**
+       * The server token, the same on every node: the cluster's keys derive from it (cluster-keys.ts),
+       * and the requests forwarded here run with it. Null (`server.auth: none`) is refused.
+       */
       token: string | null;
       /** Whether this node runs the session (its lease, or its planner's). */
       runsHere: (sessionId: string) => boolean;
@@ -93,9 +98,23 @@ export interface PreparedCluster {
 }
 
 /**
+ * A node without a token has nothing to prove itself with to the others: anyone the broker lets in
+ * could pass for it (docs/decisions.md "The broker proves nothing by itself").
+ */
+function noTokenRefusal(setting: string): MetisError {
+  return new MetisError(
+    'METIS_ERR_CLUSTER_CONFIG',
+    `${setting}: a cluster node needs the server token, the same on every node (the nodes prove themselves to each other with it), and server.auth is "none"`,
+    {
+      hint: 'Remove server.auth: none, and give every node one token: METIS_TOKEN=$(openssl rand -hex 24), or server.bearer_token.',
+    },
+  );
+}
+
+/**
  * The first steps of a cluster node's start, in the order that makes each refusal name the right
- * setting: a cluster needs a PostgreSQL store; a name another live node has is refused; an unreachable
- * broker is refused. Null when `cluster.nats` is not set.
+ * setting: a cluster needs a PostgreSQL store and a token; a name another live node has is refused;
+ * an unreachable broker is refused. Null when `cluster.nats` is not set.
  * @throws MetisError METIS_ERR_CLUSTER_CONFIG, METIS_ERR_NODE_ID_TAKEN, METIS_ERR_BROKER_UNREACHABLE
  */
 export async function prepareCluster(
@@ -113,6 +132,8 @@ export async function prepareCluster(
       'METIS_ERR_CLUSTER_CONFIG',
       `${natsSetting}: a cluster's nodes share a PostgreSQL store, and none is set (store.url, --store or $METIS_STORE_URL)`,
     );
+  // As resolveServerAuth decides it (local-token.ts): `none` only when no token is configured.
+  if (config.server.auth === 'none' && config.server.bearer_token === null) throw noTokenRefusal(natsSetting);
   const timing = clusterTiming(config);
   if (timing.nodeTimeoutMs < 2 * timing.heartbeatMs)
     throw new MetisError(
@@ -120,14 +141,27 @@ export async function prepareCluster(
       `cluster.node_timeout_ms (${timing.nodeTimeoutMs}) must be at least twice cluster.heartbeat_ms (${timing.heartbeatMs}), or a live node would look gone between two beats`,
       { hint: 'Raise cluster.node_timeout_ms or lower cluster.heartbeat_ms.' },
     );
+  // Nodes on one host may share a token file; nodes on several each make their own, and then cannot
+  // open each other's messages: said once here, since each dropped message is only logged sparingly.
+  if (config.server.bearer_token === null && !process.env.METIS_TOKEN && !process.env.METIS_BEARER_TOKEN)
+    logger.warn(
+      "this cluster node takes its token from its token file: every node of a cluster needs the same token (METIS_TOKEN or server.bearer_token), or they cannot forward requests to each other nor read each other's events",
+    );
   const nodeId = clusterNodeId(config, dataDir);
   await refuseTakenName(storeUrl, nodeId, timing, settings.nodeId ?? 'cluster.node_id');
-  const broker = await connectBroker({ url: natsUrl, nodeId, setting: natsSetting, logger });
+  const connection = await connectBroker({ url: natsUrl, nodeId, setting: natsSetting, logger });
   return {
     nodeId,
     leasedHere: () => sessionsLeasedTo(storeUrl, nodeId),
     join: async (parts) => {
-      const { trace, upstream, streaming, sequencer, url } = parts;
+      const { trace, upstream, streaming, sequencer, url, token } = parts;
+      if (token === null) {
+        await connection.close();
+        throw noTokenRefusal(natsSetting);
+      }
+      const keys = clusterKeys(token);
+      // Every message on the broker, sealed: nothing from it is believed unless it opens.
+      const broker = sealBroker(connection, keys.sealing, logger);
       const advertised = config.cluster.advertise_url ?? advertisedUrl(url);
       const node = await joinCluster({
         storeUrl,
@@ -164,8 +198,9 @@ export async function prepareCluster(
       const stopAnswering = answerForwarded({
         broker,
         nodeId,
+        key: keys.forwarding,
         localUrl: loopbackUrl(url),
-        token: parts.token,
+        token,
         logger,
       });
       return {
@@ -185,14 +220,15 @@ export async function prepareCluster(
           if (!(refusal instanceof SessionElsewhere) || request.headers[FORWARDED_HEADER] !== undefined)
             return null;
           try {
-            return await forwardRequest(broker, refusal.owner.node_id, {
+            return await forwardRequest(broker, { nodeId, key: keys.forwarding }, refusal.owner.node_id, {
               method: request.method,
               url: request.url,
               body: request.body,
             });
           } catch (error) {
-            // The owner is alive by the store and does not answer on the broker: the client is told
-            // where it runs (the refusal names it) rather than kept waiting.
+            // The owner is alive by the store and does not answer on the broker (or refused this
+            // node's proof): the client is told where it runs (the refusal names it) rather than kept
+            // waiting.
             logger.warn(
               { owner: refusal.owner.node_id, err: (error as Error).message },
               'could not forward a request to the node running its session',
@@ -209,6 +245,6 @@ export async function prepareCluster(
         },
       };
     },
-    abort: () => broker.close(),
+    abort: () => connection.close(),
   };
 }

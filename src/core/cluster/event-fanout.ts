@@ -78,7 +78,8 @@ function shippedCommits(
  * Publishes what this node delivers to its own clients to NATS, in the same id order (DESIGN.md
  * invariant 1): streaming events live, bus events once the store of record holds them (invariant 2
  * for a cluster: a client on another node never sees an event that a crash of this node could take
- * back). Each message is the event's JSON envelope, byte for byte the `event` of a stream frame. The
+ * back). Each message is the event's JSON envelope, byte for byte the `event` of a stream frame, sealed
+ * under the cluster's key on its way (sealed-broker.ts). The
  * `system` session is each node's own (the store numbers it at shipment), so it is not published.
  * Returns the function that stops it.
  */

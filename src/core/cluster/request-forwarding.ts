@@ -1,6 +1,8 @@
 import type { Logger } from 'pino';
 import type { Broker } from './broker.js';
 import { SUBJECT_PREFIX } from './event-fanout.js';
+import { forwardChecker, signForward } from './forwarded-proof.js';
+import { sparingWarner } from './sparing-warnings.js';
 
 /** A request for a session another node runs, as it travels to that node. */
 export interface ForwardedRequest {
@@ -18,6 +20,8 @@ export interface ForwardedAnswer {
   readonly body: string;
   /** The node that answered (the `Metis-Node` response header). */
   readonly node: string;
+  /** Set when the node did not run the request: it did not carry the cluster's proof (forwarded-proof.ts). */
+  readonly refused?: string;
 }
 
 /**
@@ -36,89 +40,154 @@ export function forwardSubject(nodeId: string): string {
   return `${SUBJECT_PREFIX}.node.${nodeId}.http`;
 }
 
+/** Who forwards: this node, and the key its requests are signed with (cluster-keys.ts). */
+export interface Forwarder {
+  readonly nodeId: string;
+  readonly key: Buffer;
+}
+
 /**
- * Sends a request to the node that runs its session, over NATS request/reply, and returns its answer.
- * @throws Error when the node does not answer (not connected to the broker, or too slow)
+ * Sends a request to the node that runs its session, over NATS request/reply, signed (forwarded-proof.ts),
+ * and returns its answer.
+ * @throws Error when the node does not answer (not connected to the broker, or too slow), or refuses the
+ *   request's proof (another token, clocks too far apart): the client is then told where the session runs
  */
 export async function forwardRequest(
   broker: Broker,
+  from: Forwarder,
   owner: string,
   request: ForwardedRequest,
 ): Promise<ForwardedAnswer> {
-  return JSON.parse(
-    await broker.request(forwardSubject(owner), JSON.stringify(request), REPLY_TIMEOUT_MS),
+  const signed = signForward(from.key, from.nodeId, owner, {
+    method: request.method,
+    url: request.url,
+    body: request.body === null ? null : JSON.stringify(request.body),
+  });
+  const answer = JSON.parse(
+    await broker.request(forwardSubject(owner), JSON.stringify(signed), REPLY_TIMEOUT_MS),
   ) as ForwardedAnswer;
+  if (answer.refused !== undefined)
+    throw new Error(`node ${owner} refused the forwarded request: ${answer.refused}`);
+  return answer;
+}
+
+/** The answer to a forwarded request that does not carry the cluster's proof: nothing was run. */
+function refusal(nodeId: string, reason: string): string {
+  return JSON.stringify({
+    status: 401,
+    contentType: 'application/json',
+    body: JSON.stringify({
+      error: {
+        code: 'METIS_ERR_UNAUTHORIZED',
+        message: `node ${nodeId} runs a forwarded request only with the proof of the cluster's token, and ${reason}`,
+      },
+    }),
+    node: nodeId,
+    refused: reason,
+  } satisfies ForwardedAnswer);
 }
 
 /**
  * Answers the requests other nodes forward to this one by making them to this node's own server, with
- * its own token: the node that received the request checked the client's (the nodes of a cluster trust
- * each other as members of one service). Returns the function that stops it.
+ * its own token, once the request proves it comes from a node of the cluster (the same token, now,
+ * once: forwarded-proof.ts). The node that received the request checked the client's token. Returns
+ * the function that stops it.
  */
 export function answerForwarded(parts: {
   readonly broker: Broker;
   readonly nodeId: string;
+  /** The forwarding key of the cluster (cluster-keys.ts). */
+  readonly key: Buffer;
   /** This node's server, as it listens (a loopback address for one bound to all). */
   readonly localUrl: string;
-  readonly token: string | null;
+  readonly token: string;
   readonly logger: Logger;
 }): () => void {
-  return parts.broker.respond(forwardSubject(parts.nodeId), async (data) => {
-    const refuse = (status: number, message: string) =>
-      JSON.stringify({
-        status,
-        contentType: 'application/json',
-        body: JSON.stringify({ error: { code: 'METIS_ERR_INVALID_ARGUMENT', message } }),
-        node: parts.nodeId,
-      } satisfies ForwardedAnswer);
-    let request: ForwardedRequest;
-    let target: URL;
-    try {
-      request = JSON.parse(data) as ForwardedRequest;
-      target = new URL(request.url, parts.localUrl);
-    } catch {
-      return refuse(400, 'a forwarded request that does not parse');
-    }
-    // Only what a node forwards: a request on a session, to this node's own server.
-    if (target.origin !== new URL(parts.localUrl).origin || !target.pathname.startsWith('/sessions/'))
-      return refuse(
-        400,
-        `a forwarded request may only name a session's path on this node, not ${request.url}`,
-      );
-    const headers: Record<string, string> = { accept: 'application/json', [FORWARDED_HEADER]: '1' };
-    if (parts.token !== null) headers.authorization = `Bearer ${parts.token}`;
-    if (request.body !== null) headers['content-type'] = 'application/json';
-    let answer: ForwardedAnswer;
-    try {
-      const response = await fetch(target, {
-        method: request.method,
-        headers,
-        body: request.body === null ? undefined : JSON.stringify(request.body),
-        signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
-      });
-      answer = {
-        status: response.status,
-        contentType: response.headers.get('content-type'),
-        body: await response.text(),
-        node: parts.nodeId,
-      };
-    } catch (error) {
-      parts.logger.warn(
-        { err: (error as Error).message, url: request.url },
-        'a forwarded request failed here',
-      );
-      answer = {
-        status: 502,
-        contentType: 'application/json',
-        body: JSON.stringify({
-          error: {
-            code: 'METIS_ERR_SESSION_ELSEWHERE',
-            message: `node ${parts.nodeId} could not run the forwarded request: ${(error as Error).message}`,
-          },
-        }),
-        node: parts.nodeId,
-      };
-    }
-    return JSON.stringify(answer);
-  });
+  const check = forwardChecker(parts.key, parts.nodeId);
+  const warn = sparingWarner(parts.logger);
+  return parts.broker.respond(
+    forwardSubject(parts.nodeId),
+    async (data) => {
+      const refuse = (status: number, message: string) =>
+        JSON.stringify({
+          status,
+          contentType: 'application/json',
+          body: JSON.stringify({ error: { code: 'METIS_ERR_INVALID_ARGUMENT', message } }),
+          node: parts.nodeId,
+        } satisfies ForwardedAnswer);
+      let envelope: unknown = null;
+      try {
+        envelope = JSON.parse(data);
+      } catch {
+        // Refused below as carrying no proof.
+      }
+      const verdict = check(envelope);
+      if (!verdict.ok) {
+        // No URL, body or MAC in the log (a session's path names it, a body may quote it): the reason.
+        warn({ reason: verdict.reason }, 'refused a forwarded request');
+        return refusal(parts.nodeId, verdict.reason);
+      }
+      const request = verdict.request;
+      let target: URL;
+      try {
+        target = new URL(request.url, parts.localUrl);
+      } catch {
+        return refuse(400, 'a forwarded request that does not parse');
+      }
+      // Only what a node forwards: a request on a session, to this node's own server.
+      if (target.origin !== new URL(parts.localUrl).origin || !target.pathname.startsWith('/sessions/'))
+        return refuse(
+          400,
+          `a forwarded request may only name a session's path on this node, not ${request.url}`,
+        );
+      return JSON.stringify(await runHere(parts, target, request.method, request.body));
+    },
+    (reason) => refusal(parts.nodeId, reason),
+  );
+}
+
+/** Makes a forwarded request to this node's own server, with its own token. */
+async function runHere(
+  parts: { readonly nodeId: string; readonly token: string; readonly logger: Logger },
+  target: URL,
+  method: string,
+  /** The JSON text, as signed. */
+  body: string | null,
+): Promise<ForwardedAnswer> {
+  const headers: Record<string, string> = {
+    accept: 'application/json',
+    [FORWARDED_HEADER]: '1',
+    authorization: `Bearer ${parts.token}`,
+  };
+  if (body !== null) headers['content-type'] = 'application/json';
+  try {
+    const response = await fetch(target, {
+      method,
+      headers,
+      body: body ?? undefined,
+      signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
+    });
+    return {
+      status: response.status,
+      contentType: response.headers.get('content-type'),
+      body: await response.text(),
+      node: parts.nodeId,
+    };
+  } catch (error) {
+    parts.logger.warn(
+      { err: (error as Error).message, url: target.pathname },
+      'a forwarded request failed here',
+    );
+    return {
+      status: 502,
+      contentType: 'application/json',
+      body: JSON.stringify({
+        error: {
+          code: 'METIS_ERR_SESSION_ELSEWHERE',
+          message: `node ${parts.nodeId} could not run the forwarded request: ${(error as Error).message}`,
+        },
+      }),
+      node: parts.nodeId,
+    };
+  }
 }
