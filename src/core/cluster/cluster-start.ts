@@ -18,17 +18,14 @@ import {
   sessionsLeasedTo,
 } from './cluster-node.js';
 import { fanOutEvents } from './event-fanout.js';
-import { answerForwarded, FORWARDED_HEADER, forwardRequest } from './request-forwarding.js';
+import {
+  answerForwarded,
+  FORWARDED_HEADER,
+  forwardRequest,
+  type RunInProcess,
+} from './request-forwarding.js';
 import { sealBroker } from './sealed-broker.js';
 import { mirrorSessions } from './session-mirror.js';
-
-/** The server's URL as this host reaches it: a bind to every address is reached on loopback. */
-function loopbackUrl(serverUrl: string): string {
-  const url = new URL(serverUrl);
-  if (url.hostname === '0.0.0.0') url.hostname = '127.0.0.1';
-  if (url.hostname === '[::]') url.hostname = '[::1]';
-  return url.origin;
-}
 
 /** The server's URL as other hosts reach it: a bind to every address is named by the host name. */
 export function advertisedUrl(serverUrl: string): string {
@@ -78,10 +75,12 @@ export interface PreparedCluster {
       streaming: StreamingChannel;
       sequencer: EventSequencer;
       /**
-       * The server token, the same on every node: the cluster's keys derive from it (cluster-keys.ts),
-       * and the requests forwarded here run with it. Null (`server.auth: none`) is refused.
+       * The server token, the same on every node: the cluster's keys derive from it (cluster-keys.ts).
+       * Null (`server.auth: none`) is refused.
        */
       token: string | null;
+      /** Runs a request another node forwarded in this node's HTTP app (answerForwarded). */
+      runInProcess: RunInProcess;
       /** Whether this node runs the session (its lease, or its planner's). */
       runsHere: (sessionId: string) => boolean;
       forget: (sessionIds: readonly string[]) => void;
@@ -199,8 +198,7 @@ export async function prepareCluster(
         broker,
         nodeId,
         key: keys.forwarding,
-        localUrl: loopbackUrl(url),
-        token,
+        run: parts.runInProcess,
         logger,
       });
       return {

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { withDeadline } from '../deadline.js';
 import type { Broker } from './broker.js';
 import { SUBJECT_PREFIX } from './event-fanout.js';
 import { forwardChecker, signForward } from './forwarded-proof.js';
@@ -87,20 +88,29 @@ function refusal(nodeId: string, reason: string): string {
   } satisfies ForwardedAnswer);
 }
 
+/** Runs a request in this node's own HTTP app, past its front door (http-app.ts `inject`). */
+export type RunInProcess = (request: {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: string | null;
+}) => Promise<{ status: number; contentType: string | null; body: string }>;
+
+/** A base no request may leave: a forwarded URL in absolute form would name another origin. */
+const HERE = 'http://this-node.invalid';
+
 /**
- * Answers the requests other nodes forward to this one by making them to this node's own server, with
- * its own token, once the request proves it comes from a node of the cluster (the same token, now,
- * once: forwarded-proof.ts). The node that received the request checked the client's token. Returns
- * the function that stops it.
+ * Answers the requests other nodes forward to this one by running them in this node's own HTTP app,
+ * in process, once the request proves it comes from a node of the cluster (the same token, now, once:
+ * forwarded-proof.ts). The node that received the request checked the client's token; the front door
+ * is not passed again. Returns the function that stops it.
  */
 export function answerForwarded(parts: {
   readonly broker: Broker;
   readonly nodeId: string;
   /** The forwarding key of the cluster (cluster-keys.ts). */
   readonly key: Buffer;
-  /** This node's server, as it listens (a loopback address for one bound to all). */
-  readonly localUrl: string;
-  readonly token: string;
+  readonly run: RunInProcess;
   readonly logger: Logger;
 }): () => void {
   const check = forwardChecker(parts.key, parts.nodeId);
@@ -130,52 +140,48 @@ export function answerForwarded(parts: {
       const request = verdict.request;
       let target: URL;
       try {
-        target = new URL(request.url, parts.localUrl);
+        target = new URL(request.url, HERE);
       } catch {
         return refuse(400, 'a forwarded request that does not parse');
       }
-      // Only what a node forwards: a request on a session, to this node's own server.
-      if (target.origin !== new URL(parts.localUrl).origin || !target.pathname.startsWith('/sessions/'))
+      // Only what a node forwards: a request on a session, on this node.
+      if (target.origin !== HERE || !target.pathname.startsWith('/sessions/'))
         return refuse(
           400,
           `a forwarded request may only name a session's path on this node, not ${request.url}`,
         );
-      return JSON.stringify(await runHere(parts, target, request.method, request.body));
+      return JSON.stringify(
+        await runHere(parts, `${target.pathname}${target.search}`, request.method, request.body),
+      );
     },
     (reason) => refusal(parts.nodeId, reason),
   );
 }
 
-/** Makes a forwarded request to this node's own server, with its own token. */
+/** Runs a forwarded request here, bounded as the node that forwarded it waits. */
 async function runHere(
-  parts: { readonly nodeId: string; readonly token: string; readonly logger: Logger },
-  target: URL,
+  parts: { readonly nodeId: string; readonly run: RunInProcess; readonly logger: Logger },
+  url: string,
   method: string,
   /** The JSON text, as signed. */
   body: string | null,
 ): Promise<ForwardedAnswer> {
+  // A change is JSON even with no body, as the API asks of every client (security.ts).
   const headers: Record<string, string> = {
     accept: 'application/json',
     [FORWARDED_HEADER]: '1',
-    authorization: `Bearer ${parts.token}`,
+    'content-type': 'application/json',
   };
-  if (body !== null) headers['content-type'] = 'application/json';
   try {
-    const response = await fetch(target, {
-      method,
-      headers,
-      body: body ?? undefined,
-      signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
-    });
-    return {
-      status: response.status,
-      contentType: response.headers.get('content-type'),
-      body: await response.text(),
-      node: parts.nodeId,
-    };
+    const answer = await withDeadline(
+      parts.run({ method, url, headers, body }),
+      FORWARD_TIMEOUT_MS,
+      `forwarded ${method}`,
+    );
+    return { ...answer, node: parts.nodeId };
   } catch (error) {
     parts.logger.warn(
-      { err: (error as Error).message, url: target.pathname },
+      { err: (error as Error).message, url: url.split('?')[0] },
       'a forwarded request failed here',
     );
     return {

@@ -54,6 +54,25 @@ export interface HttpApp {
   readonly server: Server;
   /** Every method and path template the framework serves, for `GET /openapi.json`'s coverage test. */
   readonly served: readonly { readonly method: string; readonly path: string }[];
+  /**
+   * Runs a request through the routes in process, past the front door: for a request whose caller
+   * proved itself otherwise (a cluster node's signed forward).
+   */
+  readonly inject: (request: InProcessRequest) => Promise<InProcessAnswer>;
+}
+
+/** A request run in process: path and query, headers, and the JSON text of its body (or null). */
+export interface InProcessRequest {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: string | null;
+}
+
+export interface InProcessAnswer {
+  readonly status: number;
+  readonly contentType: string | null;
+  readonly body: string;
 }
 
 /** Longest path parameter the router takes: client-chosen ids (an AG-UI thread, an AI SDK chat). */
@@ -239,7 +258,21 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
 
   await app.ready();
   if (server === null) throw new Error('the HTTP framework created no server');
-  return { server, served };
+  const inject = async (request: InProcessRequest): Promise<InProcessAnswer> => {
+    const response = await app.inject({
+      method: request.method as 'GET',
+      url: request.url,
+      headers: request.headers,
+      ...(request.body === null ? {} : { payload: request.body }),
+    });
+    const contentType = response.headers['content-type'];
+    return {
+      status: response.statusCode,
+      contentType: typeof contentType === 'string' ? contentType : null,
+      body: response.body,
+    };
+  };
+  return { server, served, inject };
 }
 
 interface UnservedAnswer {

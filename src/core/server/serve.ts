@@ -327,6 +327,7 @@ export async function startService(
         streaming: runtime.streaming,
         sequencer: server.hub.sequencer,
         token: auth.token,
+        runInProcess: server.inject,
         runsHere,
         forget: (sessionIds) => {
           for (const sessionId of sessionIds) runtime.release(sessionId);

@@ -21,7 +21,7 @@ import { dashboardAuthRoutes } from './dashboard-auth-routes.js';
 import { EventSequencer } from './event-sequencer.js';
 import type { FaultSwitches } from './faults.js';
 import { apiRoutes } from './http-api.js';
-import { createHttpApp, type ForwardRefused, type SessionGate } from './http-app.js';
+import { createHttpApp, type ForwardRefused, type HttpApp, type SessionGate } from './http-app.js';
 import { inspectRoutes } from './inspect-routes.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { type Route, rawRoute } from './routes.js';
@@ -95,6 +95,8 @@ export interface MetisServer {
    * access key (dashboard-auth-routes.ts); plain `/` when the server has no token.
    */
   signInLink(): string;
+  /** Runs a request through the routes in process, past the front door (http-app.ts). */
+  readonly inject: HttpApp['inject'];
   /** Every method and path template the HTTP layer serves (`GET /openapi.json` must name each). */
   readonly served: readonly { readonly method: string; readonly path: string }[];
   /**
@@ -221,7 +223,7 @@ export async function startServer(
     }),
     ...otherRoutes,
   ];
-  const { server, served } = await createHttpApp({
+  const { server, served, inject } = await createHttpApp({
     routes,
     logger,
     dbPath: trace.dbPath,
@@ -316,6 +318,7 @@ export async function startServer(
     metrics,
     served,
     signInLink,
+    inject,
     stopAccepting: () => void stopAccepting(),
     close: () => {
       closing ??= (async () => {
