@@ -122,6 +122,8 @@ export function agUiRoutes(
         method: 'POST',
         path: '/sessions/{session_id}/ag-ui',
         summary: 'An AG-UI run in an existing session (threadId must name it)',
+        // A streamed answer cannot travel back as one: the refusal names the node running the session.
+        placement: 'owner-only',
         body: RunAgentInput,
         success,
         errors: ['METIS_ERR_SESSION_NOT_FOUND', ...AG_UI_ERRORS],

@@ -278,6 +278,8 @@ export function apiRoutes(context: ApiContext): Route[] {
         method: 'GET',
         path: '/sessions/{session_id}/confirmations',
         summary: 'Tool calls waiting for approval, here and in the workers below',
+        // The questions a turn waits on live in the memory of the node running it: read there.
+        placement: 'owner',
         success: { status: 200, description: 'confirmations' },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },

@@ -5,7 +5,7 @@ import type { z } from 'zod';
 import { isMetisError } from '../errors.js';
 import { asStorageError } from '../store/storage-errors.js';
 import { errorHeaders, HttpError, MAX_BODY_BYTES, sendError, validationError } from './http-util.js';
-import { pathPattern } from './openapi.js';
+import { pathPattern, type SessionPlacement } from './openapi.js';
 import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.js';
 import { checkChangeRequest } from './security.js';
 
@@ -168,16 +168,15 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
     app.addHook('preHandler', async (request, reply) => {
       const sessionId = (request.params as { session_id?: unknown } | undefined)?.session_id;
       if (typeof sessionId !== 'string') return;
-      // The questions a turn waits on live in the memory of the node running it: read there.
-      if (request.method === 'GET' && !request.routeOptions.url?.endsWith('/confirmations')) {
+      const placement = placementOf(request);
+      if (placement === 'here') {
         await sessionRead?.(sessionId);
         return;
       }
       try {
         await sessionGate(sessionId);
       } catch (refusal) {
-        // A response that streams (AG-UI's) cannot travel as one answer: the refusal names the owner.
-        if (request.routeOptions.url?.endsWith('/ag-ui')) throw refusal;
+        if (placement === 'owner-only') throw refusal;
         // The path and query only: a request line in absolute form names another host.
         const target = new URL(request.url, 'http://localhost');
         const answer = await forwardRefused?.(refusal, {
@@ -226,6 +225,7 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       url: (route.kind === 'raw' ? route.frameworkUrl : undefined) ?? frameworkPath(route.path),
       // A route that takes a body, called with none and no content type: the body it takes is JSON.
       // A change without a body still needs what only a preflighted request carries (security.ts).
+      config: { placement: route.placement ?? (route.method === 'GET' ? 'here' : 'owner') },
       ...(route.body
         ? { preValidation: requireJsonBody }
         : route.method === 'GET'
@@ -344,6 +344,10 @@ function discardRestOfBody(request: FastifyRequest, reply: FastifyReply): void {
     if (discarded > MAX_DISCARDED_BYTES) raw.socket.destroy();
   });
   raw.resume();
+}
+
+function placementOf(request: FastifyRequest): SessionPlacement {
+  return (request.routeOptions.config as { placement?: SessionPlacement }).placement ?? 'here';
 }
 
 async function requireChangeRequest(request: FastifyRequest): Promise<void> {

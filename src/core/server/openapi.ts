@@ -5,6 +5,9 @@ import { ERROR_TABLE } from '../errors.js';
  * What a route declares about itself: the router matches and validates with it, and `GET
  * /openapi.json` is generated from it, so the description cannot drift from what the server does.
  */
+/** Where a request naming a session runs in a cluster (RouteDoc.placement). */
+export type SessionPlacement = 'here' | 'owner' | 'owner-only';
+
 export interface RouteDoc {
   readonly method: 'GET' | 'POST' | 'PUT';
   /** OpenAPI path template: `/sessions/{session_id}/turns`. */
@@ -15,8 +18,15 @@ export interface RouteDoc {
   readonly success: { readonly status: number; readonly description: string; readonly contentType?: string };
   /** The error codes of this route (METIS_ERR_*); the ones every route shares are added. */
   readonly errors: readonly string[];
-  /** Open to everyone (no token): only `/healthz`. */
+  /** Open to everyone (no token): `/healthz` and the dashboard's sign-in. */
   readonly open?: boolean;
+  /**
+   * Where a request naming a session runs in a cluster (http-app.ts): `here`, on any node once it has
+   * brought the session up to date; `owner`, forwarded to the node running the session; `owner-only`,
+   * on that node or refused naming it (a streamed answer cannot travel back as one). Default: `here`
+   * for a GET, `owner` for a change.
+   */
+  readonly placement?: SessionPlacement;
 }
 
 /** What a route that writes answers while storage is out (docs/decisions.md "Storage that never blocks"). */
