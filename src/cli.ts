@@ -1,16 +1,10 @@
 import { Command, CommanderError } from 'commander';
 import { visibleJson, visibleText } from './client/visible-text.js';
+import { ExitError } from './commands/exit-error.js';
 import { registerCommands } from './commands/register.js';
 import { isMetisError } from './core/errors.js';
 import { asStorageError } from './core/store/storage-errors.js';
 import { packageVersion } from './core/version.js';
-
-/** Thrown by commands after they printed their own message, to exit with a code and nothing more. */
-export class ExitError extends Error {
-  constructor(readonly exitCode: number) {
-    super(`exit ${exitCode}`);
-  }
-}
 
 /** `json`: the command line asks for `--json`, so a usage error is printed as JSON too. */
 export function buildProgram(json = false): Command {

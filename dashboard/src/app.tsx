@@ -1,14 +1,12 @@
 import { useCallback, useState } from 'preact/hooks';
 import { ApiError } from './api.js';
+import type { Report } from './report.js';
 import { hrefOf, usePlace } from './router.js';
 import { SessionView } from './views/session.js';
 import { SessionsView } from './views/sessions.js';
 import { SignIn } from './views/sign-in.js';
 import { StoreView } from './views/store.js';
 import { TraceView } from './views/trace.js';
-
-/** What every view reports when a call fails: a 401 turns the whole page into the sign-in help. */
-export type Report = (error: unknown) => void;
 
 export function App() {
   const place = usePlace();

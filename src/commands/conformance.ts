@@ -1,7 +1,6 @@
 import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { ExitError } from '../cli.js';
 import {
   builtinClient,
   commandClient,
@@ -17,6 +16,7 @@ import { silentLogger } from '../core/logger.js';
 import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
 import { startService } from '../core/server/serve.js';
 import { serverUrl, tokenFrom } from './api-request.js';
+import { ExitError } from './exit-error.js';
 
 export interface ConformanceRunOptions {
   url?: string;

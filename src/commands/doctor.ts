@@ -1,11 +1,11 @@
 import { spinner } from '@clack/prompts';
-import { ExitError } from '../cli.js';
 import { visibleJson, visibleText } from '../client/visible-text.js';
 import { loadConfig } from '../core/config/load-config.js';
 import type { MetisConfig } from '../core/config/schema.js';
 import { isMetisError } from '../core/errors.js';
 import { type Check, checkDatabase, checkPort, checkProviders, checkStore } from './doctor-checks.js';
 import { checkCluster } from './doctor-cluster.js';
+import { ExitError } from './exit-error.js';
 
 export interface DoctorOptions {
   config?: string;

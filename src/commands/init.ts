@@ -1,10 +1,10 @@
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { cancel, intro, isCancel, log, outro, select, text } from '@clack/prompts';
-import { ExitError } from '../cli.js';
 import { visibleText } from '../client/visible-text.js';
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
+import { ExitError } from './exit-error.js';
 import {
   type InitAnswers,
   PROVIDER_CHOICES,

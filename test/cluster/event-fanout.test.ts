@@ -6,8 +6,7 @@ import { microsToIso, nowMicros } from '../../src/core/events/clock.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { newEventId } from '../../src/core/events/ids.js';
 import type { StreamingChannel } from '../../src/core/runtime/streaming-channel.js';
-import type { Fenced } from '../../src/core/store/postgres/pg-shipper.js';
-import type { StoreUpstream } from '../../src/core/store/trace-context.js';
+import type { Fenced, StoreUpstream } from '../../src/core/store/store-upstream.js';
 import type { TraceWriter } from '../../src/core/store/trace-writer.js';
 
 /**

@@ -7,7 +7,7 @@ import { AUDIT_EVENT_TYPES } from '../../src/core/events/catalog/index.js';
 import { EVENT_ID_PREFIX } from '../../src/core/events/ids.js';
 import { type Db, openDatabase } from '../../src/core/store/database.js';
 import { scanForGaps } from '../../src/core/store/gap-detector.js';
-import { handOff, pendingHandoffs, settleHandoffs } from '../../src/core/store/owner-handoffs.js';
+import { handOff, pendingHandoffs, settleHandoffs } from '../../src/core/store/handoff-queue.js';
 import { plan, sweep } from '../../src/core/store/retention-sweep.js';
 import { tempDir } from '../helpers/tmp.js';
 

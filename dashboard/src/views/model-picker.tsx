@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api } from '../api.js';
-import type { Report } from '../app.js';
+import type { Report } from '../report.js';
 
 /** The session's sticky model (PUT /sessions/{id}/model), chosen among the models the server serves. */
 export function ModelPicker({

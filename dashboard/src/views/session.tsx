@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, api, type PendingConfirmation } from '../api.js';
-import type { Report } from '../app.js';
 import { useLiveSession } from '../live-session.js';
+import type { Report } from '../report.js';
 import { hrefOf, type Place } from '../router.js';
 import { Approvals } from './approvals.js';
 import { Conversation } from './conversation.js';

@@ -1,8 +1,8 @@
 import { useState } from 'preact/hooks';
 import { api, type SessionSummary } from '../api.js';
-import type { Report } from '../app.js';
 import { ago, usd } from '../format.js';
 import { offline, usePolled } from '../hooks.js';
+import type { Report } from '../report.js';
 import { go, hrefOf } from '../router.js';
 
 /** Polled this often: the list follows the sessions as their events arrive. */

@@ -1,7 +1,7 @@
 import type { StoreStats } from '../api.js';
-import type { Report } from '../app.js';
 import { bytes } from '../format.js';
 import { offline, usePolled } from '../hooks.js';
+import type { Report } from '../report.js';
 
 /** `metis trace stats` as a page, with the events stored per hour as a chart. */
 export function StoreView({ report }: { report: Report }) {

@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api } from '../api.js';
-import type { Report } from '../app.js';
+import type { Report } from '../report.js';
 import { type Message, NOTHING_STORED, type StoredConversation, type ToolResult } from './conversation.js';
 
 interface StoredMessage {

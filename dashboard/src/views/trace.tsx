@@ -1,8 +1,8 @@
 import { useMemo, useState } from 'preact/hooks';
 import type { StoredEvent } from '../api.js';
-import type { Report } from '../app.js';
 import { duration } from '../format.js';
 import { offline, usePolled } from '../hooks.js';
+import type { Report } from '../report.js';
 import { go, hrefOf, type Place } from '../router.js';
 import { causalTree, domainOf, spanLabel, spans, type TreeNode } from '../trace-model.js';
 import { NoSuchSession } from './no-such-session.js';

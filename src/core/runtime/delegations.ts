@@ -13,7 +13,7 @@ import {
   isCancelReason,
   type TurnOutcome,
   type TurnState,
-} from './turn-runner.js';
+} from './turn-state.js';
 
 /** What delegation needs from the runtime, without a dependency on the Runtime class. */
 export interface DelegationHost {

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
 import type { SessionStore } from '../store/session-store.js';
 import type { TurnEvents } from './turn-events.js';
-import type { TurnOutcome, TurnState } from './turn-runner.js';
+import type { TurnOutcome, TurnState } from './turn-state.js';
 
 /** Heuristic scrub of provider messages (bus §10.4): emails, home paths, key-like tokens. */
 export function redact(message: string): string {

@@ -1,6 +1,19 @@
 import { Counter, type Registry } from 'prom-client';
-import type { MetricsSources } from './metrics.js';
+import type { TraceWriter } from '../store/trace-writer.js';
 import { type EventTally, familyOf, type Tally } from './metrics-tally.js';
+
+/** One plugin as `GET /plugins` lists it; `timeouts` is read when the plugin host counts them. */
+export interface PluginMetricsSource {
+  readonly name: string;
+  readonly failed: number;
+  readonly timeouts?: number;
+}
+
+/** What the copied-in counters read when scraped, besides the tally. */
+export interface SeriesSources {
+  readonly writer: TraceWriter;
+  readonly plugins?: () => readonly PluginMetricsSource[];
+}
 
 const TURN_OUTCOMES = ['completed', 'failed', 'cancelled'];
 
@@ -8,7 +21,7 @@ const TURN_OUTCOMES = ['completed', 'failed', 'cancelled'];
  * The counters whose values live in an EventTally, the writer's stats or the plugin host: each is
  * copied into prom-client when scraped, so nothing on the hot path touches prom-client.
  */
-export function registerEventSeries(registers: Registry[], tally: EventTally, sources: MetricsSources): void {
+export function registerEventSeries(registers: Registry[], tally: EventTally, sources: SeriesSources): void {
   tallyCounter(
     registers,
     'metis_events_emitted_total',

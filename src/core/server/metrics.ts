@@ -2,29 +2,21 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { EventBus } from '../bus/event-bus.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
-import type { TraceWriter } from '../store/trace-writer.js';
 import type { CloseCause, ReplayOutcome, StreamCounters } from './client-connection.js';
-import { registerEventSeries } from './metrics-series.js';
+import { registerEventSeries, type SeriesSources } from './metrics-series.js';
 import { EventTally } from './metrics-tally.js';
 
-/** One plugin as `GET /plugins` lists it; `timeouts` is read when the plugin host counts them. */
-export interface PluginMetricsSource {
-  readonly name: string;
-  readonly failed: number;
-  readonly timeouts?: number;
-}
+export type { PluginMetricsSource } from './metrics-series.js';
 
 /** A connection's outbound queue, read at scrape time only. */
 export interface QueueDepthSource {
   queueDepth(): { readonly events: number; readonly bytes: number };
 }
 
-export interface MetricsSources {
+export interface MetricsSources extends SeriesSources {
   readonly bus: EventBus;
-  readonly writer: TraceWriter;
   readonly streaming: StreamingChannel;
   readonly connections: () => Iterable<QueueDepthSource>;
-  readonly plugins?: () => readonly PluginMetricsSource[];
   /** Node's process metrics (CPU, memory, event loop lag, GC): on for `metis serve`, off in tests. */
   readonly processMetrics?: boolean;
 }

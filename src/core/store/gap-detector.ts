@@ -1,6 +1,6 @@
 import { microsToIso, nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
-import { gapAlreadyReported, handOff } from './owner-handoffs.js';
+import { gapAlreadyReported, handOff } from './handoff-queue.js';
 
 export interface DetectedGap {
   readonly session_id: string;

@@ -1,13 +1,21 @@
+import type { EventBus } from '../bus/event-bus.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
-import type { Handoff } from './owner-handoffs.js';
-import type { TraceContext } from './trace-context.js';
+import type { Handoff } from './handoff-queue.js';
+import type { TraceWriter } from './trace-writer.js';
 
 /**
  * The owner's half of a handoff's life after it is emitted: settling it (its row deleted, its gap
  * recorded in `reported_gaps`) as a row write on the trace writer, and remembering, until that
  * commits, which handoffs are on their way so that no drain emits them twice (owner-handoffs.ts).
  */
+
+/** What of the owner's trace context handoffs are emitted and settled through. */
+export interface HandoffOwner {
+  readonly db: Db;
+  readonly bus: EventBus;
+  readonly writer: TraceWriter;
+}
 
 /**
  * How one handoff is settled: `event` when it was emitted (settled only if that event is stored),
@@ -46,7 +54,7 @@ export const gapKeyOf = (handoff: Handoff) =>
  * queued for a later drain, as does a refused settle (the writer logs it).
  */
 export async function settleBehindEvents(
-  context: TraceContext,
+  context: HandoffOwner,
   settles: readonly Settle[],
 ): Promise<Handoff[]> {
   const { db, bus, writer } = context;

@@ -2,10 +2,16 @@ import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newEventId } from '../events/ids.js';
+import type { RowWrite } from './batch-committer.js';
 import type { Db } from './database.js';
 import type { DroppedRange } from './drop-ledger.js';
-import { gapAlreadyReported } from './owner-handoffs.js';
-import type { TraceWriter } from './trace-writer.js';
+import { gapAlreadyReported } from './handoff-queue.js';
+
+/** The trace writer as a report needs it: its database, and its queue behind the events. */
+export interface ReportWriter {
+  readonly db: Db;
+  writeRow(row: RowWrite): void;
+}
 
 /** A dropped run as `bus.gap_detected` describes it (bus spec §6.10), plus the dropped ids for the log. */
 export interface GapReport {
@@ -66,7 +72,7 @@ export function describeDroppedRanges(db: Db, ranges: readonly DroppedRange[]): 
  */
 export function reportDroppedRanges(
   ranges: readonly DroppedRange[],
-  writer: TraceWriter,
+  writer: ReportWriter,
   bus: EventBus | null,
   logger: Logger,
 ): void {

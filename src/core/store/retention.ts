@@ -4,8 +4,9 @@ import { AUDIT_EVENT_TYPES } from '../events/catalog/index.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { openDatabase } from './database.js';
+import { handOff } from './handoff-queue.js';
 import { acquireLock, describeLockOwner, type LockOwner, lockOwner } from './lock.js';
-import { drainHandoffs, handOff } from './owner-handoffs.js';
+import { drainHandoffs } from './owner-handoffs.js';
 import { oldestKept, type Plan, type PurgeProgress, plan, sweep } from './retention-sweep.js';
 import { openTraceContext, reportGaps, type TraceContext } from './trace-context.js';
 

@@ -1,5 +1,5 @@
+import type { ConfirmationRequest } from '../confirmation-request.js';
 import { nowMicros } from '../events/clock.js';
-import type { ConfirmationRequest } from '../runtime/confirmations.js';
 import type { Db } from './database.js';
 import { MessageMarks } from './message-marks.js';
 import { nextRowId } from './row-ids.js';

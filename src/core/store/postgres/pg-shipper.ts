@@ -1,18 +1,12 @@
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from 'pino';
-import { MetisError } from '../../errors.js';
+import { backoffMs } from '../../backoff.js';
 import { nowMicros } from '../../events/clock.js';
-import { type MetisEvent, SYSTEM_SESSION_ID } from '../../events/envelope.js';
-import { rootSession } from '../../runtime/session-lineage.js';
 import type { Db } from '../database.js';
-import { SessionStore } from '../session-store.js';
-import { COPIED_TABLES, type CopiedTable, copiedRowToEvent } from '../store-copy.js';
-import type { StoreUpstream } from '../trace-context.js';
-import { copyTextField, inTransaction } from './pg-util.js';
+import { COPIED_TABLES, copiedRowToEvent, EVENT_ROW_AT } from '../store-copy.js';
+import type { Fenced, StoreUpstream } from '../store-upstream.js';
+import { type OutboxEntry, type ShipmentSource, ship } from './pg-shipment.js';
 import { writePulled } from './working-copy.js';
 
 export interface ShipperOptions {
@@ -35,70 +29,7 @@ export interface ShipperOptions {
   readonly fenceFor?: string;
 }
 
-/** Events left out of a shipment because another node runs their session now, and those sessions. */
-export interface Fenced {
-  readonly events: readonly MetisEvent[];
-  readonly sessionIds: readonly string[];
-}
-
-interface OutboxEntry {
-  readonly n: number;
-  readonly tbl: string;
-  readonly row_key: string | number;
-  readonly op: 'upsert' | 'delete';
-}
-
 const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
-const EVENT_ID = EVENTS.columns.indexOf('id');
-const EVENT_SESSION = EVENTS.columns.indexOf('session_id');
-const EVENT_SEQ = EVENTS.columns.indexOf('seq');
-
-/** Taken by every shipment that numbers `system` events, so that two nodes never give out one seq. */
-const SYSTEM_SEQ_LOCK_SQL = "hashtext('metis_system_seq')";
-
-/**
- * The rows with their `system` events numbered after the store's last one, in id order (the order they
- * are shipped in). Runs inside the shipment's transaction, under a lock held to its end.
- */
-async function numberSystemEvents(
-  client: pg.PoolClient,
-  rows: readonly unknown[][],
-): Promise<readonly unknown[][]> {
-  if (!rows.some((row) => row[EVENT_SESSION] === SYSTEM_SESSION_ID)) return rows;
-  await client.query(`SELECT pg_advisory_xact_lock(${SYSTEM_SEQ_LOCK_SQL})`);
-  let seq = (
-    await client.query<{ last: number }>(
-      'SELECT coalesce(max(seq), 0)::bigint AS last FROM events WHERE session_id = $1',
-      [SYSTEM_SESSION_ID],
-    )
-  ).rows[0]!.last;
-  return rows.map((row) => {
-    if (row[EVENT_SESSION] !== SYSTEM_SESSION_ID) return row;
-    const numbered = [...row];
-    seq += 1;
-    numbered[EVENT_SEQ] = seq;
-    return numbered;
-  });
-}
-
-/** Events in COPY's text format, in the table's column order. */
-async function copyEvents(client: pg.PoolClient, rows: readonly unknown[][]): Promise<void> {
-  const text = `${rows.map((row) => row.map(copyTextField).join('\t')).join('\n')}\n`;
-  await pipeline(
-    Readable.from([text]),
-    client.query(copyFrom(`COPY events (${EVENTS.columns.join(', ')}) FROM STDIN`)),
-  );
-}
-
-/** The column naming the session a table's row belongs to. */
-const SESSION_COLUMN: Readonly<Record<string, string>> = {
-  sessions: 'id',
-  messages: 'session_id',
-  tool_calls: 'session_id',
-};
-
-/** Tables whose rows are named by an integer. */
-const NUMERIC_KEYS = new Set(['tool_calls', 'pattern_outcomes']);
 
 /** Polls between pings of an idle store: a store that went away is known within about a second. */
 const PINGS_EVERY_POLLS = 5;
@@ -143,6 +74,7 @@ export class PgShipper implements StoreUpstream {
   private readonly pulled: () => boolean;
   private readonly saveEventsPosition: ReturnType<Db['prepare']>;
   private readonly trimPulled: ReturnType<Db['prepare']>;
+  private readonly source: ShipmentSource;
 
   constructor(
     private readonly db: Db,
@@ -158,6 +90,13 @@ export class PgShipper implements StoreUpstream {
   ) {
     this.shipped = copy.shippedThrough;
     this.eventsShipped = copy.eventsThrough;
+    this.source = {
+      db,
+      copyId: copy.copyId,
+      label: copy.label,
+      numberSystemEvents: options.numberSystemEvents,
+      fenceFor: options.fenceFor,
+    };
     const outbox = db.prepare('SELECT n, tbl, row_key, op FROM pg_outbox ORDER BY n LIMIT ?');
     this.readBatch = (limit) => outbox.all(limit) as OutboxEntry[];
     // Events brought in from the store (a cluster node taking a session over) are skipped; the plain
@@ -310,15 +249,15 @@ export class PgShipper implements StoreUpstream {
       const events = this.readEvents(this.eventsShipped, limit);
       if (entries.length === 0 && events.length === 0) return this.settleWaiters();
       const through = entries.at(-1)?.n ?? this.shipped;
-      const eventsThrough = (events.at(-1)?.[EVENT_ID] as string | undefined) ?? this.eventsShipped;
+      const eventsThrough = (events.at(-1)?.[EVENT_ROW_AT.id] as string | undefined) ?? this.eventsShipped;
       try {
-        const fenced = await this.ship(entries, events, through, eventsThrough);
+        const fenced = await ship(this.pool, this.source, { entries, events, through, eventsThrough });
         if (fenced.size > 0) this.dropFenced(events, fenced);
       } catch (error) {
         this.failed(error);
         if (this.closed) return;
         const { minMs, maxMs } = this.options.retry ?? { minMs: 100, maxMs: 5_000 };
-        await sleep(Math.min(maxMs, minMs * 2 ** Math.min(this.attempts - 1, 16)), undefined, {
+        await sleep(backoffMs({ baseMs: minMs, maxMs }, this.attempts - 1), undefined, {
           signal: this.stopping.signal,
         }).catch(() => {});
         if (this.closed) return;
@@ -369,138 +308,14 @@ export class PgShipper implements StoreUpstream {
   }
 
   /**
-   * One transaction: the new events (COPY: each is shipped once, the position committed with it), the
-   * outbox's deletes (children first), its rows' current state (parents first), and the positions.
-   */
-  private async ship(
-    entries: readonly OutboxEntry[],
-    events: readonly unknown[][],
-    through: number,
-    eventsThrough: string,
-  ): Promise<ReadonlySet<string>> {
-    let fenced: ReadonlySet<string> = new Set();
-    const latest = new Map<string, Map<string | number, OutboxEntry['op']>>();
-    for (const entry of entries) {
-      const ops = latest.get(entry.tbl) ?? new Map<string | number, OutboxEntry['op']>();
-      latest.set(entry.tbl, ops);
-      ops.delete(entry.row_key); // keep the order of the last change
-      ops.set(entry.row_key, entry.op);
-    }
-    await inTransaction(this.pool, async (client) => {
-      if (this.options.fenceFor !== undefined)
-        fenced = await this.fencedSessions(client, this.options.fenceFor, events, entries);
-      const kept =
-        fenced.size === 0 ? events : events.filter((row) => !fenced.has(row[EVENT_SESSION] as string));
-      const shipped = this.options.numberSystemEvents ? await numberSystemEvents(client, kept) : kept;
-      if (shipped.length > 0) await copyEvents(client, shipped);
-      // Deletes first (children before parents): a row deleted and one inserted under another key with
-      // the same unique value (a pattern fingerprint's key) must not meet in the store.
-      for (const table of [...COPIED_TABLES].reverse()) {
-        const keys = [...(latest.get(table.name) ?? [])]
-          .filter(([, op]) => op === 'delete')
-          .map(([key]) => key);
-        if (keys.length > 0)
-          await client.query(
-            `DELETE FROM ${table.name} WHERE ${table.pk} = ANY($1::${NUMERIC_KEYS.has(table.name) ? 'bigint' : 'text'}[])`,
-            [keys],
-          );
-      }
-      for (const table of COPIED_TABLES) {
-        const keys = [...(latest.get(table.name) ?? [])]
-          .filter(([, op]) => op === 'upsert')
-          .map(([key]) => key);
-        if (keys.length > 0) await this.upsert(client, table, keys, fenced);
-      }
-      const registered = await client.query(
-        'UPDATE metis_working_copies SET shipped_through = $2, events_through = $3, updated_at_us = $4 WHERE copy_id = $1',
-        [this.copy.copyId, through, eventsThrough, nowMicros()],
-      );
-      if (registered.rowCount !== 1)
-        throw new MetisError(
-          'METIS_ERR_STORE_DIVERGED',
-          `${this.label} no longer knows this server's working copy: something else changed the store while this server ran (a restore, a copy into it, a prune, or another server that started on it)`,
-        );
-    });
-    return fenced;
-  }
-
-  private async upsert(
-    client: pg.PoolClient,
-    table: CopiedTable,
-    keys: readonly (string | number)[],
-    fenced: ReadonlySet<string>,
-  ) {
-    const columns = table.columns.join(', ');
-    const sessionColumn = SESSION_COLUMN[table.name];
-    const rows = (
-      this.db
-        .prepare(`SELECT ${columns} FROM ${table.name} WHERE ${table.pk} IN (SELECT value FROM json_each(?))`)
-        .all(JSON.stringify(keys)) as Record<string, unknown>[]
-    ).filter((row) => sessionColumn === undefined || !fenced.has(row[sessionColumn] as string));
-    // A row gone since (deleted later, its delete further on in the outbox) has nothing to upsert.
-    if (rows.length === 0) return;
-    const updates = table.columns
-      .filter((column) => column !== table.pk)
-      .map((column) => `${column} = EXCLUDED.${column}`)
-      .join(', ');
-    await client.query(
-      `INSERT INTO ${table.name} (${columns})
-       SELECT ${columns} FROM json_populate_recordset(NULL::${table.name}, $1::json)
-       ON CONFLICT (${table.pk}) DO UPDATE SET ${updates}`,
-      [JSON.stringify(rows)],
-    );
-  }
-
-  /**
-   * The sessions of this shipment whose family root is leased to another node (the lease rows read
-   * FOR SHARE: a node taking one over waits for this shipment, or this shipment sees it taken).
-   */
-  private async fencedSessions(
-    client: pg.PoolClient,
-    nodeId: string,
-    events: readonly unknown[][],
-    entries: readonly OutboxEntry[],
-  ): Promise<ReadonlySet<string>> {
-    const sessions = new Set<string>();
-    for (const row of events) sessions.add(row[EVENT_SESSION] as string);
-    const ownerOf = new Map<string, ReturnType<Db['prepare']>>();
-    for (const entry of entries) {
-      const column = SESSION_COLUMN[entry.tbl];
-      if (column === undefined || entry.op !== 'upsert') continue;
-      let owner = ownerOf.get(entry.tbl);
-      if (owner === undefined) {
-        const pk = COPIED_TABLES.find((table) => table.name === entry.tbl)!.pk;
-        owner = this.db.prepare(`SELECT ${column} FROM ${entry.tbl} WHERE ${pk} = ?`).pluck();
-        ownerOf.set(entry.tbl, owner);
-      }
-      const session = owner.get(entry.row_key) as string | undefined;
-      if (session !== undefined) sessions.add(session);
-    }
-    sessions.delete(SYSTEM_SESSION_ID);
-    if (sessions.size === 0) return new Set();
-    const lineage = new SessionStore(this.db);
-    const rootOf = new Map([...sessions].map((id) => [id, rootSession(lineage, id)] as const));
-    const taken = new Set(
-      (
-        await client.query<{ session_id: string }>(
-          `SELECT session_id FROM metis_session_leases WHERE session_id = ANY($1::text[]) AND node_id <> $2
-           FOR SHARE`,
-          [[...new Set(rootOf.values())], nodeId],
-        )
-      ).rows.map((row) => row.session_id),
-    );
-    return new Set([...sessions].filter((id) => taken.has(rootOf.get(id)!)));
-  }
-
-  /**
    * Events left out of a shipment are taken out of the copy too (another node numbers their session
    * now, and brings it in when this node runs it again), and said to be dropped, never published.
    */
   private dropFenced(events: readonly unknown[][], fenced: ReadonlySet<string>): void {
-    const dropped = events.filter((row) => fenced.has(row[EVENT_SESSION] as string));
+    const dropped = events.filter((row) => fenced.has(row[EVENT_ROW_AT.session] as string));
     const remove = this.db.prepare('DELETE FROM events WHERE id = ?');
     writePulled(this.db, () => {
-      for (const row of dropped) remove.run(row[EVENT_ID]);
+      for (const row of dropped) remove.run(row[EVENT_ROW_AT.id]);
     });
     this.logger.error(
       { sessions: [...fenced], events: dropped.length },

@@ -2,7 +2,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Db } from '../database.js';
 import { redactUrl } from '../store-copy.js';
-import type { StoreUpstream } from '../trace-context.js';
+import type { StoreUpstream } from '../store-upstream.js';
 import { PgShipper } from './pg-shipper.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
 import { ServeLock } from './serve-lock.js';
@@ -38,7 +38,7 @@ export async function openPostgresStore(
   logger: Logger,
   /**
    * A node of a cluster, by its name: the store numbers the `system` session's events, and the
-   * sessions another node runs are fenced off its shipments (pg-shipper.ts).
+   * sessions another node runs are fenced off its shipments (pg-shipment.ts).
    */
   clusterNode: string | null = null,
 ): Promise<PostgresServeStore> {

@@ -1,0 +1,285 @@
+import { createHash } from 'node:crypto';
+import { resolve } from 'node:path';
+import type { Logger } from 'pino';
+import type { EventBus } from '../bus/event-bus.js';
+import type { RuntimeConfig } from '../config/runtime-schema.js';
+import { MetisError } from '../errors.js';
+import { nowMicros } from '../events/clock.js';
+import { newId } from '../events/ids.js';
+import type { SessionStore } from '../store/session-store.js';
+import type { CostAccumulator } from './cost-accumulator.js';
+import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
+import type { StreamingChannel } from './streaming-channel.js';
+import { TurnEvents } from './turn-events.js';
+import type { DeferredPattern } from './turn-runner.js';
+import type { TurnOutcome, TurnState } from './turn-state.js';
+
+export interface SessionInfo {
+  readonly id: string;
+  readonly workspace_path: string;
+  readonly parent_session_id: string | null;
+  readonly active_model: string;
+  readonly routing_policy_version: string;
+  readonly turn_count: number;
+  readonly cost_so_far_usd: number;
+  readonly current_turn_id: string | null;
+  readonly status: 'active' | 'ended';
+}
+
+export interface LiveSession {
+  readonly id: string;
+  readonly workspacePath: string;
+  readonly workspaceHash: string;
+  readonly parentSessionId: string | null;
+  readonly isWorker: boolean;
+  /**
+   * When the session was created, in unix µs (the stored `created_at_us` after a resume), so that
+   * `session.ended.duration_seconds` spans the session's life as `turn_count` and the cost do.
+   */
+  readonly createdAtUs: number;
+  readonly sessionAllowed: Set<string>;
+  stickyModel: string | null;
+  activeModel: string;
+  turnCount: number;
+  turn: { state: TurnState; done: Promise<TurnOutcome>; timer: NodeJS.Timeout } | null;
+  /**
+   * Ids of this process's latest ended turns, newest last: a cancel of one is a no-op (§6.5) even
+   * before its events are in the store, where older turns and those of earlier processes are found.
+   */
+  readonly endedTurnIds: string[];
+  /** A pattern recommendation deferred in the latest turn, until applied, dismissed or the next turn. */
+  recommendation: (DeferredPattern & { readonly turnId: string }) | null;
+  /** What the implicit feedback heuristics remember of the session (none for workers). */
+  readonly feedback: FeedbackMemory | null;
+  inactivityTimer: NodeJS.Timeout | null;
+  ended: boolean;
+}
+
+/** How many ended turn ids a live session remembers; older ones are looked up in the store. */
+export const REMEMBERED_ENDED_TURNS = 16;
+
+export interface LiveSessionsOptions {
+  readonly bus: EventBus;
+  readonly streaming: StreamingChannel;
+  readonly sessions: SessionStore;
+  readonly config: RuntimeConfig;
+  readonly costs: CostAccumulator;
+  readonly logger: Logger;
+  /** RuntimeOptions.mayResume. */
+  readonly mayResume: (sessionId: string) => boolean;
+  /** The routing policy version a session's info names (it changes while the server runs). */
+  readonly routingVersion: () => string;
+  /** True once the runtime is shutting down: no idle timer starts then. */
+  readonly closed: () => boolean;
+}
+
+/**
+ * The sessions this process holds in memory: created here, or loaded from the store on first use
+ * (`session.resumed`), each ended as `abandoned` once idle for `inactivity_timeout_ms`.
+ */
+export class LiveSessions {
+  private readonly live = new Map<string, LiveSession>();
+
+  constructor(private readonly options: LiveSessionsOptions) {}
+
+  /** Creates a session and emits `session.created`; a model named here sticks, unless for a worker. */
+  create(options: {
+    workspacePath?: string;
+    model?: string | null;
+    parentSessionId?: string | null;
+    sessionId?: string;
+  }): LiveSession {
+    const { config, sessions } = this.options;
+    const model = options.model ?? null;
+    const workspacePath = resolve(options.workspacePath ?? process.cwd());
+    const session: LiveSession = {
+      id: options.sessionId ?? newId('sess'),
+      workspacePath,
+      workspaceHash: sha256(workspacePath),
+      parentSessionId: options.parentSessionId ?? null,
+      isWorker: options.parentSessionId != null,
+      createdAtUs: nowMicros(),
+      sessionAllowed: new Set(),
+      // A model named at creation is the user's pick: it sticks (workers take their tier's model).
+      stickyModel: model !== null && options.parentSessionId == null ? model : null,
+      activeModel: model ?? config.default_model,
+      turnCount: 0,
+      turn: null,
+      endedTurnIds: [],
+      recommendation: null,
+      feedback: options.parentSessionId == null ? new FeedbackMemory() : null,
+      inactivityTimer: null,
+      ended: false,
+    };
+    sessions.createSession({
+      id: session.id,
+      parent_session_id: session.parentSessionId,
+      workspace_path: workspacePath,
+      workspace_hash: session.workspaceHash,
+      active_model: session.activeModel,
+      sticky_model: session.stickyModel,
+    });
+    this.live.set(session.id, session);
+    this.eventsOf(session.id).emit('session.created', null, {
+      workspace_path: workspacePath,
+      workspace_hash: session.workspaceHash,
+      initial_active_model: model,
+      routing_policy_version: this.options.routingVersion(),
+    });
+    this.touch(session);
+    return session;
+  }
+
+  /** Ends a session with `session.ended`. Ending an ended session does nothing. */
+  end(sessionId: string, disposition: 'completed' | 'abandoned' | 'error'): void {
+    const { bus, costs } = this.options;
+    const session = this.require(sessionId);
+    if (session.ended) return;
+    session.ended = true;
+    if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
+    this.options.sessions.endSession(sessionId, disposition);
+    // The cost accumulator is a bus subscriber: let it see the calls emitted since the last dispatch
+    // (a worker is ended right after its turn), or total_cost_usd would leave them out.
+    bus.dispatchNow();
+    const ended = this.eventsOf(sessionId).emit('session.ended', null, {
+      disposition,
+      turn_count: session.turnCount,
+      total_cost_usd: costs.costOf(sessionId),
+      duration_seconds: Math.max(0, nowMicros() - session.createdAtUs) / 1_000_000,
+    });
+    const signal = session.feedback?.onSessionEnd(disposition) ?? null;
+    if (signal !== null) emitSignal(bus, sessionId, signal, ended.id);
+  }
+
+  /** The session, loaded from the store (and announced) when this process does not hold it yet. */
+  require(sessionId: string): LiveSession {
+    const live = this.live.get(sessionId);
+    if (live) return live;
+    const stored = this.options.sessions.getSession(sessionId);
+    if (stored === null || stored.id === 'system') {
+      throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+    }
+    return this.resume(stored);
+  }
+
+  /** A session this process neither holds nor may take up (see RuntimeOptions.mayResume). */
+  runsElsewhere(sessionId: string): boolean {
+    return !this.live.has(sessionId) && !this.options.mayResume(sessionId);
+  }
+
+  has(sessionId: string): boolean {
+    return this.live.has(sessionId);
+  }
+
+  all(): IterableIterator<LiveSession> {
+    return this.live.values();
+  }
+
+  /** Forgets a session with no turn in flight (Runtime.release); false when a turn runs. */
+  release(sessionId: string): boolean {
+    const live = this.live.get(sessionId);
+    if (live?.turn) return false;
+    if (live?.inactivityTimer) clearTimeout(live.inactivityTimer);
+    this.live.delete(sessionId);
+    this.options.costs.forget(sessionId);
+    return true;
+  }
+
+  /** Restarts the inactivity timer: a session idle that long ends as `abandoned`. */
+  touch(session: LiveSession): void {
+    if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
+    if (session.ended || this.options.closed()) return;
+    session.inactivityTimer = setTimeout(() => {
+      if (session.turn !== null || session.ended) return;
+      // A throw in a timer callback would end the process: a refused write only leaves it active.
+      try {
+        this.end(session.id, 'abandoned');
+      } catch (error) {
+        this.options.logger.error({ session_id: session.id, err: error }, 'could not end an idle session');
+      }
+    }, this.options.config.inactivity_timeout_ms);
+    session.inactivityTimer.unref();
+  }
+
+  info(session: LiveSession): SessionInfo {
+    return {
+      id: session.id,
+      workspace_path: session.workspacePath,
+      parent_session_id: session.parentSessionId,
+      active_model: session.activeModel,
+      routing_policy_version: this.options.routingVersion(),
+      turn_count: session.turnCount,
+      cost_so_far_usd: this.options.costs.costOf(session.id),
+      current_turn_id: session.turn?.state.turnId ?? null,
+      status: session.ended ? 'ended' : 'active',
+    };
+  }
+
+  /** A session another node runs, as the store has it (see RuntimeOptions.mayResume). */
+  storedInfo(sessionId: string): SessionInfo {
+    const { sessions, config } = this.options;
+    const stored = sessions.getSession(sessionId);
+    if (stored === null || stored.id === 'system')
+      throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+    const now = sessions.turnState(sessionId);
+    return {
+      id: stored.id,
+      workspace_path: stored.workspace_path ?? process.cwd(),
+      parent_session_id: stored.parent_session_id,
+      active_model: stored.active_model ?? config.default_model,
+      routing_policy_version: this.options.routingVersion(),
+      turn_count: now.turnCount,
+      cost_so_far_usd: Math.round(sessions.storedCost(sessionId) * 1e8) / 1e8,
+      current_turn_id: now.currentTurnId,
+      status: stored.status === 'ended' ? 'ended' : 'active',
+    };
+  }
+
+  /**
+   * Loads a session written by an earlier process and announces it with `session.resumed`. Its turn
+   * count and sticky model come back from the database, so routing and `session.ended.turn_count`
+   * carry on where the earlier process left off.
+   */
+  private resume(stored: NonNullable<ReturnType<SessionStore['getSession']>>): LiveSession {
+    const { sessions, config, costs } = this.options;
+    const workspacePath = stored.workspace_path ?? process.cwd();
+    const session: LiveSession = {
+      id: stored.id,
+      workspacePath,
+      workspaceHash: stored.workspace_hash ?? sha256(workspacePath),
+      parentSessionId: stored.parent_session_id,
+      isWorker: stored.parent_session_id !== null,
+      createdAtUs: stored.created_at_us,
+      sessionAllowed: new Set(),
+      stickyModel: stored.parent_session_id === null ? stored.sticky_model : null,
+      activeModel: stored.active_model ?? config.default_model,
+      turnCount: sessions.turnCount(stored.id),
+      turn: null,
+      endedTurnIds: [],
+      recommendation: null,
+      feedback: stored.parent_session_id === null ? new FeedbackMemory() : null,
+      inactivityTimer: null,
+      ended: stored.status === 'ended',
+    };
+    this.live.set(session.id, session);
+    costs.seed(session.id, sessions.storedCost(session.id), sessions.lastEventId(session.id));
+    if (!session.ended) {
+      const lastEvent = sessions.lastEventId(session.id);
+      this.eventsOf(session.id).emit('session.resumed', null, {
+        workspace_hash: session.workspaceHash,
+        last_event_id_at_resume: lastEvent,
+      });
+      this.touch(session);
+    }
+    return session;
+  }
+
+  /** Session-level events: outside any turn. */
+  private eventsOf(sessionId: string): TurnEvents {
+    return new TurnEvents(this.options.bus, this.options.streaming, sessionId, null, false);
+  }
+}
+
+function sha256(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
