@@ -22,7 +22,7 @@ const PARENT_ID = 'evt_01JBENCH000000000000000000';
 
 /** A realistic `turn.completed` payload: every required field plus two populated additive ones. */
 const PAYLOAD = {
-  stop_reason: 'end_turn',
+  stop_reason: 'end_turn' as const,
   llm_call_count: 3,
   tool_call_count: 2,
   total_input_tokens: 18_432,

@@ -9,15 +9,16 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { monotonicFactory } from 'ulid';
 import type { EmitInput } from '../../src/core/bus/event-bus.js';
+import type { PayloadOf } from '../../src/core/events/catalog/index.js';
 import type { Db } from '../../src/core/store/database.js';
 
 /** The event type every store figure writes: a model call's usage, ~300 bytes of JSON. */
-export const BENCH_EVENT_TYPE = 'llm.call_completed';
+export const BENCH_EVENT_TYPE = 'llm.call_completed' as const;
 const BENCH_ACTOR = 'agent';
 const BENCH_SENSITIVITY = 'pseudonymous';
 
 /** A realistic `llm.call_completed` payload: its required fields, ~305 bytes of JSON. */
-export function benchPayload(i: number): Record<string, unknown> {
+export function benchPayload(i: number): PayloadOf<typeof BENCH_EVENT_TYPE> {
   return {
     model: 'claude-sonnet-4-5-20250929',
     provider: 'anthropic',

@@ -114,7 +114,7 @@ describe('validation modes (bus §3.2, §9.1 test 1)', () => {
     const payload = { ...bad.payload, estimated_input_tokens: 'many' };
     let caught: unknown;
     try {
-      bus.emit({ ...bad, payload });
+      bus.emitDynamic({ ...bad, payload });
     } catch (error) {
       caught = error;
     }
@@ -129,7 +129,7 @@ describe('validation modes (bus §3.2, §9.1 test 1)', () => {
 
   it('strict mode rejects an unknown type', () => {
     const bus = new EventBus({ validation: 'strict' });
-    expect(() => bus.emit({ type: 'made.up', session_id: 's', payload: {} })).toThrow(
+    expect(() => bus.emitDynamic({ type: 'made.up', session_id: 's', payload: {} })).toThrow(
       /unknown event type "made.up"/,
     );
   });
@@ -139,8 +139,8 @@ describe('validation modes (bus §3.2, §9.1 test 1)', () => {
     const bus = new EventBus({ validation: 'lenient', logger });
     const seen = collect(bus, { session_ids: ['s1'] });
     const bad = turnStarted('s1');
-    expect(bus.emit({ ...bad, payload: { ...bad.payload, has_images: 'no' } })).toBeNull();
-    expect(bus.emit({ type: 'made.up', session_id: 's1', payload: {} })).toBeNull();
+    expect(bus.emitDynamic({ ...bad, payload: { ...bad.payload, has_images: 'no' } })).toBeNull();
+    expect(bus.emitDynamic({ type: 'made.up', session_id: 's1', payload: {} })).toBeNull();
     const good = bus.emit(turnStarted('s1'))!;
     await bus.flush();
     await settleLogs();
@@ -317,7 +317,7 @@ describe('forward compatibility (§9.1 test 9)', () => {
       filter: { session_ids: ['s'] },
       handler: (e) => void everything.push(e),
     });
-    bus.emit({ type: 'turn.paused', session_id: 's', payload: { note: 'later' } });
+    bus.emitDynamic({ type: 'turn.paused', session_id: 's', payload: { note: 'later' } });
     const known = bus.emit(turnStarted('s'))!;
     await bus.flush();
     await settleLogs();
@@ -442,7 +442,7 @@ describe('every catalog type through a real bus, strict and lenient (§9.1 test 
     it('strict: a valid payload is accepted and delivered as a valid envelope', async () => {
       const bus = new EventBus({ validation: 'strict' });
       const seen = subscribe(bus);
-      const event = bus.emit({ type, session_id: sessionId, payload: c.valid });
+      const event = bus.emitDynamic({ type, session_id: sessionId, payload: c.valid });
       expect(event).not.toBeNull();
       await bus.flush();
       expect(seen).toHaveLength(1);
@@ -460,7 +460,7 @@ describe('every catalog type through a real bus, strict and lenient (§9.1 test 
       const seen = subscribe(bus);
       let caught: unknown;
       try {
-        bus.emit({ type, session_id: sessionId, payload: c.invalid });
+        bus.emitDynamic({ type, session_id: sessionId, payload: c.invalid });
       } catch (error) {
         caught = error;
       }
@@ -478,7 +478,7 @@ describe('every catalog type through a real bus, strict and lenient (§9.1 test 
       const { logger, at } = captureLogs();
       const bus = new EventBus({ validation: 'lenient', logger });
       const seen = subscribe(bus);
-      expect(bus.emit({ type, session_id: sessionId, payload: c.invalid })).toBeNull();
+      expect(bus.emitDynamic({ type, session_id: sessionId, payload: c.invalid })).toBeNull();
       await bus.flush();
       await settleLogs();
       expect(seen).toHaveLength(0);
@@ -488,7 +488,7 @@ describe('every catalog type through a real bus, strict and lenient (§9.1 test 
       expect((errors[0]!.issues as { path: string }[]).map((i) => i.path)).toContain(c.brokenField);
       expect(errors[0]!.msg).toContain(c.brokenField);
       // The bus is unharmed: the valid payload still goes through, with no seq hole.
-      const good = bus.emit({ type, session_id: sessionId, payload: c.valid })!;
+      const good = bus.emitDynamic({ type, session_id: sessionId, payload: c.valid })!;
       await bus.flush();
       expect(seen).toEqual([good]);
       expect(good.seq).toBe(1);

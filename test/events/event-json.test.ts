@@ -20,7 +20,7 @@ describe('eventJson', () => {
       const payloads = arbitraryFromSchema(z.toJSONSchema(entry.schema, { io: 'input' }) as JsonSchema);
       fc.assert(
         fc.property(payloads, ids, ids, fc.string({ minLength: 1 }), (payload, turn, parent, session) => {
-          const event = bus.emit({
+          const event = bus.emitDynamic({
             type: entry.type,
             session_id: session,
             turn_id: turn,

@@ -93,7 +93,7 @@ describe('otel', () => {
     });
     const bus = context.bus;
     const emit = (type: string, parent: string | null, payload: Record<string, unknown>) =>
-      bus.emit({ type, session_id: 'sess_c', turn_id: 'turn_c', parent_event_id: parent, payload })!;
+      bus.emitDynamic({ type, session_id: 'sess_c', turn_id: 'turn_c', parent_event_id: parent, payload })!;
     const turn = emit('turn.started', null, {
       user_message_hash: 'a'.repeat(64),
       user_message_text_redacted: null,

@@ -52,7 +52,13 @@ export async function startProjectPlugins(
  */
 export function emitTurn(bus: EventBus, sessionId: string, turnId = 'turn_1'): Record<string, MetisEvent> {
   const emit = (type: string, parent: MetisEvent | null, payload: Record<string, unknown>) =>
-    bus.emit({ type, session_id: sessionId, turn_id: turnId, parent_event_id: parent?.id ?? null, payload })!;
+    bus.emitDynamic({
+      type,
+      session_id: sessionId,
+      turn_id: turnId,
+      parent_event_id: parent?.id ?? null,
+      payload,
+    })!;
   const turn = bus.emit(turnStarted(sessionId, null, turnId))!;
   const llmPayload = { model: 'anthropic:claude-test', provider: 'anthropic', is_worker: false };
   const call1 = emit('llm.call_started', turn, {

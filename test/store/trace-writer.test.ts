@@ -1,4 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import type { EmitInput } from '../../src/core/bus/event-bus.js';
+import type { PayloadOf } from '../../src/core/events/catalog/index.js';
+import { ROUTING_POLICIES } from '../../src/core/events/catalog/route.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import { rowToEvent } from '../../src/core/store/event-rows.js';
@@ -128,7 +131,7 @@ describe('trace writer', () => {
 });
 
 const H = 'a'.repeat(64);
-function routeDecided(session: string, parent: string) {
+function routeDecided(session: string, parent: string): EmitInput {
   return {
     type: 'route.decided',
     session_id: session,
@@ -137,15 +140,7 @@ function routeDecided(session: string, parent: string) {
       chosen_model: 'scripted:demo',
       winner_index: 6,
       elapsed_ms: 0.2,
-      chain: [
-        'per_message_override',
-        'manual_sticky',
-        'rule',
-        'pattern',
-        'delegate_request',
-        'workspace_default',
-        'global_default',
-      ].map((policy) => ({
+      chain: ROUTING_POLICIES.map((policy) => ({
         policy,
         verdict: policy === 'global_default' ? 'chose' : 'not_applicable',
         candidate_model: policy === 'global_default' ? 'scripted:demo' : null,
@@ -158,7 +153,7 @@ function routeDecided(session: string, parent: string) {
     },
   };
 }
-function llmStarted(session: string, parent: string) {
+function llmStarted(session: string, parent: string): EmitInput {
   return {
     type: 'llm.call_started',
     session_id: session,
@@ -172,7 +167,12 @@ function llmStarted(session: string, parent: string) {
     },
   };
 }
-function llmCompleted(session: string, parent: string, stop: string, tools: number) {
+function llmCompleted(
+  session: string,
+  parent: string,
+  stop: PayloadOf<'llm.call_completed'>['stop_reason'],
+  tools: number,
+): EmitInput {
   return {
     type: 'llm.call_completed',
     session_id: session,
@@ -193,7 +193,7 @@ function llmCompleted(session: string, parent: string, stop: string, tools: numb
     },
   };
 }
-function toolCalled(session: string, parent: string) {
+function toolCalled(session: string, parent: string): EmitInput {
   return {
     type: 'tool.called',
     session_id: session,
@@ -207,7 +207,7 @@ function toolCalled(session: string, parent: string) {
     },
   };
 }
-function toolCompleted(session: string, parent: string) {
+function toolCompleted(session: string, parent: string): EmitInput {
   return {
     type: 'tool.completed',
     session_id: session,

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { EventBusOverflowError, EventValidationError, FastPathHandlerError } from '../errors.js';
-import { CATALOG } from '../events/catalog/index.js';
+import { CATALOG, type EventType, type PayloadOf } from '../events/catalog/index.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import type { CatalogEntry } from '../events/define.js';
 import {
@@ -24,14 +24,15 @@ import type {
 import { type ValidationMode, validationModeFromEnv } from './validation-mode.js';
 
 /** What a caller passes to `emit`; the bus stamps id, timestamp, seq and sensitivity. */
-export interface EmitInput {
-  readonly type: string;
+/** An event to emit: its type from the catalog, and a payload the compiler checks against that type. */
+export interface EmitInput<T extends EventType = EventType> {
+  readonly type: T;
   readonly session_id: string;
   readonly turn_id?: string | null;
   readonly parent_event_id?: string | null;
   /** Defaults to the catalog's typical actor for the type. */
   readonly actor?: Actor;
-  readonly payload: Record<string, unknown>;
+  readonly payload: PayloadOf<T>;
   /** May only make the event more private than the catalog and §4.4.1 would record it. */
   readonly sensitivity?: Sensitivity;
   /**
@@ -39,6 +40,15 @@ export interface EmitInput {
    * payload names itself: a `bus.gap_detected` that is the first persisted event after its gap.
    */
   readonly presetId?: string;
+}
+
+/**
+ * An event whose type is known only at run time (a hand-off row stored for later, a test of the bus's
+ * own checks): validated against the catalog when emitted, as every event is, but not at compile time.
+ */
+export interface DynamicEmitInput extends Omit<EmitInput, 'type' | 'payload'> {
+  readonly type: string;
+  readonly payload: unknown;
 }
 
 export interface EventBusOptions {
@@ -104,7 +114,16 @@ export class EventBus {
    * what it causes), or `null` when lenient mode dropped an invalid one.
    * @throws EventValidationError in strict mode; EventBusOverflowError when the queue is full.
    */
-  emit(input: EmitInput): MetisEvent | null {
+  emit<T extends EventType>(input: EmitInput<T>): MetisEvent | null {
+    return this.emitChecked(input);
+  }
+
+  /** `emit` for a type known only at run time (DynamicEmitInput): the same checks, made at run time only. */
+  emitDynamic(input: DynamicEmitInput): MetisEvent | null {
+    return this.emitChecked(input);
+  }
+
+  private emitChecked(input: DynamicEmitInput): MetisEvent | null {
     const entry = this.catalog.get(input.type);
     if (entry === undefined) {
       return this.reject(input.type, [], `unknown event type "${input.type}"`);

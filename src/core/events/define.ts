@@ -5,8 +5,9 @@ import type { Actor, Sensitivity } from './envelope.js';
  * One entry of the closed catalog (bus spec §6): everything a reader needs to know about one event
  * type, in one place. Types, `metis catalog`, presets and the JSON Schema snapshot derive from these.
  */
-export interface CatalogEntry<S extends z.ZodType = z.ZodType> {
-  readonly type: string;
+export interface CatalogEntry<S extends z.ZodType = z.ZodType, T extends string = string> {
+  /** The type's name, kept as its literal so emitters are checked against it (catalog/index.ts). */
+  readonly type: T;
   /** The spec section the type belongs to (`routing.*` is in the route domain, `route.overridden` in pattern). */
   readonly domain: string;
   readonly family: 'catalog';
@@ -28,9 +29,9 @@ export interface CatalogEntry<S extends z.ZodType = z.ZodType> {
   readonly resolveSensitivity?: (payload: z.output<S>) => Sensitivity;
 }
 
-export function defineEventType<S extends z.ZodType>(
-  entry: Omit<CatalogEntry<S>, 'family'>,
-): CatalogEntry<S> {
+export function defineEventType<const T extends string, S extends z.ZodType>(
+  entry: Omit<CatalogEntry<S, T>, 'family'>,
+): CatalogEntry<S, T> {
   return { ...entry, family: 'catalog' };
 }
 

@@ -1,5 +1,6 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
+import type { PayloadOf } from '../events/catalog/index.js';
 import { newId } from '../events/ids.js';
 import type { ModelRegistry } from './models/model-registry.js';
 import { usdDecimal } from './pricing.js';
@@ -59,7 +60,7 @@ export class Delegations {
     const failed = (
       parent: string | null,
       workerId: string | null,
-      mode: string,
+      mode: PayloadOf<'delegate.failed'>['failure_mode'],
       message: string,
       cost = 0,
     ) =>

@@ -1,5 +1,6 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
+import type { EventType, PayloadOf } from '../events/catalog/index.js';
 import type { MetisEvent } from '../events/envelope.js';
 
 export interface ProviderHealthOptions {
@@ -208,11 +209,11 @@ export class ProviderHealth {
    * In the session of the call that caused it, so its clients see why routing changes; outside any turn
    * (turn_id null): it is about the provider, and it comes after the turn's own events.
    */
-  private emit(
+  private emit<T extends EventType>(
     cause: MetisEvent,
-    type: string,
+    type: T,
     parent: string | null,
-    payload: Record<string, unknown>,
+    payload: PayloadOf<T>,
   ): void {
     this.bus?.emit({
       type,

@@ -256,7 +256,8 @@ export class ToolDispatcher {
     const requested = request.events.emit('tool.confirmation_requested', call.calledId, {
       tool_use_id: call.use.id,
       tool_name: call.tool.name,
-      side_effects: effects,
+      // Only a tool with side effects is ever asked about (sideEffectPolicy has no policy for `none`).
+      side_effects: effects as Exclude<SideEffects, 'none'>,
       confirmation_request_id: requestId,
       input_summary: summary.input_summary,
       projected_modifications: summary.projected_modifications ?? null,

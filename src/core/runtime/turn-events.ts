@@ -1,5 +1,5 @@
 import type { EventBus } from '../bus/event-bus.js';
-import { CATALOG } from '../events/catalog/index.js';
+import { CATALOG, type EventType, type PayloadOf } from '../events/catalog/index.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { MessageBuilder } from './message-builder.js';
 import type { StreamingChannel } from './streaming-channel.js';
@@ -145,7 +145,7 @@ export class TurnEvents {
    * Emits a catalog event. Strict validation throws (the turn then fails and is closed); lenient
    * validation drops the event, which the bus logs at ERROR, and the turn goes on (bus §3.5).
    */
-  emit(type: string, parent: string | null, payload: Record<string, unknown>): EmittedEvent {
+  emit<T extends EventType>(type: T, parent: string | null, payload: PayloadOf<T>): EmittedEvent {
     const typical = CATALOG.get(type)?.actors[0];
     const event = this.bus.emit({
       type,
@@ -160,7 +160,7 @@ export class TurnEvents {
       return this.emitFallbackEnd(parent);
     }
     const id = event?.id ?? parent;
-    this.open.noteEmitted(type, parent, id, payload);
+    this.open.noteEmitted(type, parent, id, payload as Record<string, unknown>);
     return { id, event };
   }
 
@@ -170,7 +170,7 @@ export class TurnEvents {
    */
   private emitFallbackEnd(parent: string | null): EmittedEvent {
     const payload = {
-      stop_reason: 'end_turn',
+      stop_reason: 'end_turn' as const,
       llm_call_count: this.open.llmCalls,
       tool_call_count: this.open.toolCalls,
       total_input_tokens: 0,

@@ -1,3 +1,4 @@
+import type { PayloadOf } from '../events/catalog/index.js';
 import type { ModelAdapter } from './model-adapter.js';
 
 /** Why a turn was cancelled (streaming §6: `turn.cancelled.reason`). */
@@ -39,7 +40,7 @@ export interface Redirect {
   /** The decision overridden: parent of `route.overridden`, which parents the next `llm.call_started`. */
   readonly routeDecidedId: string;
   /** The `route.overridden` payload, emitted once the call in flight is closed. */
-  readonly payload: Record<string, unknown>;
+  readonly payload: PayloadOf<'route.overridden'>;
 }
 
 /**

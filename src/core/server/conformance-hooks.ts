@@ -22,7 +22,7 @@ const StallBody = z.strictObject({ ms: z.number().int().min(0).max(30_000) });
 
 /** A catalog type with a small payload, to fill a session's trace quickly. */
 const FLOOD_PAYLOAD = {
-  type: 'accept',
+  type: 'accept' as const,
   confidence: 0.5,
   subject_turn_id: null,
   context: { conformance: true },

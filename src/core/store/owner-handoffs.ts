@@ -44,7 +44,11 @@ export async function drainHandoffs(context: HandoffOwner, logger?: Logger): Pro
       }
       let event: ReturnType<typeof bus.emit>;
       try {
-        event = bus.emit({ type: handoff.type, session_id: handoff.session_id, payload: handoff.payload });
+        event = bus.emitDynamic({
+          type: handoff.type,
+          session_id: handoff.session_id,
+          payload: handoff.payload,
+        });
       } catch (error) {
         if (!(error instanceof EventValidationError)) throw error;
         event = null;

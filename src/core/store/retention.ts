@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { isMetisError, MetisError } from '../errors.js';
-import { AUDIT_EVENT_TYPES } from '../events/catalog/index.js';
+import { AUDIT_EVENT_TYPES, type PayloadOf } from '../events/catalog/index.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { openDatabase } from './database.js';
@@ -108,7 +108,7 @@ function takeOwnership(dbPath: string): Ownership {
 }
 
 /** The `trace.swept` payload (bus §6.14) of a sweep's result. */
-export function sweptPayload(swept: PurgeResult): Record<string, unknown> {
+export function sweptPayload(swept: PurgeResult): PayloadOf<'trace.swept'> {
   return {
     rows_deleted: swept.rows_deleted,
     rows_audit_exempt: swept.rows_audit_exempt,

@@ -1,3 +1,4 @@
+import type { z } from 'zod';
 import type { CatalogEntry } from '../define.js';
 import { analyticsEvents } from './analytics.js';
 import { busEvents } from './bus.js';
@@ -37,6 +38,32 @@ export const CATALOG_ENTRIES: readonly CatalogEntry[] = [
   ...quotaEvents,
   ...analyticsEvents,
 ];
+
+/** Every entry, each with its own literal type and schema. */
+type KnownEntry =
+  | (typeof sessionEvents)[number]
+  | (typeof turnEvents)[number]
+  | (typeof llmEvents)[number]
+  | (typeof toolEvents)[number]
+  | (typeof routeEvents)[number]
+  | (typeof patternEvents)[number]
+  | (typeof skillEvents)[number]
+  | (typeof memoryEvents)[number]
+  | (typeof delegateEvents)[number]
+  | (typeof feedbackEvents)[number]
+  | (typeof busEvents)[number]
+  | (typeof providerEvents)[number]
+  | (typeof evalEvents)[number]
+  | (typeof gatewayEvents)[number]
+  | (typeof traceEvents)[number]
+  | (typeof quotaEvents)[number]
+  | (typeof analyticsEvents)[number];
+
+/** The name of a catalog type: a misspelt one does not compile at an emitter. */
+export type EventType = KnownEntry['type'];
+
+/** The payload an emitter gives for `T` (fields the spec marks additive may be left out). */
+export type PayloadOf<T extends EventType> = z.input<Extract<KnownEntry, { readonly type: T }>['schema']>;
 
 export const CATALOG: ReadonlyMap<string, CatalogEntry> = new Map(CATALOG_ENTRIES.map((e) => [e.type, e]));
 

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { EventBus } from '../../bus/event-bus.js';
 import type { SubscriptionHandle } from '../../bus/subscription.js';
+import type { EventType, PayloadOf } from '../../events/catalog/index.js';
 import type { MetisEvent } from '../../events/envelope.js';
 import { newId } from '../../events/ids.js';
 import type { Db } from '../../store/database.js';
@@ -163,7 +164,7 @@ export class Evaluator {
     const subject = { eval_id: evalId, subject_kind: subjectKind, subject_id: subjectId };
     const rubric = { rubric_id: this.judge.rubricId, rubric_version: this.judge.rubricVersion };
     // In the subject's session, outside any turn (the turns it scores have ended).
-    const emit = (type: string, parent: string, payload: Record<string, unknown>) =>
+    const emit = <T extends EventType>(type: T, parent: string, payload: PayloadOf<T>) =>
       bus.emit({
         type,
         session_id: sessionId,
