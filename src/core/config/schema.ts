@@ -26,9 +26,7 @@ export const ServerConfigSchema = z.strictObject({
    * of wrong tokens then counts each client apart instead of the proxy as one.
    */
   trusted_proxies: z
-    .array(
-      z.string().refine(isAddressOrRange, 'must be an IP address or a CIDR range like 10.0.0.0/8'),
-    )
+    .array(z.string().refine(isAddressOrRange, 'must be an IP address or a CIDR range like 10.0.0.0/8'))
     .default([]),
   max_queue_events: z.number().int().positive().default(1000),
   max_queue_bytes: z

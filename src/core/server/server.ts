@@ -25,12 +25,7 @@ import { createHttpApp, type ForwardRefused, type HttpApp, type SessionGate } fr
 import { inspectRoutes } from './inspect-routes.js';
 import { type PluginMetricsSource, ServerMetrics } from './metrics.js';
 import { type Route, rawRoute } from './routes.js';
-import {
-  checkRequest,
-  isListedOrigin,
-  isLoopbackBind,
-  type SecurityOptions,
-} from './security.js';
+import { checkRequest, isListedOrigin, isLoopbackBind, type SecurityOptions } from './security.js';
 import { createSseRoute } from './sse-route.js';
 import { staticRoutes } from './static-files.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from './stream-archive.js';
