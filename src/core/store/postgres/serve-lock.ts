@@ -36,6 +36,10 @@ export class ServeLock {
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer !== null) clearTimeout(this.timer);
+    // Released by query before the connection ends: the server frees a session's locks only when its
+    // backend has exited, after end() has returned, and a server started right after this one would
+    // meet the lock still held.
+    if (this.taken) await this.holder.query('SELECT pg_advisory_unlock_all()').catch(() => {});
     await this.holder.end().catch(() => {});
   }
 
