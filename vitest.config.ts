@@ -6,6 +6,9 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
+    // Vitest's default is one worker per core but one: a single file at a time on CI's 2 cores. Most
+    // files wait on servers, child processes and timers rather than compute, so two run side by side.
+    maxWorkers: 2,
     // A test that forgets its own METIS_HOME must not write a token or a database into the real ~/.metis.
     globalSetup: ['test/helpers/isolated-home.ts'],
     // The JSON report lets .ci/run print "N passed, N failed" so a run that executed nothing is visible.
