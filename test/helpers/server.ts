@@ -138,3 +138,19 @@ export function openClient(url: string, options: WebSocket.ClientOptions = {}): 
     });
   });
 }
+
+/** Opens a WebSocket and reports the upgrade's HTTP status (101 when it opened). */
+export function upgradeStatus(url: string, headers: Record<string, string> = {}): Promise<number> {
+  return new Promise((resolve) => {
+    const ws = new WebSocket(url, { headers });
+    ws.once('open', () => {
+      ws.close();
+      resolve(101);
+    });
+    ws.once('unexpected-response', (_request, response) => {
+      resolve(response.statusCode ?? 0);
+      ws.terminate();
+    });
+    ws.once('error', () => resolve(0));
+  });
+}

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import WebSocket from 'ws';
 import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
-import { startTestServer } from '../helpers/server.js';
+import { startTestServer, upgradeStatus } from '../helpers/server.js';
 
 /**
  * Issue 13, observations 2 and 4, against a real server on port 0: repeated wrong tokens are slowed
@@ -9,22 +8,6 @@ import { startTestServer } from '../helpers/server.js';
  */
 
 const TOKEN = 'local-access-test-token-0123456789';
-
-/** Opens a WebSocket and reports the upgrade's HTTP status (101 when it opened). */
-function upgradeStatus(url: string, headers: Record<string, string> = {}): Promise<number> {
-  return new Promise((resolve) => {
-    const ws = new WebSocket(url, { headers });
-    ws.once('open', () => {
-      ws.close();
-      resolve(101);
-    });
-    ws.once('unexpected-response', (_request, response) => {
-      resolve(response.statusCode ?? 0);
-      ws.terminate();
-    });
-    ws.once('error', () => resolve(0));
-  });
-}
 
 describe('401 flood from one peer', () => {
   it('answers its failures 429 METIS_ERR_TOO_MANY_ATTEMPTS with Retry-After until the pause ends; a good token always passes', async () => {

@@ -1,7 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import WebSocket from 'ws';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, type TestServer, upgradeStatus } from '../helpers/server.js';
 
 /**
  * Issue 34, observations 2, 4 and 5, against a real server on port 0: what a page on another port of
@@ -22,21 +21,6 @@ async function signIn(t: TestServer, offer: Record<string, string>) {
     body: JSON.stringify(offer),
   });
   return { status: response.status, body: (await response.json()) as any, headers: response.headers };
-}
-
-function upgradeStatus(url: string, headers: Record<string, string> = {}): Promise<number> {
-  return new Promise((resolve) => {
-    const ws = new WebSocket(url, { headers });
-    ws.once('open', () => {
-      ws.close();
-      resolve(101);
-    });
-    ws.once('unexpected-response', (_request, response) => {
-      resolve(response.statusCode ?? 0);
-      ws.terminate();
-    });
-    ws.once('error', () => resolve(0));
-  });
 }
 
 describe('a cookie alone authorizes nothing (observation 2)', () => {
