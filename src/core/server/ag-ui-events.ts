@@ -8,6 +8,29 @@ interface OpenBlock {
   readonly kind: 'text' | 'reasoning';
 }
 
+/** The metis events the mapper reads (its switch below): a run's stream subscribes to these alone. */
+export const AG_UI_EVENT_TYPES = [
+  'route.decided',
+  'llm.call_started',
+  'llm.call_completed',
+  'llm.call_failed',
+  'text.delta',
+  'thinking.delta',
+  'message.complete',
+  'tool.use_start',
+  'tool.use_input_delta',
+  'tool.use_end',
+  'tool.completed',
+  'tool.failed',
+  'tool.confirmation_requested',
+  'tool.confirmation_resolved',
+  'delegate.started',
+  'delegate.completed',
+  'delegate.failed',
+  'turn.completed',
+  'turn.cancelled',
+] as const;
+
 /**
  * The AG-UI run that starts no turn (a `RunAgentInput` with no messages): it reports the thread as
  * stored, in the order the client's verifier expects of any run.
@@ -128,19 +151,29 @@ export class AgUiMapper {
           this.write({ type: 'STEP_FINISHED', stepName: `delegate:${p.worker_session_id}` });
         return;
       case 'turn.completed':
-        this.end({
+        this.finishRun({
           stop_reason: p.stop_reason,
           total_cost_usd: p.total_cost_usd,
           llm_call_count: p.llm_call_count,
         });
         return;
       case 'turn.cancelled':
-        this.end({ cancelled: p.reason });
+        this.finishRun({ cancelled: p.reason });
         return;
     }
   }
 
-  private end(summary: Record<string, unknown>): void {
+  /** The stream ends before its turn (the server closed it: a reader too slow for the queue bound). */
+  fail(code: string, message: string): void {
+    // Nothing is closed first: what the dropped queue held never reached the client, so the blocks
+    // this mapper has open may not be open there.
+    this.write({ type: 'RUN_ERROR', message, code });
+  }
+
+  /** The stream ends with its turn: RUN_FINISHED or RUN_ERROR went out already. */
+  end(): void {}
+
+  private finishRun(summary: Record<string, unknown>): void {
     this.closeBlock();
     this.flushResults();
     this.custom('metis.cost', summary);

@@ -4,16 +4,17 @@ import { MetisError } from '../errors.js';
 import { SYSTEM_SESSION_ID } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
-import { type AgUiEvent, AgUiMapper, threadReport } from './ag-ui-events.js';
+import { AG_UI_EVENT_TYPES, AgUiMapper, threadReport } from './ag-ui-events.js';
 import { ClientSessionId } from './client-session-id.js';
 import { assertStorageWritable } from './commit-ack.js';
+import type { ConnectionDeps } from './connection-deps.js';
 import type { SessionGate } from './http-app.js';
 import { HttpError, isClientSession, writeEventStreamHead } from './http-util.js';
 import { STORAGE_ERRORS } from './openapi.js';
 import { type RawRoute, rawRoute } from './routes.js';
 import { agUiMessages, storedToolResult } from './stored-conversation.js';
-import type { StreamHub } from './stream-hub.js';
 import { followTurn } from './turn-follower.js';
+import { SseData, TurnTransport } from './turn-transport.js';
 
 /** AG-UI's `RunAgentInput` (`@ag-ui/core` 1.0); fields metis does not use are let through. */
 const RunAgentInput = z.looseObject({
@@ -38,17 +39,20 @@ const RunAgentInput = z.looseObject({
 type AgUiInput = z.output<typeof RunAgentInput>;
 
 const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS];
+const AG_UI_STREAM = { kind: 'ag-ui', eventTypes: AG_UI_EVENT_TYPES } as const;
 
 /**
  * `POST /ag-ui` (the thread is the metis session, created on first use) and `POST
  * /sessions/{id}/ag-ui` (an existing session; the thread id must name it): an AG-UI agent endpoint
  * (docs/ag-ui.md). The last user message of `RunAgentInput` starts a turn, answered as AG-UI events over
- * SSE; closing the request cancels the turn (`client_disconnect`). A run with no messages (a client
- * loading a thread, as CopilotKit does on mount) starts none and reports the thread as stored.
+ * SSE on the subscription core of every stream (queue bound, heartbeat, slow-reader close:
+ * turn-transport.ts); closing the request cancels the turn (`client_disconnect`). A run with no
+ * messages (a client loading a thread, as CopilotKit does on mount) starts none and reports the thread
+ * as stored.
  */
 export function agUiRoutes(
   runtime: Runtime,
-  hub: () => StreamHub,
+  deps: () => ConnectionDeps,
   trace: TraceContext,
   /** In a cluster, this node must own the thread's session first (a path with the id is gated already). */
   sessionGate: SessionGate = async () => {},
@@ -78,9 +82,9 @@ export function agUiRoutes(
     assertStorageWritable(trace);
     if (perSession === null) await sessionGate(sessionId, true);
     if (!runtime.hasSession(sessionId)) runtime.createSession({ sessionId });
-    const write = (event: AgUiEvent) => response.write(`data: ${JSON.stringify(event)}\n\n`);
+    const data = new SseData();
     const mapper = new AgUiMapper(
-      write,
+      data.write,
       input.threadId,
       input.runId,
       (toolUseId) => {
@@ -89,20 +93,8 @@ export function agUiRoutes(
       },
       () => agUiMessages(runtime, sessionId),
     );
-    const followed = followTurn(
-      runtime,
-      hub(),
-      sessionId,
-      text,
-      response,
-      (event) => mapper.onEvent(event),
-      () => {
-        writeEventStreamHead(response);
-        mapper.start();
-      },
-    );
-    await followed.ended;
-    if (!response.writableEnded) response.end();
+    const transport = new TurnTransport(response, AG_UI_STREAM, mapper, data, sessionId);
+    followTurn(deps(), transport, sessionId, text, () => mapper.start());
   };
   const success = { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' };
   return [

@@ -1,16 +1,18 @@
+import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { ClientSessionId } from './client-session-id.js';
 import { assertStorageWritable } from './commit-ack.js';
+import type { ConnectionDeps } from './connection-deps.js';
 import type { SessionGate } from './http-app.js';
-import { HttpError, writeEventStreamHead } from './http-util.js';
+import { HttpError, isClientSession } from './http-util.js';
 import { STORAGE_ERRORS } from './openapi.js';
 import { type RawRoute, rawRoute } from './routes.js';
 import { storedToolResult } from './stored-conversation.js';
-import type { StreamHub } from './stream-hub.js';
-import { followTurn } from './turn-follower.js';
-import { type UiChunk, UiMessageStreamMapper } from './ui-message-stream.js';
+import { followTurn, rejoinTurn } from './turn-follower.js';
+import { SseData, TurnTransport } from './turn-transport.js';
+import { UI_MESSAGE_EVENT_TYPES, UiMessageStreamMapper } from './ui-message-stream.js';
 
 /** What `useChat`'s default transport posts (ai 6 `HttpChatTransport`); other fields are let through. */
 const ChatBody = z.looseObject({
@@ -26,16 +28,23 @@ const ChatBody = z.looseObject({
   trigger: z.enum(['submit-message', 'regenerate-message']).optional(),
 });
 
+const UI_MESSAGE_STREAM = {
+  kind: 'ai-sdk',
+  eventTypes: UI_MESSAGE_EVENT_TYPES,
+  headers: { 'x-vercel-ai-ui-message-stream': 'v1' },
+} as const;
+
 /**
  * `POST /api/chat`: the AI SDK's UI message stream (docs/ai-sdk.md), so that `useChat` can use metis as
  * its backend unchanged. The chat id is the metis session (created on first use); the last user message
  * starts a turn (metis keeps the conversation itself, so earlier messages in the body are not replayed);
- * the answer is that turn as UI message chunks over SSE, ending with `[DONE]`. Closing the request
- * cancels the turn (`client_disconnect`).
+ * the answer is that turn as UI message chunks over SSE, ending with `[DONE]`, on the subscription core
+ * of every stream (queue bound, heartbeat, slow-reader close: turn-transport.ts). Closing the request
+ * cancels the turn (`client_disconnect`). `GET /api/chat/{id}/stream` resumes the turn in flight.
  */
 export function chatRoutes(
   runtime: Runtime,
-  hub: () => StreamHub,
+  deps: () => ConnectionDeps,
   trace: TraceContext,
   /** In a cluster, this node must own the chat's session first. */
   sessionGate: SessionGate = async () => {},
@@ -69,42 +78,40 @@ export function chatRoutes(
       assertStorageWritable(trace);
       await sessionGate(body.id, true);
       if (!runtime.hasSession(body.id)) runtime.createSession({ sessionId: body.id });
-      const write = (chunk: UiChunk | '[DONE]') =>
-        response.write(`data: ${typeof chunk === 'string' ? chunk : JSON.stringify(chunk)}\n\n`);
-      const mapper = new UiMessageStreamMapper(write, (toolUseId) =>
-        toolOutputOf(runtime, body.id, toolUseId),
-      );
-      const followed = followTurn(
-        runtime,
-        hub(),
-        body.id,
-        text,
-        response,
-        (event) => mapper.onEvent(event),
-        (turnId) => {
-          writeEventStreamHead(response, { 'x-vercel-ai-ui-message-stream': 'v1' });
-          mapper.start(turnId);
-        },
-      );
-      await followed.ended;
-      if (!response.writableEnded) {
-        write('[DONE]');
-        response.end();
-      }
+      const { transport, mapper } = uiMessageStream(runtime, body.id, response);
+      followTurn(deps(), transport, body.id, text, (turnId) => mapper.start(turnId));
     },
   );
   const resume = rawRoute(
     {
       method: 'GET',
       path: '/api/chat/{chat_id}/stream',
-      summary: "The AI SDK transport's reconnect: no stream is kept to resume",
-      success: { status: 204, description: 'nothing to resume' },
+      summary: "The AI SDK transport's reconnect: the chat's turn in flight from its start, or 204",
+      success: {
+        status: 200,
+        description: 'the turn as UI message chunks over SSE, then [DONE]; 204 when no turn is running',
+        contentType: 'text/event-stream',
+      },
       errors: [],
     },
-    // No stream is kept to resume: the transport then has nothing to reconnect to (ai 6: 204).
-    async (_call, response) => void response.writeHead(204).end(),
+    async ({ params: [chatId] }, response) => {
+      const turn = isClientSession(runtime, chatId!) ? runtime.currentTurn(chatId!) : null;
+      // Nothing running: the transport has nothing to reconnect to (ai 6: 204).
+      if (turn === null) return void response.writeHead(204).end();
+      const { transport, mapper } = uiMessageStream(runtime, chatId!, response);
+      rejoinTurn(deps(), transport, chatId!, turn.turnId, (turnId) => mapper.start(turnId));
+    },
   );
   return [chat, resume];
+}
+
+/** A chat's turn as the UI message stream, on the transport of a turn's own stream. */
+function uiMessageStream(runtime: Runtime, sessionId: string, response: ServerResponse) {
+  const data = new SseData();
+  const mapper = new UiMessageStreamMapper(data.write, (toolUseId) =>
+    toolOutputOf(runtime, sessionId, toolUseId),
+  );
+  return { mapper, transport: new TurnTransport(response, UI_MESSAGE_STREAM, mapper, data, sessionId) };
 }
 
 /** The tool's result as the model got it: the text of its `tool_result`, JSON when it parses. */

@@ -89,6 +89,8 @@ function truncate(text: string): string {
 
 /** Close codes the server uses; 1008 `client_too_slow` is the spec's, the 44xx are metis's. */
 export const CLOSE = {
+  /** A stream that ends by itself: a turn's own stream (AI SDK, AG-UI) after its turn's last event. */
+  normal: 1000,
   clientTooSlow: 1008,
   tooBig: 1009,
   heartbeatTimeout: 4408,

@@ -180,8 +180,8 @@ export async function startServer(
       connections.add(connection);
       response.on('close', () => connections.delete(connection));
     }),
-    ...chatRoutes(runtime, () => hub, trace, options.sessionGate),
-    ...agUiRoutes(runtime, () => hub, trace, options.sessionGate),
+    ...chatRoutes(runtime, connectionDeps, trace, options.sessionGate),
+    ...agUiRoutes(runtime, connectionDeps, trace, options.sessionGate),
     rawRoute(
       {
         method: 'GET',

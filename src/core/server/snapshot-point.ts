@@ -33,6 +33,8 @@ export interface SnapshotPointInput {
  */
 export function snapshotPoint(input: SnapshotPointInput): string | null {
   const { runtime, db, recent, sessionId, sessionIds, faults } = input;
+  // The snapshot-live-state fault: the last released event, as before issue 14.
+  if (faults.snapshotLiveState) return input.released;
   let point = input.released;
   for (let step = 0; point !== null && step < MAX_STEPS; step += 1) {
     const at: string = point;

@@ -1,10 +1,9 @@
 import type { ServerResponse } from 'node:http';
-import type { StreamTransport, TransportHandlers } from './stream-transport.js';
+import type { FrameType, StreamTransport, TransportHandlers } from './stream-transport.js';
 import { type EventFrames, encodeSseEvent } from './wire-frame.js';
 
-const FRAME_TYPE = /^\{"type":"([a-z_]+)"/;
-const EVENT_ID = /^\{"type":"event","event":\{"id":"([^"]+)"/;
-const KEEP_ALIVE = Buffer.from(': ping\n\n');
+/** An SSE comment: ignored by every parser (WHATWG HTML §9.2.6), it keeps proxies and idle timeouts off. */
+export const KEEP_ALIVE = Buffer.from(': ping\n\n');
 
 /**
  * A server-sent events response (`GET /sessions/{id}/events`, docs/http-api.md). The frames are the
@@ -33,9 +32,8 @@ export class SseTransport implements StreamTransport {
     return this.response.writableLength;
   }
 
-  encode(text: string): Buffer {
-    const type = FRAME_TYPE.exec(text)?.[1] ?? 'message';
-    if (type === 'event') return encodeSseEvent(text, null, EVENT_ID.exec(text)?.[1] ?? null);
+  encode(text: string, type: FrameType, eventId: string | null = null): Buffer {
+    if (type === 'event') return encodeSseEvent(text, null, eventId);
     // `error` is EventSource's own event (the connection failed): the frame gets another name.
     return encodeSseEvent(text, type === 'error' ? 'stream_error' : type, null);
   }

@@ -1,74 +1,80 @@
-import type { ServerResponse } from 'node:http';
-import type { MetisEvent } from '../events/envelope.js';
-import type { Runtime } from '../runtime/runtime.js';
-import { isQuestionToUser, type StreamHub, type StreamTarget } from './stream-hub.js';
-
-export interface FollowedTurn {
-  readonly sessionId: string;
-  readonly turnId: string;
-  /** Resolves once the turn's terminal event has been handed to `onEvent`. */
-  readonly ended: Promise<MetisEvent>;
-}
-
-const TURN_ENDS = new Set(['turn.completed', 'turn.cancelled']);
+import { ClientConnection } from './client-connection.js';
+import type { ConnectionDeps } from './connection-deps.js';
+import type { TurnTransport } from './turn-transport.js';
 
 /**
- * Runs one turn for a request that answers with the turn's own stream (AI SDK, AG-UI): listens to the
- * session on the hub before the turn starts, so nothing of it is missed, hands each of its events (and
- * the confirmations of its workers, questions to the user) to `onEvent` in order, and cancels the turn
- * with `client_disconnect` when the response closes before the turn ended. `onStart` comes first, with
- * the turn id.
+ * Runs one turn for a request that answers with the turn's own stream (AI SDK, AG-UI), on the one
+ * subscription core: the connection is attached before the turn is submitted (nothing of it can be
+ * missed) and ends once the turn's last event has gone out. Closing the request first cancels the turn
+ * (`client_disconnect`); a stream the server closes (a reader too slow for the queue bound) leaves it
+ * running. `onStart` comes first, with the turn id; what `submitTurn` throws is thrown before anything
+ * is written.
  */
 export function followTurn(
-  runtime: Runtime,
-  hub: StreamHub,
+  deps: ConnectionDeps,
+  transport: TurnTransport,
   sessionId: string,
   message: string,
-  response: ServerResponse,
-  onEvent: (event: MetisEvent) => void,
-  onStart: (turnId: string) => void = () => undefined,
-): FollowedTurn {
-  let turnId: string | null = null;
-  let done = false;
-  const early: MetisEvent[] = [];
-  let resolveEnded!: (event: MetisEvent) => void;
-  const ended = new Promise<MetisEvent>((resolve) => (resolveEnded = resolve));
-  const handle = (event: MetisEvent) => {
-    if (done) return;
-    const ours = event.turn_id === turnId || (event.session_id !== sessionId && isQuestionToUser(event));
-    if (!ours) return;
-    onEvent(event);
-    if (event.session_id === sessionId && TURN_ENDS.has(event.type)) {
-      done = true;
-      hub.detachTarget(target);
-      resolveEnded(event);
-    }
-  };
-  const target: StreamTarget = {
-    sessionId,
-    wantsWorkers: () => true,
-    deliver: (event) => {
-      if (turnId === null) early.push(event);
-      else handle(event);
-    },
-  };
-  hub.attach(target);
-  let submitted: ReturnType<Runtime['submitTurn']>;
+  onStart: (turnId: string) => void,
+): string {
+  const { runtime } = deps;
+  const connection = new ClientConnection(transport, sessionId, deps);
+  let turnId: string;
   try {
-    submitted = runtime.submitTurn(sessionId, message);
+    turnId = runtime.submitTurn(sessionId, message).turnId;
   } catch (error) {
-    hub.detachTarget(target);
+    connection.abandon();
     throw error;
   }
-  turnId = submitted.turnId;
-  onStart(turnId);
-  for (const event of early.splice(0)) handle(event);
-  response.on('close', () => {
-    if (done) return;
-    hub.detachTarget(target);
-    done = true;
-    if (runtime.currentTurn(sessionId)?.turnId === submitted.turnId)
-      runtime.cancelTurn(sessionId, submitted.turnId, 'client_disconnect');
+  transport.response.on('close', () => {
+    if (transport.closedByServer || transport.turnOver) return;
+    if (runtime.currentTurn(sessionId)?.turnId === turnId)
+      runtime.cancelTurn(sessionId, turnId, 'client_disconnect');
   });
-  return { sessionId, turnId: submitted.turnId, ended };
+  openTurnStream(connection, transport, turnId, null, onStart);
+  return turnId;
+}
+
+/**
+ * Follows a turn already running, from its first event (the AI SDK's resume: `useChat` replays the
+ * stream it reconnects to from its start): a replay from the turn's `turn.started`, then live. Closing
+ * it leaves the turn alone.
+ */
+export function rejoinTurn(
+  deps: ConnectionDeps,
+  transport: TurnTransport,
+  sessionId: string,
+  turnId: string,
+  onStart: (turnId: string) => void,
+): void {
+  const connection = new ClientConnection(transport, sessionId, deps);
+  const started = deps.store.db
+    .prepare("SELECT id FROM events WHERE session_id = ? AND turn_id = ? AND type = 'turn.started' LIMIT 1")
+    .pluck()
+    .get(sessionId, turnId) as string | undefined;
+  // Not stored yet: nothing of the turn was released either, and all of it arrives live.
+  openTurnStream(connection, transport, turnId, started ?? null, onStart);
+}
+
+function openTurnStream(
+  connection: ClientConnection,
+  transport: TurnTransport,
+  turnId: string,
+  since: string | null,
+  onStart: (turnId: string) => void,
+): void {
+  onStart(turnId);
+  transport.begin(turnId);
+  connection.subscribeWith({
+    type: 'subscribe',
+    filter: {
+      event_types: [...transport.eventTypes],
+      actors: null,
+      include_worker_sessions: false,
+      session_ids: null,
+    },
+    since,
+    snapshot: false,
+  });
+  void transport.ended.then(() => connection.finish());
 }

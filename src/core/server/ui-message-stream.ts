@@ -3,6 +3,25 @@ import type { MetisEvent } from '../events/envelope.js';
 /** One chunk of the AI SDK's UI message stream (ai 6, `UIMessageChunk`). */
 export type UiChunk = { readonly type: string } & Record<string, unknown>;
 
+/** The metis events the mapper reads (its switch below): a turn stream subscribes to these alone. */
+export const UI_MESSAGE_EVENT_TYPES = [
+  'llm.call_started',
+  'text.delta',
+  'thinking.delta',
+  'message.complete',
+  'tool.use_start',
+  'tool.use_input_delta',
+  'tool.use_end',
+  'tool.confirmation_requested',
+  'tool.confirmation_resolved',
+  'tool.completed',
+  'tool.failed',
+  'llm.call_failed',
+  'llm.call_completed',
+  'turn.completed',
+  'turn.cancelled',
+] as const;
+
 const FINISH_REASONS: Record<string, string> = {
   end_turn: 'stop',
   stop_sequence: 'stop',
@@ -28,7 +47,7 @@ export class UiMessageStreamMapper {
   private failed: string | null = null;
 
   constructor(
-    private readonly write: (chunk: UiChunk) => void,
+    private readonly write: (chunk: UiChunk | '[DONE]') => void,
     /** The tool's result as the model got it, when it can be read. */
     private readonly toolOutput: (toolUseId: string) => unknown,
   ) {}
@@ -116,6 +135,16 @@ export class UiMessageStreamMapper {
         this.write({ type: 'abort', reason: String(p.reason) });
         return;
     }
+  }
+
+  /** The stream ends before its turn (the server closed it: a reader too slow for the queue bound). */
+  fail(code: string, message: string): void {
+    this.write({ type: 'error', errorText: `${code}: ${message}` });
+  }
+
+  /** The stream ends with its turn. */
+  end(): void {
+    this.write('[DONE]');
   }
 
   private flushOutputs(): void {
