@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../helpers/run-cli.js';
+import { runCli, spawnCli } from '../helpers/run-cli.js';
 import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
@@ -46,13 +46,14 @@ describe('--timeout on followers', () => {
   it('tail: shows the session, stops after the timeout, exit 0', async () => {
     const t = await startTestServer();
     const sessionId = await t.createSession();
-    const tailing = runCli(['tail', sessionId, '--timeout', '4', '--url', t.url], tempDir());
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    // Submitted only once the tail printed its snapshot: a child slow to start under load would
+    // otherwise attach after the turn and see it only as a count in the snapshot line.
+    const tailing = spawnCli(['tail', sessionId, '--timeout', '6', '--url', t.url], tempDir());
+    await tailing.waitForStdout((out) => out.includes(`session ${sessionId}`), 20_000);
     await t.submit(sessionId, 'hello');
-    const tailed = await tailing;
-    expect(tailed.exitCode).toBe(0);
-    expect(tailed.stdout).toContain('You said: hello');
-    expect(tailed.stderr).toContain('stopped after 4 s (--timeout)');
+    expect(await tailing.exited()).toBe(0);
+    expect(tailing.stdout()).toContain('You said: hello');
+    expect(tailing.stderr()).toContain('stopped after 6 s (--timeout)');
   }, 40_000);
 
   it('a wrong duration is refused naming the flag, exit 2, before anything is sent', async () => {
