@@ -9,8 +9,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { startServer } from '../src/core/app/metis-server.js';
 import { createRuntime } from '../src/core/runtime/runtime.js';
-import { startServer } from '../src/core/server/server.js';
 import { openTraceContext } from '../src/core/store/trace-context.js';
 import { type Figure, figure, type SuiteOptions } from './lib/stats.js';
 

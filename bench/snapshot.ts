@@ -8,11 +8,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createRuntime } from '../src/core/runtime/runtime.js';
-import { RecentStreams } from '../src/core/server/recent-streams.js';
-import { buildSnapshot } from '../src/core/server/snapshot.js';
-import { snapshotPoint } from '../src/core/server/snapshot-point.js';
 import { storedEventBefore } from '../src/core/store/session-as-of.js';
 import { openTraceContext } from '../src/core/store/trace-context.js';
+import { RecentStreams } from '../src/core/stream/recent-streams.js';
+import { buildSnapshot } from '../src/core/stream/snapshot.js';
+import { snapshotPoint } from '../src/core/stream/snapshot-point.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
 export async function benchSnapshot(opts: SuiteOptions): Promise<Figure[]> {

@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createRuntime } from '../src/core/runtime/runtime.js';
-import { EventSequencer } from '../src/core/server/event-sequencer.js';
-import { StreamArchive } from '../src/core/server/stream-archive.js';
-import { StreamHub } from '../src/core/server/stream-hub.js';
 import { openTraceContext } from '../src/core/store/trace-context.js';
+import { EventSequencer } from '../src/core/stream/event-sequencer.js';
+import { StreamArchive } from '../src/core/stream/stream-archive.js';
+import { StreamHub } from '../src/core/stream/stream-hub.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
 const DELTAS_PER_TURN = 400;

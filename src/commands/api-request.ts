@@ -1,6 +1,6 @@
 import { DEFAULT_URL } from '../client/live-text.js';
 import { ERROR_TABLE, type ErrorCode, MetisError } from '../core/errors.js';
-import { readTokenFile, tokenFilePath } from '../core/server/local-token.js';
+import { readTokenFile, tokenFilePath } from '../core/http/local-token.js';
 
 /**
  * Where a command finds the server: `--url` (or $METIS_URL) and `--token` (or $METIS_TOKEN, else the

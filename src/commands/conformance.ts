@@ -10,11 +10,11 @@ import {
 } from '../client/conformance/client-traces.js';
 import { toJunit } from '../client/conformance/junit.js';
 import { type CheckResult, runConformance } from '../client/conformance/runner.js';
+import { startService } from '../core/app/start-service.js';
 import { MetisConfigSchema } from '../core/config/schema.js';
 import { MetisError } from '../core/errors.js';
 import { silentLogger } from '../core/logger.js';
-import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
-import { startService } from '../core/server/serve.js';
+import type { FaultName } from '../core/stream/faults.js';
 import { serverUrl, tokenFrom } from './api-request.js';
 import { ExitError } from './exit-error.js';
 

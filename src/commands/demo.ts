@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { followTurn } from '../client/follow-turn.js';
 import { liveTextWriter } from '../client/live-text.js';
 import { visibleJson, visibleText } from '../client/visible-text.js';
+import { startService } from '../core/app/start-service.js';
 import { MetisConfigSchema } from '../core/config/schema.js';
 import { silentLogger } from '../core/logger.js';
-import { startService } from '../core/server/serve.js';
 import { apiRequest } from './api-request.js';
 
 export interface DemoOptions {

@@ -1,5 +1,5 @@
 import { Argument, type Command, Option } from 'commander';
-import { FAULT_NAMES } from '../core/server/faults.js';
+import { FAULT_NAMES } from '../core/stream/faults.js';
 import { registerStoreCommands } from './register-store.js';
 
 /**

@@ -1,11 +1,12 @@
+import { CONFORMANCE_WARNING } from '../core/app/conformance-mode.js';
+import { startService } from '../core/app/start-service.js';
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
+import { bearerTokenFromEnv, type ServerAuth } from '../core/http/local-token.js';
 import { createServiceLogger, logFormatFor } from '../core/logger.js';
-import { FAULT_NAMES, type FaultName } from '../core/server/faults.js';
-import { bearerTokenFromEnv, type ServerAuth } from '../core/server/local-token.js';
-import { CONFORMANCE_WARNING, startService } from '../core/server/serve.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { asStorageError } from '../core/store/storage-errors.js';
+import type { FaultName } from '../core/stream/faults.js';
 import { pickCluster } from './cluster-option.js';
 import { pickStore } from './store-option.js';
 

@@ -1,4 +1,4 @@
-import { type JsonRoute, jsonRoute } from '../core/server/routes.js';
+import { type JsonRoute, jsonRoute } from '../core/http/routes.js';
 import type { PluginHost } from './plugin-host.js';
 
 /** `GET /plugins`: every running plugin with its filter, path and delivered / failed / dropped counts. */

@@ -7,14 +7,14 @@ import {
   receivesEverySeq,
 } from '../../src/client/client.js';
 import { type ConversationState, initialState, reduce } from '../../src/client/reducer.js';
+import { startServer } from '../../src/core/app/metis-server.js';
+import { startService } from '../../src/core/app/start-service.js';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { CATALOG } from '../../src/core/events/catalog/index.js';
 import { PRESETS } from '../../src/core/events/presets.js';
 import { STREAMING } from '../../src/core/events/streaming.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
-import { startService } from '../../src/core/server/serve.js';
-import { startServer } from '../../src/core/server/server.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
 import { eventually } from '../helpers/protocol.js';
 import { startTestServer } from '../helpers/server.js';

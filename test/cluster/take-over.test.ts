@@ -1,10 +1,10 @@
 import pg from 'pg';
 import { ulid } from 'ulid';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import type { RunningService } from '../../src/core/app/start-service.js';
 import { readStoredSession, writeStoredSession } from '../../src/core/cluster/session-pull.js';
 import { takeOverSession } from '../../src/core/cluster/take-over.js';
 import { silentLogger } from '../../src/core/logger.js';
-import type { RunningService } from '../../src/core/server/serve.js';
 import { BIGINT_AS_NUMBER } from '../../src/core/store/postgres/pg-util.js';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';

@@ -1,10 +1,10 @@
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type CheckResult, runConformance } from '../../src/client/conformance/runner.js';
+import { startService } from '../../src/core/app/start-service.js';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
-import type { FaultName } from '../../src/core/server/faults.js';
-import { startService } from '../../src/core/server/serve.js';
+import type { FaultName } from '../../src/core/stream/faults.js';
 import { embeddedConformanceServer } from '../helpers/conformance-server.js';
 import { tempDir } from '../helpers/tmp.js';
 

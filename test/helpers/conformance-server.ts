@@ -1,9 +1,9 @@
 import { join } from 'node:path';
 import { onTestFinished } from 'vitest';
+import { startService } from '../../src/core/app/start-service.js';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
-import type { FaultName } from '../../src/core/server/faults.js';
-import { startService } from '../../src/core/server/serve.js';
+import type { FaultName } from '../../src/core/stream/faults.js';
 import { tempDir } from './tmp.js';
 
 /** An embedded `metis serve --conformance`: its URL and its local token (in its own folder). */

@@ -1,8 +1,8 @@
 import { join } from 'node:path';
 import { onTestFinished } from 'vitest';
+import { type RunningService, startService } from '../../src/core/app/start-service.js';
 import { MetisConfigSchema } from '../../src/core/config/schema.js';
 import { silentLogger } from '../../src/core/logger.js';
-import { type RunningService, startService } from '../../src/core/server/serve.js';
 import { tempDir } from './tmp.js';
 
 /**

@@ -1,7 +1,7 @@
 import { onTestFinished } from 'vitest';
+import { type ServerOptions, startServer } from '../../src/core/app/metis-server.js';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
-import { type ServerOptions, startServer } from '../../src/core/server/server.js';
 import { testRuntimeConfig } from './runtime-config.js';
 import { tempTraceContext } from './tmp.js';
 

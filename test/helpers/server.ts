@@ -1,8 +1,8 @@
 import { onTestFinished } from 'vitest';
 import WebSocket from 'ws';
+import { type MetisServer, type ServerOptions, startServer } from '../../src/core/app/metis-server.js';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
-import { type MetisServer, type ServerOptions, startServer } from '../../src/core/server/server.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
 import { testRuntimeConfig } from './runtime-config.js';
 import { tempDir, tempTraceContext } from './tmp.js';

@@ -1,9 +1,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { startService } from '../../src/core/app/start-service.js';
 import { loadConfig } from '../../src/core/config/load-config.js';
 import { silentLogger } from '../../src/core/logger.js';
-import { startService } from '../../src/core/server/serve.js';
 import { runCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
 import { pluginProject } from './plugin-harness.js';

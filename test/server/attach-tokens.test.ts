@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AttachTokens } from '../../src/core/server/attach-tokens.js';
+import { AttachTokens } from '../../src/core/http/attach-tokens.js';
 
 /** Issue 13 observation 6: unused attach tokens were unbounded (20,000 of them cost ~30 MiB). */
 describe('attach tokens are bounded', () => {

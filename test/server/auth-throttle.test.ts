@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AuthThrottle } from '../../src/core/server/auth-throttle.js';
+import { AuthThrottle } from '../../src/core/http/auth-throttle.js';
 
 /** The per-peer slow-down of repeated 401s (issue 13, observation 4), on a clock the test moves. */
 describe('AuthThrottle', () => {

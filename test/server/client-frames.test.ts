@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { ServerOptions } from '../../src/core/server/server.js';
+import type { ServerOptions } from '../../src/core/app/metis-server.js';
 import {
   closedWithin,
   ofType,

@@ -1,7 +1,7 @@
 import { chmodSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { readOrCreateTokenFile, resolveServerAuth } from '../../src/core/server/local-token.js';
+import { readOrCreateTokenFile, resolveServerAuth } from '../../src/core/http/local-token.js';
 import { tempDir } from '../helpers/tmp.js';
 
 describe('the local token file', () => {

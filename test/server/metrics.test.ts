@@ -1,6 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { MAX_MODEL_LABELS } from '../../src/core/server/metrics-tally.js';
+import { MAX_MODEL_LABELS } from '../../src/core/api/metrics-tally.js';
 import { emitPadded } from '../helpers/flood.js';
 import { scrape, sum } from '../helpers/prometheus.js';
 import {

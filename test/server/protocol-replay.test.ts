@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { ServerOptions } from '../../src/core/server/server.js';
+import type { ServerOptions } from '../../src/core/app/metis-server.js';
 import { purgeOldEvents } from '../../src/core/store/retention.js';
 import { insertOldEvents } from '../helpers/old-events.js';
 import {

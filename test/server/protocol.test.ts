@@ -1,9 +1,8 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type ClientItem, MetisClient } from '../../src/client/client.js';
 import { initialState, reduce } from '../../src/client/reducer.js';
-import { conformanceRoutes } from '../../src/core/server/conformance-hooks.js';
-import type { ServerOptions } from '../../src/core/server/server.js';
-import type { TraceContext } from '../../src/core/store/trace-context.js';
+import { conformanceRoutes } from '../../src/core/api/conformance-hooks.js';
+import type { ServerOptions } from '../../src/core/app/metis-server.js';
 import {
   eventually,
   ofType,

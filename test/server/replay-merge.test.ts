@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
-import { mergeReplay, unionById } from '../../src/core/server/replay-merge.js';
 import type { EventJsonRow } from '../../src/core/store/event-rows.js';
+import { mergeReplay, unionById } from '../../src/core/stream/replay-merge.js';
 
 /** A minimal event: only `id` matters to the merge. */
 const eventOf = (id: string): MetisEvent => ({ id, type: 'text.delta' }) as unknown as MetisEvent;

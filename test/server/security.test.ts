@@ -3,9 +3,9 @@ import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import { startServer } from '../../src/core/app/metis-server.js';
 import { isMetisError } from '../../src/core/errors.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
-import { startServer } from '../../src/core/server/server.js';
 import { openClient, startTestServer, type TestClient } from '../helpers/server.js';
 import { tempTraceContext } from '../helpers/tmp.js';
 

@@ -1,10 +1,10 @@
 import { mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { type RunningService, startService } from '../../src/core/app/start-service.js';
 import { loadConfig } from '../../src/core/config/load-config.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { silentLogger } from '../../src/core/logger.js';
-import { type RunningService, startService } from '../../src/core/server/serve.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { initialState, reduce } from '../../src/client/reducer.js';
-import type { FaultSwitches } from '../../src/core/server/faults.js';
+import type { FaultSwitches } from '../../src/core/stream/faults.js';
 import { holdWriteLockInChild } from '../helpers/lock-holder.js';
 import { subscribe, waitForEvents } from '../helpers/protocol.js';
 import { startTestServer } from '../helpers/server.js';

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { microsToIso, nowMicros } from '../../src/core/events/clock.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { newEventId } from '../../src/core/events/ids.js';
-import { StreamArchive } from '../../src/core/server/stream-archive.js';
+import { StreamArchive } from '../../src/core/stream/stream-archive.js';
 import { tempTraceContext } from '../helpers/tmp.js';
 
 function delta(sessionId: string): MetisEvent {

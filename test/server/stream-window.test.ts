@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import type { ServerOptions } from '../../src/core/server/server.js';
+import type { ServerOptions } from '../../src/core/app/metis-server.js';
 import { subscribe, subscribeReply, sync, waitForEvents } from '../helpers/protocol.js';
 import { openClient, startTestServer, type TestClient, type TestServer } from '../helpers/server.js';
 import { serverOnFile } from '../helpers/server-on-file.js';

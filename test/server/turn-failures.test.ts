@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { startServer } from '../../src/core/app/metis-server.js';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
-import { startServer } from '../../src/core/server/server.js';
 import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
 import { eventually } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';

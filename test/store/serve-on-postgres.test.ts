@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { runConformance } from '../../src/client/conformance/runner.js';
-import type { RunningService } from '../../src/core/server/serve.js';
+import type { RunningService } from '../../src/core/app/start-service.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import type { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { jsonRequest } from '../helpers/http.js';

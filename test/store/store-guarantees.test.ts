@@ -4,11 +4,11 @@ import { Writable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
 import type { Statement } from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { cursorProblem } from '../../src/core/server/cursor.js';
 import type { Db } from '../../src/core/store/database.js';
 import { parseExportFlags, writeExport } from '../../src/core/store/export.js';
 import { scanForGaps } from '../../src/core/store/gap-detector.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
+import { cursorProblem } from '../../src/core/stream/cursor.js';
 import { sessionCreated, turnCompleted, turnStarted } from '../helpers/events.js';
 import { tempTraceContext } from '../helpers/tmp.js';
 

@@ -21,7 +21,7 @@ import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
 import { projectBlock, projectState, type StateProjection } from '../../src/client/state-projection.js';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
-import { type MetisServer, startServer } from '../../src/core/server/server.js';
+import { type MetisServer, startServer } from '../../src/core/app/metis-server.js';
 import { openTraceContext, type TraceContext } from '../../src/core/store/trace-context.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
 

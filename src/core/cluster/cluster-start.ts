@@ -2,10 +2,11 @@ import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
+import type { ForwardRefused } from '../http/http-app.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
-import type { EventSequencer } from '../server/event-sequencer.js';
-import type { ForwardRefused } from '../server/http-app.js';
-import type { StoreUpstream, TraceContext } from '../store/trace-context.js';
+import type { StoreUpstream } from '../store/store-upstream.js';
+import type { TraceContext } from '../store/trace-context.js';
+import type { EventSequencer } from '../stream/event-sequencer.js';
 import { connectBroker } from './broker.js';
 import { clusterKeys } from './cluster-keys.js';
 import {

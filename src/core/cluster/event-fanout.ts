@@ -2,9 +2,9 @@ import type { EventBus } from '../bus/event-bus.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { eventJson } from '../events/event-json.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
-import { EventSequencer } from '../server/event-sequencer.js';
-import type { StoreUpstream } from '../store/trace-context.js';
+import type { StoreUpstream } from '../store/store-upstream.js';
 import type { TraceWriter } from '../store/trace-writer.js';
+import { EventSequencer } from '../stream/event-sequencer.js';
 import type { Broker } from './broker.js';
 
 /** The prefix of every subject metis publishes on. */

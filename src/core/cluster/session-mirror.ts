@@ -1,12 +1,12 @@
 import type { Logger } from 'pino';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
-import { selfAndDescendants } from '../runtime/session-lineage.js';
-import type { EventSequencer } from '../server/event-sequencer.js';
 import type { Db } from '../store/database.js';
 import { eventToParams } from '../store/event-rows.js';
 import { writePulled } from '../store/postgres/working-copy.js';
+import { selfAndDescendants } from '../store/session-lineage.js';
 import { SessionStore } from '../store/session-store.js';
 import { COPIED_TABLES, copiedRowToEvent, EVENT_ROW_AT } from '../store/store-copy.js';
+import type { EventSequencer } from '../stream/event-sequencer.js';
 import type { Broker, BrokerMessage } from './broker.js';
 import { ALL_SESSIONS_SUBJECT, FAMILY_HEADER, NODE_HEADER } from './event-fanout.js';
 import { type StoredSession, writeStoredSession } from './session-pull.js';

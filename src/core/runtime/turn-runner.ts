@@ -20,7 +20,6 @@ import { closeFailedTurn } from './turn-failure.js';
 import { cancelTurnState, type TurnOutcome, type TurnState } from './turn-state.js';
 
 // The server reads a cancel's reason against these; they belong to the turn's state (turn-state.ts).
-export { CANCEL_REASONS, type CancelReason, isCancelReason } from './turn-state.js';
 
 /** A pattern recommendation the chain deferred behind an earlier policy (the user may apply it). */
 export interface DeferredPattern {

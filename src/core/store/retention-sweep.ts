@@ -142,7 +142,7 @@ export async function sweep(
 }
 
 /**
- * The stream archive (server/stream-archive.ts) keeps each session's newest streaming events whatever
+ * The stream archive (stream/stream-archive.ts) keeps each session's newest streaming events whatever
  * their age; past retention they go too. No replay needs them: a cursor older than the oldest event
  * kept is refused as expired anyway. One session per statement, over the primary key's range.
  */

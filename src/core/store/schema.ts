@@ -147,7 +147,7 @@ export const MIGRATIONS: readonly string[] = [
   `,
   // 5 (issue 14): streaming events are never in `events`, but a client that reconnects must get the
   // deltas it missed, after a restart too. The recent ones of each session are kept here (at least the
-  // last 10 minutes or the newest 10,000, whichever is more; server/stream-archive.ts prunes the rest).
+  // last 10 minutes or the newest 10,000, whichever is more; stream/stream-archive.ts prunes the rest).
   `
   CREATE TABLE IF NOT EXISTS stream_events (
     session_id TEXT NOT NULL,

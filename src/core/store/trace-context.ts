@@ -11,8 +11,6 @@ import type { StoreUpstream } from './store-upstream.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
 
-export type { StoreUpstream } from './store-upstream.js';
-
 export interface TraceContext {
   readonly db: Db;
   /** The PostgreSQL store the database is a working copy of; null for the embedded store. */

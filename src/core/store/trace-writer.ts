@@ -64,7 +64,7 @@ const ENDINGS: ReadonlySet<string> = new Set([
 
 /**
  * How long a request's first event may wait for storage before the request is refused (503/507): the
- * HTTP acknowledgement (server/commit-ack.ts) and the runtime's start gate wait the same.
+ * HTTP acknowledgement (stream/commit-ack.ts) and the runtime's start gate wait the same.
  */
 export const DEFAULT_COMMIT_WAIT_MS = 5000;
 

@@ -1,5 +1,4 @@
 import Anthropic, { APIConnectionError, APIError, APIUserAbortError } from '@anthropic-ai/sdk';
-import { newId } from '../../events/ids.js';
 import {
   type AdapterChunk,
   AdapterError,

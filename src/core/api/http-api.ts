@@ -1,0 +1,420 @@
+import type { IncomingMessage } from 'node:http';
+import { z } from 'zod';
+import { MetisError } from '../errors.js';
+import type { AttachTokens } from '../http/attach-tokens.js';
+import type { SessionGate } from '../http/http-app.js';
+import { openApiDocument, type RouteDoc, STORAGE_ERRORS } from '../http/openapi.js';
+import { jsonRoute, type Route } from '../http/routes.js';
+import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { CANCEL_REASONS } from '../runtime/turn-state.js';
+import { sessionActivity } from '../store/session-summaries.js';
+import type { TraceContext } from '../store/trace-context.js';
+import { assertStorageWritable, emittedDuring, untilCommitted } from '../stream/commit-ack.js';
+import type { FaultSwitches } from '../stream/faults.js';
+
+const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
+
+const CreateSessionBody = z.strictObject({
+  workspace_path: z.string().min(1).optional(),
+  model: modelId.optional(),
+});
+const SubmitTurnBody = z.strictObject({ message: z.string().min(1).max(200_000), model: modelId.optional() });
+const CancelBody = z.strictObject({
+  reason: z.enum(CANCEL_REASONS).optional(),
+});
+const ConfirmBody = z.strictObject({
+  decision: z.enum(['allow', 'deny']),
+  scope: z.enum(['once', 'session']).optional(),
+  /** The `input_hash` of the input the user was shown (the listing's); a different one decides nothing. */
+  input_hash: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/, 'must be the sha256 hex of the input, as the listing gives it')
+    .optional(),
+});
+const ModelBody = z.strictObject({ model: modelId });
+const FeedbackBody = z.strictObject({
+  rating: z.enum(['thumbs_up', 'thumbs_down']),
+  turn_id: z.string().min(1).optional(),
+  comment: z.string().min(1).max(4_000).optional(),
+});
+const EndBody = z.strictObject({ disposition: z.enum(['completed', 'abandoned']).optional() });
+const MessagesQuery = z.strictObject({
+  before: z.string().min(1).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+});
+
+export interface ApiContext {
+  readonly runtime: Runtime;
+  /** The runtime's trace store: a 201/202 is answered only once its first event is committed there. */
+  readonly trace: TraceContext;
+  /** Bound of that wait (default 5 s); storage that does not come back by then answers 503/507. */
+  readonly commitWaitMs?: number;
+  readonly tokens: AttachTokens;
+  /** `metis serve --conformance --fault …`: guarantees broken on purpose (faults.ts). */
+  readonly faults?: FaultSwitches;
+  /** metis's version, for `GET /openapi.json`. */
+  readonly version?: string;
+  /** Base of the WebSocket URLs handed out by the attach handshake, e.g. `ws://127.0.0.1:8421`. */
+  /** Where a client reaches the stream, as it reached this request (a load balancer's address too). */
+  readonly wsBase: (request: IncomingMessage) => string;
+  /** Every other route the server serves, for `GET /openapi.json`. */
+  readonly otherRoutes?: () => readonly RouteDoc[];
+  /** The store's and the cluster's state, for `GET /healthz`. */
+  readonly health?: () => Record<string, unknown>;
+  /** In a cluster: makes this node the owner of a session it just created. */
+  readonly sessionGate?: SessionGate;
+}
+
+/**
+ * `ok`, or `degraded` when the store refuses writes or the broker is away: the process is alive (200
+ * either way), and a load balancer that reads the body can send new turns elsewhere.
+ */
+function healthStatus(parts: Record<string, unknown>): 'ok' | 'degraded' {
+  const store = parts.store as { state?: string } | undefined;
+  const broker = parts.broker as { state?: string } | undefined;
+  if (store !== undefined && store.state !== 'ok') return 'degraded';
+  if (broker !== undefined && broker.state !== 'connected') return 'degraded';
+  return 'ok';
+}
+
+/**
+ * The HTTP API (docs/http-api.md): sessions, turns, cancel, history, confirmations, the sticky model
+ * and health. Every body is validated; every failure is `{error: {code, message}}` with its status.
+ */
+export function apiRoutes(context: ApiContext): Route[] {
+  const { runtime, tokens, trace, faults } = context;
+  const routes: Route[] = [
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/healthz',
+        summary: 'Liveness, and the state of the store and the cluster',
+        open: true,
+        success: {
+          status: 200,
+          description:
+            '{status: ok | degraded}, with {store: {state}} on PostgreSQL and {broker: {state}} in a cluster',
+        },
+        errors: [],
+      },
+      async () => {
+        const parts = context.health?.() ?? {};
+        return [200, { status: healthStatus(parts), ...parts }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions',
+        summary: 'Create a session',
+        body: CreateSessionBody,
+        success: { status: 201, description: 'the session, once session.created is stored' },
+        errors: ['METIS_ERR_INVALID_MODEL', ...STORAGE_ERRORS],
+      },
+      async ({ body }) => {
+        assertStorageWritable(trace);
+        const { result: session, event } = emittedDuring(
+          trace,
+          (e) => e.type === 'session.created',
+          () => runtime.createSession({ workspacePath: body.workspace_path, model: body.model ?? null }),
+        );
+        try {
+          await untilCommitted(trace, event, context.commitWaitMs);
+          await context.sessionGate?.(session.id);
+        } catch (error) {
+          // The client never learns this id: end the session so it is not left open for ever.
+          runtime.endSession(session.id, 'abandoned');
+          throw error;
+        }
+        return [201, { session_id: session.id, ...session }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/sessions',
+        summary: 'Sessions, newest first, with turn count, cost, last activity and the turn running',
+        success: { status: 200, description: 'sessions' },
+        errors: [],
+      },
+      async () => {
+        const sessions = runtime.sessions.listSessions();
+        const activity = sessionActivity(
+          trace.db,
+          sessions.map((session) => session.id),
+        );
+        return [
+          200,
+          {
+            sessions: sessions.map((session) => ({
+              ...session,
+              ...activity.get(session.id),
+              current_turn_id: runtime.currentTurn(session.id)?.turnId ?? null,
+            })),
+          },
+        ];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/openapi.json',
+        summary: 'This description, generated from the route declarations',
+        success: { status: 200, description: 'OpenAPI 3.1' },
+        errors: [],
+      },
+      async () => [
+        200,
+        openApiDocument([...routes, ...(context.otherRoutes?.() ?? [])], context.version ?? '0.0.0'),
+      ],
+    ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}',
+        summary: 'Attach handshake: the session and a single-use WebSocket URL',
+        success: { status: 200, description: 'session, attach_token, ws_url' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
+      async ({ params: [id], request }) => {
+        const session = runtime.getSession(id!);
+        const token = tokens.issue(session.id);
+        return [
+          200,
+          {
+            session_id: session.id,
+            active_model: session.active_model,
+            attach_token: token,
+            ws_url: `${context.wsBase(request)}/sessions/${encodeURIComponent(session.id)}/stream?attach=${token}`,
+            session,
+          },
+        ];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/turns',
+        summary: 'Submit a user message: starts a turn',
+        body: SubmitTurnBody,
+        success: { status: 202, description: 'turn_id, once turn.started is stored' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_SESSION_ENDED',
+          'METIS_ERR_TURN_IN_FLIGHT',
+          'METIS_ERR_INVALID_MODEL',
+          ...STORAGE_ERRORS,
+        ],
+      },
+      async ({ params: [id], body }) => {
+        assertStorageWritable(trace);
+        const { result, event } = emittedDuring(
+          trace,
+          (e) => e.type === 'turn.started' && e.session_id === id,
+          () => runtime.submitTurn(id!, body.message, { model: body.model ?? null }),
+        );
+        try {
+          await untilCommitted(trace, event, context.commitWaitMs);
+        } catch (error) {
+          // Not acknowledged, so not run: the turn ends as cancelled once storage takes its events.
+          if (runtime.currentTurn(id!)?.turnId === result.turnId)
+            runtime.cancelTurn(id!, result.turnId, 'timeout');
+          throw error;
+        }
+        return [202, { turn_id: result.turnId }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/turns/{turn_id}/cancel',
+        summary: 'Cancel a turn (idempotent)',
+        body: CancelBody,
+        success: {
+          status: 202,
+          description: 'turn_id and status: cancelling, already_cancelling or already_ended',
+        },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_NOT_FOUND'],
+      },
+      async ({ params: [id, turnId], body }) => {
+        const status = runtime.cancelTurn(id!, turnId!, body.reason ?? 'user_cancel');
+        // The old behaviour, for the conformance suite to catch: an ended turn as not found.
+        if (status === 'already_ended' && faults?.cancelEndedNotFound)
+          throw new MetisError(
+            'METIS_ERR_TURN_NOT_FOUND',
+            `turn ${turnId} is not in flight in session ${id}`,
+          );
+        return [202, { turn_id: turnId, status }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}/messages',
+        summary: 'A page of the conversation, newest last',
+        query: MessagesQuery,
+        success: { status: 200, description: 'messages and has_more' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
+      async ({ params: [id], query }) => {
+        runtime.getSession(id!);
+        // A cursor that names no message of this session would page from the newest, silently.
+        if (query.before !== undefined && !runtime.sessions.hasMessage(id!, query.before)) {
+          throw new MetisError(
+            'METIS_ERR_INVALID_ARGUMENT',
+            `before: ${query.before} is not a message of session ${id}`,
+          );
+        }
+        const messages = runtime.sessions.messages(id!, {
+          beforeId: query.before ?? null,
+          limit: query.limit,
+        });
+        return [200, { messages, has_more: messages.length === query.limit }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}/confirmations',
+        summary: 'Tool calls waiting for approval, here and in the workers below',
+        // The questions a turn waits on live in the memory of the node running it: read there.
+        placement: 'owner',
+        success: { status: 200, description: 'confirmations' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
+      async ({ params: [id] }) => [200, { confirmations: runtime.pendingConfirmations(id!) }],
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/confirmations/{confirmation_request_id}',
+        summary: 'Allow or deny a tool call',
+        body: ConfirmBody,
+        success: { status: 200, description: 'the decision taken' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_CONFIRMATION_NOT_FOUND',
+          'METIS_ERR_CONFIRMATION_MISMATCH',
+        ],
+      },
+      async ({ params: [id, requestId], body }) => {
+        runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once', null, body.input_hash);
+        return [200, { confirmation_request_id: requestId, decision: body.decision }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/feedback',
+        summary: 'Rate a turn or the session (feedback.explicit)',
+        body: FeedbackBody,
+        success: { status: 201, description: 'event_id, scope, rating' },
+        errors: [
+          'METIS_ERR_SESSION_NOT_FOUND',
+          'METIS_ERR_TURN_NOT_FOUND',
+          'METIS_ERR_TURN_IN_FLIGHT',
+          ...STORAGE_ERRORS,
+        ],
+      },
+      async ({ params: [id], body }) => {
+        runtime.getSession(id!);
+        assertStorageWritable(trace);
+        // The rated turn's end may still wait for its commit: let it land before looking it up.
+        await untilCommitted(trace, null, context.commitWaitMs);
+        const event = recordExplicitFeedback(trace.bus, trace.db, {
+          sessionId: id!,
+          rating: body.rating,
+          turnId: body.turn_id ?? null,
+          comment: body.comment ?? null,
+        });
+        await untilCommitted(trace, event, context.commitWaitMs);
+        return [201, { event_id: event.id, scope: event.payload.scope, rating: body.rating }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/end',
+        summary: 'End the session (session.ended); it is then scored',
+        body: EndBody,
+        success: { status: 200, description: 'session_id, status, disposition' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_IN_FLIGHT', ...STORAGE_ERRORS],
+      },
+      async ({ params: [id], body }) => {
+        assertStorageWritable(trace);
+        const session = runtime.getSession(id!);
+        if (session.current_turn_id !== null)
+          throw new MetisError(
+            'METIS_ERR_TURN_IN_FLIGHT',
+            `session ${id} has turn ${session.current_turn_id} in flight: cancel it or wait for it to end`,
+          );
+        const disposition = body.disposition ?? 'completed';
+        const { event } = emittedDuring(
+          trace,
+          (e) => e.type === 'session.ended' && e.session_id === id,
+          () => runtime.endSession(id!, disposition),
+        );
+        await untilCommitted(trace, event, context.commitWaitMs);
+        // Ended before: the disposition it ended with, once stored.
+        const stored =
+          event?.payload.disposition ?? runtime.sessions.getSession(id!)?.disposition ?? disposition;
+        return [200, { session_id: id, status: 'ended', disposition: stored }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/route/override',
+        summary: 'Apply the deferred pattern recommendation to the running turn',
+        success: { status: 200, description: 'turn_id, original_chosen_model, new_chosen_model' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
+      },
+      async ({ params: [id] }) => {
+        assertStorageWritable(trace);
+        return [200, runtime.overrideRoute(id!)];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/sessions/{session_id}/route/dismiss',
+        summary: 'Dismiss the pending pattern recommendation',
+        success: { status: 200, description: 'turn_id, chosen_model, dismissed_pattern_model' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
+      },
+      async ({ params: [id] }) => {
+        assertStorageWritable(trace);
+        return [200, runtime.dismissRecommendation(id!)];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'POST',
+        path: '/patterns/clear',
+        summary: 'Forget every learned pattern outcome',
+        success: { status: 200, description: 'entries_evicted' },
+        errors: ['METIS_ERR_INVALID_ARGUMENT', ...STORAGE_ERRORS],
+      },
+      async () => {
+        assertStorageWritable(trace);
+        return [200, runtime.clearPatterns()];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'PUT',
+        path: '/sessions/{session_id}/model',
+        summary: "Set the session's model (manual_sticky)",
+        body: ModelBody,
+        success: { status: 200, description: 'the session' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_INVALID_MODEL'],
+      },
+      async ({ params: [id], body }) => {
+        return [200, runtime.setStickyModel(id!, body.model)];
+      },
+    ),
+  ];
+
+  return routes;
+}

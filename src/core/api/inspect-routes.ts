@@ -1,0 +1,87 @@
+import { z } from 'zod';
+import { type JsonRoute, jsonRoute } from '../http/routes.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { rowToEvent } from '../store/event-rows.js';
+import { selfAndDescendants } from '../store/session-lineage.js';
+import { eventsPerHour, traceStats } from '../store/stats.js';
+import type { TraceContext } from '../store/trace-context.js';
+
+const TraceQuery = z.strictObject({
+  after: z
+    .string()
+    .regex(/^evt_[0-9A-HJKMNP-TV-Z]{26}$/, 'must be an event id (evt_<ULID>)')
+    .optional()
+    .describe('only events after this id (the last one of the previous page)'),
+  limit: z.coerce.number().int().min(1).max(5_000).default(2_000),
+  include_worker_sessions: z.enum(['true', 'false']).default('false'),
+});
+
+/** Hours of history `GET /store/stats` charts. */
+const CHART_HOURS = 48;
+
+/**
+ * Read-only views of what metis stores and serves, for the dashboard and for scripts: a session's stored
+ * events (the trace), the store's figures (`metis trace stats`), and the models a session may pick.
+ */
+export function inspectRoutes(runtime: Runtime, trace: TraceContext, retentionDays: number): JsonRoute[] {
+  return [
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}/trace',
+        summary: "A session's stored events in id order (its workers' too on request), a page at a time",
+        query: TraceQuery,
+        success: { status: 200, description: 'events and has_more' },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
+      async ({ params: [id], query }) => {
+        runtime.getSession(id!);
+        const sessionIds =
+          query.include_worker_sessions === 'true' ? selfAndDescendants(runtime.sessions, id!) : [id!];
+        const { rows, tooLarge } = trace.store.replay({
+          sessionIds,
+          afterId: query.after ?? null,
+          limit: query.limit,
+        });
+        return [200, { events: rows.map(rowToEvent), has_more: tooLarge }];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/store/stats',
+        summary: 'The trace store: counts by type, sizes, oldest event, retention, events per hour',
+        success: { status: 200, description: 'what `metis trace stats --json` prints, and by_hour' },
+        errors: [],
+      },
+      async () => {
+        const { by_session: _, ...stats } = traceStats(trace.dbPath);
+        return [
+          200,
+          { ...stats, retention_days: retentionDays, by_hour: eventsPerHour(trace.db, CHART_HOURS) },
+        ];
+      },
+    ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/models',
+        summary: 'The models this server can serve now, from its configuration',
+        success: { status: 200, description: 'default_model and models' },
+        errors: [],
+      },
+      async () => {
+        const config = runtime.config;
+        const named = [
+          config.default_model,
+          ...Object.values(config.workspace_models),
+          ...config.routing_rules.map((rule) => rule.model),
+          ...Object.values(config.worker_tiers),
+          ...Object.keys(config.pricing).filter((key) => !key.endsWith(':*')),
+        ];
+        const models = [...new Set(named)].filter((model) => runtime.models.resolve(model).ok).sort();
+        return [200, { default_model: config.default_model, models }];
+      },
+    ),
+  ];
+}

@@ -1,0 +1,74 @@
+import type { JoinedNode } from '../cluster/cluster-start.js';
+import { MetisError } from '../errors.js';
+import type { SessionGate } from '../http/http-app.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { rootSession } from '../store/session-lineage.js';
+import type { SessionStore } from '../store/session-store.js';
+import type { ConnectionDeps } from '../stream/client-connection.js';
+
+/**
+ * This node's place in its cluster, as the runtime and the server ask about it: which sessions it
+ * runs, and the gate a request naming a session passes. On a single node every session runs here.
+ */
+export class ClusterSeat {
+  /** The joined node; null before the join (and always on a single node). */
+  node: JoinedNode | null = null;
+
+  constructor(
+    readonly clustered: boolean,
+    private readonly sessions: SessionStore,
+  ) {}
+
+  /** The session a worker's delegations descend from: the one leased for the whole family. */
+  rootOf(sessionId: string): string {
+    return rootSession(this.sessions, sessionId);
+  }
+
+  /** Whether this node runs the session: it holds the lease of its family's root. */
+  runsHere(sessionId: string): boolean {
+    if (!this.clustered) return true;
+    if (this.node === null) return false;
+    return this.node.holds(this.rootOf(sessionId));
+  }
+
+  /** Lets a request naming a session through when this node owns it (taking the lease if free). */
+  sessionGate(runtime: Runtime): SessionGate {
+    return async (sessionId, creating = false) => {
+      if (!this.clustered) return;
+      const node = this.node;
+      if (node === null)
+        throw new MetisError(
+          'METIS_ERR_STORE_UNAVAILABLE',
+          'this node is still joining its cluster; try again in a moment',
+        );
+      // A turn running here was let in by the gate: this node owns the session (a cancel or an answer to
+      // a confirmation needs no store, which may be away).
+      if (runtime.currentTurn(sessionId) !== null) return;
+      // Unknown here and not being made (a route naming its session in the body makes it): the route
+      // answers 404, and no lease is taken for an id nobody made.
+      if (!creating && !runtime.hasSession(sessionId)) {
+        // Made on another node a moment ago, and not mirrored here yet?
+        await node.refresh(sessionId);
+        if (!runtime.hasSession(sessionId)) return;
+      }
+      await node.ownSession(this.rootOf(sessionId));
+    };
+  }
+
+  /** A cancel frame on a stream of this node for a session another node runs goes there. */
+  runElsewhere(gate: SessionGate): ConnectionDeps['runElsewhere'] {
+    if (!this.clustered) return undefined;
+    return async (sessionId, request) => {
+      if (this.runsHere(sessionId)) return null;
+      try {
+        await gate(sessionId);
+        return null;
+      } catch (refusal) {
+        const answer =
+          this.node === null ? null : await this.node.forwardRefused(refusal, { ...request, headers: {} });
+        if (answer === null) throw refusal;
+        return answer;
+      }
+    };
+  }
+}

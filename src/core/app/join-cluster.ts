@@ -1,0 +1,93 @@
+import type { Logger } from 'pino';
+import type { JoinedNode, PreparedCluster } from '../cluster/cluster-start.js';
+import { takeOverSession } from '../cluster/take-over.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { useRowIdBlock } from '../store/row-ids.js';
+import { selfAndDescendants } from '../store/session-lineage.js';
+import type { SessionStore } from '../store/session-store.js';
+import type { TraceContext } from '../store/trace-context.js';
+import type { ClusterSeat } from './cluster-seat.js';
+import type { MetisServer } from './metis-server.js';
+
+export interface ClusterParts {
+  readonly prepared: PreparedCluster;
+  readonly seat: ClusterSeat;
+  readonly server: MetisServer;
+  readonly trace: TraceContext;
+  readonly runtime: Runtime;
+  readonly sessions: SessionStore;
+  readonly token: string | null;
+  readonly pricingVersion: string;
+  readonly logger: Logger;
+}
+
+/**
+ * The cluster stage of the start, once the server listens: joins the node (its server's URL, its
+ * sequencer, its in-process HTTP app) and wires what the cluster tells it back into the runtime and
+ * the streams: sessions lost to another node, the broker lost, a session taken over.
+ */
+export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
+  const { seat, server, trace, runtime, sessions, logger } = parts;
+  const upstream = trace.upstream;
+  if (upstream === null) throw new Error('a cluster node runs on a PostgreSQL store');
+  const runsHere = (sessionId: string) => seat.runsHere(sessionId);
+  let lastLag = { backlog: 0, shippedAtUs: null as number | null };
+  const node = await parts.prepared.join({
+    url: server.url,
+    trace,
+    upstream,
+    streaming: runtime.streaming,
+    sequencer: server.hub.sequencer,
+    token: parts.token,
+    runInProcess: server.inject,
+    runsHere,
+    forget: (sessionIds) => {
+      for (const sessionId of sessionIds) runtime.release(sessionId);
+    },
+    followed: () => server.hub.attachedSessionIds(),
+    onBrokerLost: () => {
+      const closed = server.hub.closeStreams(
+        (sessionId) => !runsHere(sessionId),
+        'broker_unavailable',
+        'this node lost its NATS broker and no longer receives the live events of this session, which another node runs; reconnect with your cursor (to another node, or to this one once it is back)',
+      );
+      if (closed > 0)
+        logger.warn(
+          { streams: closed },
+          'closed the streams of sessions other nodes run: the broker is away',
+        );
+    },
+    adoptable: (sessionId) => sessions.turnState(sessionId).currentTurnId !== null,
+    rowIdBlock: (block) => useRowIdBlock(trace.db, block),
+    takeOver: async (sessionId, read) => {
+      const report = await takeOverSession(
+        { read, trace, runtime, pricingVersion: parts.pricingVersion, logger },
+        sessionId,
+      );
+      // Its events are this node's to release from now on, in this node's order.
+      server.hub.sequencer.forgetRemote(selfAndDescendants(sessions, sessionId));
+      return report;
+    },
+    lag: () => {
+      // Read from the working copy; after a forced stop closed it, the last figure read stands.
+      try {
+        lastLag = { backlog: upstream.backlog, shippedAtUs: upstream.shippedAtUs };
+      } catch {}
+      return lastLag;
+    },
+  });
+  upstream.onFenced(({ sessionIds }) => {
+    const roots = [...new Set(sessionIds.map((sessionId) => seat.rootOf(sessionId)))];
+    node.lost(roots);
+    // What this node still runs there reaches no one: the turn is cancelled, its tools' processes
+    // with it (their events are fenced off too).
+    for (const root of roots) {
+      const turn = runtime.currentTurn(root);
+      if (turn === null) continue;
+      runtime.cancelTurn(root, turn.turnId, 'timeout');
+      // Then forgotten: the session's next use here reads the store again.
+      void turn.done.finally(() => runtime.release(root));
+    }
+  });
+  return node;
+}

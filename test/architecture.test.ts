@@ -1,0 +1,91 @@
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * The floors of docs/architecture.md, read off the code's own imports: a file imports from its floor
+ * and the floors below, never from one above. Files beside the floors (`core/errors.ts`, `core/config/`…)
+ * belong to none and may be imported from anywhere.
+ */
+const FLOORS: readonly (readonly [string, number])[] = [
+  ['src/core/events', 0],
+  ['src/core/bus', 1],
+  ['src/core/store', 2],
+  ['src/core/runtime', 3],
+  ['src/core/http', 4],
+  ['src/core/stream', 5],
+  ['src/core/api', 6],
+  ['src/core/cluster', 7],
+  ['src/plugins', 7],
+  ['src/core/app', 8],
+  ['src/commands', 9],
+  ['src/cli.ts', 10],
+];
+
+const ROOT = join(import.meta.dirname, '..');
+
+function sourceFiles(folder: string): string[] {
+  return readdirSync(folder).flatMap((name) => {
+    const path = join(folder, name);
+    if (statSync(path).isDirectory()) return sourceFiles(path);
+    return /\.tsx?$/.test(name) ? [relative(ROOT, path)] : [];
+  });
+}
+
+function floorOf(file: string): number | null {
+  for (const [prefix, floor] of FLOORS) if (file === prefix || file.startsWith(`${prefix}/`)) return floor;
+  return null;
+}
+
+/** Each relative import of `file`, as a path from the repository root with its `.ts` name. */
+function importsOf(file: string): string[] {
+  const text = readFileSync(join(ROOT, file), 'utf8');
+  return [...text.matchAll(/(?:from|import)\s*\(?\s*'(\.{1,2}\/[^']+)'/g)].map((match) =>
+    relative(ROOT, join(ROOT, dirname(file), match[1]!)).replace(/\.js$/, '.ts'),
+  );
+}
+
+const FILES = sourceFiles(join(ROOT, 'src'));
+
+describe('architecture: the floors of docs/architecture.md', () => {
+  it('reads every source file', () => {
+    expect(FILES.length).toBeGreaterThan(200);
+    expect(FILES.filter((file) => floorOf(file) !== null).length).toBeGreaterThan(200);
+  });
+
+  it('has no upward arrow: no floor imports a floor above it', () => {
+    const upward = FILES.flatMap((file) => {
+      const from = floorOf(file);
+      if (from === null) return [];
+      return importsOf(file)
+        .filter((target) => (floorOf(target) ?? -1) > from)
+        .map((target) => `${file} -> ${target}`);
+    });
+    expect(upward).toEqual([]);
+  });
+
+  it('keeps the client on the catalog alone, and config beside the floors', () => {
+    const outside = (folder: string, allowed: readonly string[]) =>
+      FILES.filter((file) => file.startsWith(folder)).flatMap((file) =>
+        importsOf(file)
+          .filter(
+            (target) => !target.startsWith(folder) && !allowed.some((prefix) => target.startsWith(prefix)),
+          )
+          .map((target) => `${file} -> ${target}`),
+      );
+    expect(outside('src/client/', ['src/core/events/', 'src/core/backoff.ts', 'src/core/errors.ts'])).toEqual(
+      [],
+    );
+    expect(outside('src/core/config/', ['src/core/errors.ts', 'src/core/deadline.ts'])).toEqual([]);
+  });
+
+  it('keeps every source file at 500 lines or fewer', () => {
+    const long = FILES.map((file) => ({
+      file,
+      lines: readFileSync(join(ROOT, file), 'utf8').split('\n').length,
+    }))
+      .filter(({ lines }) => lines > 501)
+      .map(({ file, lines }) => `${file}: ${lines}`);
+    expect(long).toEqual([]);
+  });
+});
