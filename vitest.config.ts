@@ -10,7 +10,7 @@ export default defineConfig({
     // files wait on servers, child processes and timers rather than compute, so two run side by side.
     maxWorkers: 2,
     // A test that forgets its own METIS_HOME must not write a token or a database into the real ~/.metis.
-    globalSetup: ['test/helpers/isolated-home.ts'],
+    globalSetup: ['test/helpers/isolated-home.ts', 'test/helpers/compiled-cli.ts'],
     // The JSON report lets .ci/run print "N passed, N failed" so a run that executed nothing is visible.
     reporters: ['default', 'json'],
     outputFile: { json: 'test-results/vitest.json' },

@@ -2,16 +2,15 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
+import { cliNodeArgs } from '../helpers/cli-command.js';
 import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
-const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
 /** tsx by its own path: from a project folder outside this repository, `--import tsx` would not resolve. */
-const TSX = import.meta.resolve('tsx');
 
 /** `metis <args>` run from `cwd`, as a user in their project folder. */
 async function metisIn(cwd: string, args: readonly string[]) {
-  const result = await execa(process.execPath, ['--import', TSX, ENTRY, ...args], {
+  const result = await execa(process.execPath, [...cliNodeArgs(), ...args], {
     cwd,
     reject: false,
     stdin: 'ignore',

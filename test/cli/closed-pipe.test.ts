@@ -2,18 +2,18 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { cliNodeArgs } from '../helpers/cli-command.js';
 import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
 const ROOT = join(import.meta.dirname, '../..');
-const ENTRY = join(ROOT, 'test/helpers/cli-entry.ts');
 
 /**
  * `metis <args> | head -1`: reads the first line, then closes the pipe as `head` does, and returns how
  * the command ended. The command keeps printing into the closed pipe (EPIPE).
  */
 function firstLineThenClose(args: readonly string[], env: Record<string, string> = {}) {
-  const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
+  const child = spawn(process.execPath, [...cliNodeArgs(), ...args], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, METIS_HOME: tempDir(), NO_COLOR: '1', METIS_URL: '', ...env },

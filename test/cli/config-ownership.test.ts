@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { loadConfig } from '../../src/core/config/load-config.js';
+import { cliNodeArgs } from '../helpers/cli-command.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**
@@ -11,9 +12,7 @@ import { tempDir } from '../helpers/tmp.js';
  * written, is refused, by the server and by every client command, before anything in it is used.
  */
 
-const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
 /** tsx by its own path: from a folder outside this repository, `--import tsx` would not resolve. */
-const TSX = import.meta.resolve('tsx');
 /** The account of `nobody`: the "other account" of the issue. Only root can give it a file. */
 const NOBODY = 65534;
 const AS_ROOT = process.getuid?.() === 0;
@@ -27,7 +26,7 @@ if (!AS_ROOT)
 async function metisIn(cwd: string, args: readonly string[], timeout = 30_000) {
   const home = tempDir();
   writeFileSync(join(home, 'token'), `${'owner-local-token-'.padEnd(43, 'x')}\n`, { mode: 0o600 });
-  const result = await execa(process.execPath, ['--import', TSX, ENTRY, ...args], {
+  const result = await execa(process.execPath, [...cliNodeArgs(), ...args], {
     cwd,
     reject: false,
     stdin: 'ignore',

@@ -2,9 +2,9 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
+import { cliNodeArgs } from '../helpers/cli-command.js';
 import { tempDir } from '../helpers/tmp.js';
 
-const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
 const ROOT = join(import.meta.dirname, '../..');
 
 /**
@@ -13,7 +13,7 @@ const ROOT = join(import.meta.dirname, '../..');
  */
 async function runDemo(args: readonly string[] = []) {
   const tmp = tempDir('metis-demo-test-');
-  const result = await execa(process.execPath, ['--import', 'tsx', ENTRY, 'demo', ...args], {
+  const result = await execa(process.execPath, [...cliNodeArgs(), 'demo', ...args], {
     cwd: ROOT,
     reject: false,
     stdin: 'ignore',

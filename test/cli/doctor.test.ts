@@ -3,15 +3,13 @@ import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { cliNodeArgs } from '../helpers/cli-command.js';
 import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
-const ENTRY = join(import.meta.dirname, '../helpers/cli-entry.ts');
-const TSX = import.meta.resolve('tsx');
-
 async function doctorIn(project: string, yaml: string) {
   writeFileSync(join(project, 'metis.config.yaml'), yaml);
-  const result = await execa(process.execPath, ['--import', TSX, ENTRY, 'doctor', '--json'], {
+  const result = await execa(process.execPath, [...cliNodeArgs(), 'doctor', '--json'], {
     cwd: project,
     reject: false,
     stdin: 'ignore',

@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { onTestFinished } from 'vitest';
+import { cliNodeArgs } from './cli-command.js';
 import { tempDir } from './tmp.js';
 
 const ROOT = join(import.meta.dirname, '../..');
-const ENTRY = join(ROOT, 'test/helpers/cli-entry.ts');
 // biome-ignore lint/suspicious/noControlCharactersInRegex: terminal escape sequences
 const ANSI = /\u001b\[[0-9;?]*[A-Za-z]|\u001b\][^\u0007]*\u0007|\r/g;
 
@@ -16,7 +16,9 @@ export const KEY = { enter: '\r', down: '\u001b[B', ctrlC: '\u0003', ctrlD: '\u0
  * terminal's line discipline.
  */
 export function metisInPty(args: readonly string[], env: Record<string, string> = {}) {
-  const command = `stty cols 120 rows 40; exec "${process.execPath}" --import tsx "${ENTRY}" ${args.join(' ')}`;
+  const command = `stty cols 120 rows 40; exec "${process.execPath}" ${cliNodeArgs()
+    .map((arg) => `"${arg}"`)
+    .join(' ')} ${args.join(' ')}`;
   const child: ChildProcess = spawn('script', ['-q', '-e', '-c', command, '/dev/null'], {
     cwd: ROOT,
     stdio: ['pipe', 'pipe', 'pipe'],

@@ -1,9 +1,9 @@
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { onTestFinished } from 'vitest';
+import { cliNodeArgs } from './cli-command.js';
 import { rememberServerToken } from './home-token.js';
 
-const ENTRY = join(import.meta.dirname, 'cli-entry.ts');
 const ROOT = join(import.meta.dirname, '../..');
 
 export interface CliResult {
@@ -21,7 +21,7 @@ function cliEnv(home: string, extra: Record<string, string>): Record<string, str
 }
 
 function execCli(args: readonly string[], home: string, env: Record<string, string>): ResultPromise {
-  return execa(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
+  return execa(process.execPath, [...cliNodeArgs(), ...args], {
     cwd: ROOT,
     reject: false,
     stdin: 'ignore',
