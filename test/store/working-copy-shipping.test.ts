@@ -26,6 +26,7 @@ function psqlIn(url: string, sql: string): string {
 async function workingCopy(url: string, pool?: (real: pg.Pool) => pg.Pool) {
   const store = await openPostgresStore(url, '--store', tempDir(), silentLogger());
   const real = new pg.Pool({ connectionString: url, max: 2 });
+  real.on('error', () => {}); // an idle connection a database restart ends
   let shipper: PgShipper | null = null;
   const context = openTraceContext({
     dbPath: store.copy.path,

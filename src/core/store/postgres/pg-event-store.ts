@@ -6,7 +6,7 @@ import { backoffMs } from '../../backoff.js';
 import { isoToMicros, microsToIso } from '../../events/clock.js';
 import type { Actor, MetisEvent, Sensitivity } from '../../events/envelope.js';
 import type { EventPage, EventQuery, EventStore } from '../event-store.js';
-import { copyTextField, inTransaction } from './pg-util.js';
+import { checkOut, copyTextField, inTransaction } from './pg-util.js';
 import { migratePostgres } from './schema.js';
 
 export interface PgEventStoreOptions {
@@ -72,18 +72,18 @@ export class PgEventStore implements EventStore {
   /** Connects, brings the schema up to date, and returns the store. */
   static async open(options: PgEventStoreOptions): Promise<PgEventStore> {
     const store = new PgEventStore(options);
-    const client = await store.pool.connect().catch(async (error: unknown) => {
+    const { client, release } = await checkOut(store.pool).catch(async (error: unknown) => {
       await store.pool.end();
       throw error;
     });
     try {
       await migratePostgres(client);
     } catch (error) {
-      client.release();
+      release(true);
       await store.pool.end();
       throw error;
     }
-    client.release();
+    release();
     return store;
   }
 

@@ -35,6 +35,30 @@ export async function assertReadableStore(client: pg.ClientBase, label: string):
 }
 
 /**
+ * A connection of `pool`, listened to for errors while it is checked out: the pool listens only to
+ * idle ones, and an error the server sends while no query runs on it (a restart between two statements)
+ * would otherwise be thrown from the socket's event and end the process. `release` discards a
+ * connection that failed.
+ */
+export async function checkOut(
+  pool: pg.Pool,
+): Promise<{ client: pg.PoolClient; release(broken?: boolean): void }> {
+  const client = await pool.connect();
+  let lost = false;
+  const onError = () => {
+    lost = true;
+  };
+  client.on('error', onError);
+  return {
+    client,
+    release(broken = false) {
+      client.removeListener('error', onError);
+      client.release(broken || lost);
+    },
+  };
+}
+
+/**
  * Runs `work` in one transaction on a connection of `pool`: committed when it resolves, rolled back when
  * it throws. A connection that failed (a lost server, a broken COPY) is discarded, not reused.
  */
@@ -42,7 +66,7 @@ export async function inTransaction(
   pool: pg.Pool,
   work: (client: pg.PoolClient) => Promise<void>,
 ): Promise<void> {
-  const client = await pool.connect();
+  const { client, release } = await checkOut(pool);
   let broken = false;
   try {
     await client.query('BEGIN');
@@ -53,6 +77,6 @@ export async function inTransaction(
     await client.query('ROLLBACK').catch(() => {});
     throw error;
   } finally {
-    client.release(broken);
+    release(broken);
   }
 }
