@@ -118,6 +118,24 @@ describe.each(['ai-sdk', 'ag-ui'] as const)('%s turn stream on the subscription 
     expect(rest).toContain(protocol === 'ai-sdk' ? 'data: [DONE]\n\n' : '"type":"RUN_FINISHED"');
   });
 
+  it("is counted among the open streams, and a server shutdown ends it with the protocol's error", async () => {
+    const t = await startTestServer({ tool_confirmation: { execute: 'ask' } });
+    const sessionId = await t.createSession();
+    const { path, body } = runRequest(protocol, sessionId, 'run: echo idle');
+    const response = await post(t, path, body);
+    await readUntil(response, (got) => /confirmation|approval/.test(got));
+    const gauge = await t.server.metrics.registry.getSingleMetricAsString('metis_stream_connections');
+    expect(gauge).toMatch(/^metis_stream_connections 1$/m);
+    const ending = readToEnd(response);
+    await t.server.close();
+    const last = (await ending).trimEnd().split('\n\n').at(-1)!;
+    expect(JSON.parse(last.slice('data: '.length))).toEqual(
+      protocol === 'ai-sdk'
+        ? { type: 'error', errorText: 'shutdown: server shutting down' }
+        : { type: 'RUN_ERROR', message: 'server shutting down', code: 'shutdown' },
+    );
+  });
+
   it('a reader that stops reading is closed once its queue passes the bound; the turn and the other clients go on', async () => {
     const t = await startTestServer(
       // Enough text to fill the kernel's socket buffers of the stalled reader (a few MB), at full speed.

@@ -74,7 +74,7 @@ export class ServerMetrics implements StreamCounters {
     });
     new Gauge({
       name: 'metis_stream_connections',
-      help: 'Open stream connections (WebSocket and server-sent events).',
+      help: 'Open stream connections (WebSocket, SSE, and the AG-UI and AI SDK turn streams).',
       registers,
       collect() {
         let open = 0;
@@ -106,7 +106,7 @@ export class ServerMetrics implements StreamCounters {
     }
     this.closes = new Counter({
       name: 'metis_stream_closes_total',
-      help: 'Stream connections (WebSocket and SSE) closed, by reason (client_too_slow is the 1008 eviction).',
+      help: 'Stream connections (every transport) closed, by reason (client_too_slow is the 1008 eviction).',
       labelNames: ['reason'],
       registers,
     });

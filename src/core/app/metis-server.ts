@@ -20,7 +20,8 @@ import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
-import type { ClientConnection, ConnectionDeps, StreamOptions } from '../stream/client-connection.js';
+import type { ConnectionDeps, StreamOptions } from '../stream/client-connection.js';
+import type { OpenConnection } from '../stream/connection-deps.js';
 import { EventSequencer } from '../stream/event-sequencer.js';
 import type { FaultSwitches } from '../stream/faults.js';
 import { DEFAULT_STREAM_WINDOW, StreamArchive, type StreamWindow } from '../stream/stream-archive.js';
@@ -146,7 +147,7 @@ export async function startServer(
     : new StreamArchive(trace.db, { ...DEFAULT_STREAM_WINDOW, ...options.streamWindow });
   const hub = new StreamHub(sequencer, runtime.sessions, archive);
   const tokens = new AttachTokens(options.attachTokenTtlMs);
-  const connections = new Set<ClientConnection>();
+  const connections = new Set<OpenConnection>();
   const metrics = new ServerMetrics({
     bus: trace.bus,
     writer: trace.writer,
@@ -170,12 +171,13 @@ export async function startServer(
     faults: options.faults,
     counters: metrics,
     runElsewhere: options.runElsewhere,
+    opened: (connection: OpenConnection) => {
+      connections.add(connection);
+      return () => connections.delete(connection);
+    },
   });
   const otherRoutes: Route[] = [
-    createSseRoute(runtime, connectionDeps, (connection, response) => {
-      connections.add(connection);
-      response.on('close', () => connections.delete(connection));
-    }),
+    createSseRoute(runtime, connectionDeps),
     ...chatRoutes(runtime, connectionDeps, trace, options.sessionGate),
     ...agUiRoutes(runtime, connectionDeps, trace, options.sessionGate),
     metricsRoute(metrics),
@@ -213,7 +215,7 @@ export async function startServer(
     forwardRefused: options.forwardRefused,
     frontDoor: frontDoor(security, gate),
   });
-  const webSockets = openWebSocketDoor(server, { security, gate, tokens, connectionDeps, connections });
+  const webSockets = openWebSocketDoor(server, { security, gate, tokens, connectionDeps });
 
   const port = options.port ?? 8421;
   await listen(server, host, port).catch((error) => {

@@ -65,6 +65,7 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
   private pingNonces: string[] = [];
   private sentSinceTick = false;
   private readonly heartbeat: NodeJS.Timeout;
+  private readonly closed: () => void;
 
   constructor(
     transport: StreamTransport,
@@ -106,6 +107,7 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
     });
     this.heartbeat = setInterval(() => this.tick(), deps.options.heartbeatIntervalMs);
     this.heartbeat.unref();
+    this.closed = deps.opened?.(this) ?? (() => undefined);
   }
 
   /** The events released since accept, while the connection waits for its subscribe (§3.7 step 1). */
@@ -173,6 +175,7 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
     clearInterval(this.heartbeat);
     this.deps.hub.detachTarget(this);
     this.queue.close();
+    this.closed();
   }
 
   /** Subscribes without a frame from the client: an SSE request carries its subscription in its URL. */
@@ -365,6 +368,7 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
     this.deps.hub.detachTarget(this);
     this.queue.close();
     this.accepted.clear();
+    this.closed();
     if (wasLive) {
       try {
         this.deps.bus.emit({

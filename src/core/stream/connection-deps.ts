@@ -43,6 +43,12 @@ export const NO_COUNTERS: StreamCounters = {
   replay: () => undefined,
 };
 
+/** What the server reads of an open connection: its queue (metrics) and its close (shutdown). */
+export interface OpenConnection {
+  queueDepth(): { events: number; bytes: number };
+  shutdown(): void;
+}
+
 /** What every client connection of a server shares (app/metis-server.ts builds it once per connection). */
 export interface ConnectionDeps {
   readonly hub: StreamHub;
@@ -54,6 +60,11 @@ export interface ConnectionDeps {
   /** `--conformance --fault …`: installed around the connection's parts (faults.ts), never per event. */
   readonly faults?: FaultSwitches;
   readonly counters?: StreamCounters;
+  /**
+   * Told of every connection as it opens, whatever its transport; the function it returns is called
+   * once the connection closed. The server keeps its open connections so (metrics, shutdown).
+   */
+  readonly opened?: (connection: OpenConnection) => () => void;
   /**
    * A cluster: runs a request on the node that runs the session, and resolves with its answer's status
    * and body; null when this node runs it (or may take it), and the request is run here.

@@ -1,4 +1,3 @@
-import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { eventIdTime } from '../../../events/ids.js';
 import { isPresetName, PRESETS } from '../../../events/presets.js';
@@ -52,11 +51,7 @@ type Parsed =
  * body, which also stops an `EventSource` from reconnecting; those found by the subscription (a cursor
  * past the window, a replay too large) are a named `subscribe_error` event and a `close` event.
  */
-export function createSseRoute(
-  runtime: Runtime,
-  deps: () => ConnectionDeps,
-  track: (connection: ClientConnection, response: ServerResponse) => void,
-): RawRoute {
+export function createSseRoute(runtime: Runtime, deps: () => ConnectionDeps): RawRoute {
   return rawRoute(SSE_ROUTE_DOC, async ({ params: [sessionId], request, url }, response) => {
     const parsed = subscriptionOf(url.searchParams, request.headers['last-event-id']);
     if (!parsed.ok) return sendError(response, parsed.status, parsed.code, parsed.message);
@@ -68,7 +63,6 @@ export function createSseRoute(
     request.socket.setNoDelay(true);
     response.write(`retry: ${RETRY_MS}\n\n`);
     const connection = new ClientConnection(new SseTransport(response), sessionId!, deps());
-    track(connection, response);
     connection.subscribeWith(parsed.frame);
   });
 }

@@ -15,8 +15,6 @@ export interface WebSocketDoorOptions {
   readonly gate: AuthGate;
   readonly tokens: AttachTokens;
   readonly connectionDeps: () => ConnectionDeps;
-  /** The server's open connections: each socket's is in it until the socket closed. */
-  readonly connections: Set<ClientConnection>;
 }
 
 export interface WebSocketDoor {
@@ -52,13 +50,8 @@ export function openWebSocketDoor(server: Server, options: WebSocketDoorOptions)
     // Authenticated by header, but the stream still needs its attach token (streaming §3.1).
     if (!attached) return refuse(401, 'Unauthorized');
     wss.handleUpgrade(request, socket, head, (ws) => {
-      const connection = new ClientConnection(
-        new WebSocketTransport(ws, socket),
-        sessionId,
-        options.connectionDeps(),
-      );
-      options.connections.add(connection);
-      ws.on('close', () => options.connections.delete(connection));
+      // The connection tells the server it opened (ConnectionDeps.opened) and closed.
+      new ClientConnection(new WebSocketTransport(ws, socket), sessionId, options.connectionDeps());
     });
   });
 
