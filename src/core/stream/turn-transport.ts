@@ -3,9 +3,9 @@ import type { MetisEvent } from '../events/envelope.js';
 import { writeEventStreamHead } from '../http/http-util.js';
 import { CLOSE } from './client-frames.js';
 import type { EventFrames } from './event-frames.js';
+import { EventStreamResponse } from './event-stream-response.js';
 import { isQuestionToUser } from './stream-hub.js';
-import type { FrameType, StreamTransport, TransportHandlers } from './stream-transport.js';
-import { KEEP_ALIVE } from './transports/sse/sse-transport.js';
+import type { FrameType, StreamTransport } from './stream-transport.js';
 
 /** A protocol's mapper of one turn's events to its own (ui-message-stream.ts, ag-ui-events.ts). */
 export interface TurnMapper {
@@ -56,9 +56,7 @@ export class SseData {
  * a reader too slow are those of every stream. A close by the server is the protocol's error event
  * (`error`, `RUN_ERROR`) with the code the WebSocket close would carry, and leaves the turn running.
  */
-export class TurnTransport implements StreamTransport {
-  readonly answersPings = false;
-  readonly singleSubscription = true;
+export class TurnTransport extends EventStreamResponse implements StreamTransport {
   /** Set when the server ended the stream (the turn ended, a reader too slow): not the client's doing. */
   closedByServer = false;
   /** Set once the turn's last event went to the mapper. */
@@ -70,13 +68,14 @@ export class TurnTransport implements StreamTransport {
   private settleOver!: () => void;
 
   constructor(
-    readonly response: ServerResponse,
+    response: ServerResponse,
     private readonly protocol: TurnProtocol,
     private readonly mapper: TurnMapper,
     /** Where the mapper writes. */
     private readonly data: SseData,
     private readonly sessionId: string,
   ) {
+    super(response);
     this.over = new Promise((resolve) => (this.settleOver = resolve));
   }
 
@@ -93,10 +92,6 @@ export class TurnTransport implements StreamTransport {
     return this.over;
   }
 
-  get writableHighWaterMark(): number {
-    return this.response.writableHighWaterMark;
-  }
-
   /** Starts the answer: the head, then what the mapper wrote to open it (`start`, `RUN_STARTED`). */
   begin(turnId: string): void {
     this.turnId = turnId;
@@ -105,12 +100,8 @@ export class TurnTransport implements StreamTransport {
     this.write(this.data.take());
   }
 
-  isOpen(): boolean {
-    return this.started && !this.response.writableEnded && !this.response.destroyed;
-  }
-
-  bufferedAmount(): number {
-    return this.response.writableLength;
+  override isOpen(): boolean {
+    return this.started && super.isOpen();
   }
 
   encodeEvent(frames: EventFrames): Buffer {
@@ -130,18 +121,6 @@ export class TurnTransport implements StreamTransport {
     return NOTHING;
   }
 
-  write(data: Buffer): void {
-    if (data.length > 0 && this.isOpen()) this.response.write(data);
-  }
-
-  cork(): void {
-    this.response.cork();
-  }
-
-  uncork(): void {
-    this.response.uncork();
-  }
-
   close(code: number, reason: string): void {
     if (!this.isOpen()) return;
     this.closedByServer = true;
@@ -151,17 +130,6 @@ export class TurnTransport implements StreamTransport {
       this.mapper.fail(why.code, why.message);
     }
     this.response.end(this.data.take());
-  }
-
-  ping(): void {
-    this.write(KEEP_ALIVE);
-  }
-
-  listen(handlers: TransportHandlers): void {
-    // 'close' fires when the response ended or the client went away, whichever comes first.
-    this.response.on('close', () => handlers.close());
-    this.response.on('error', (error) => handlers.error(error));
-    this.response.on('drain', () => handlers.drain());
   }
 
   /** The mapper's events for one of the turn's, once: what follows the turn's end is not this stream's. */
