@@ -1,10 +1,9 @@
 import type { JoinedNode } from '../cluster/cluster-start.js';
 import { MetisError } from '../errors.js';
-import type { SessionGate } from '../http/http-app.js';
+import type { SessionGate, SessionRouter } from '../http/session-router.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { rootSession } from '../store/session-lineage.js';
 import type { SessionStore } from '../store/session-store.js';
-import type { ConnectionDeps } from '../stream/client-connection.js';
 
 /**
  * This node's place in its cluster, as the runtime and the server ask about it: which sessions it
@@ -31,8 +30,22 @@ export class ClusterSeat {
     return this.node.holds(this.rootOf(sessionId));
   }
 
+  /** The session router the server asks: the gate, the read, the forward, the streams' requests. */
+  router(runtime: Runtime): SessionRouter {
+    const gate = this.sessionGate(runtime);
+    return {
+      gate,
+      read: async (sessionId) => {
+        if (this.node !== null) await this.node.refresh(sessionId);
+      },
+      forward: async (refusal, request) =>
+        this.node === null ? null : this.node.forwardRefused(refusal, request),
+      runElsewhere: this.runElsewhere(gate),
+    };
+  }
+
   /** Lets a request naming a session through when this node owns it (taking the lease if free). */
-  sessionGate(runtime: Runtime): SessionGate {
+  private sessionGate(runtime: Runtime): SessionGate {
     return async (sessionId, creating = false) => {
       if (!this.clustered) return;
       const node = this.node;
@@ -56,7 +69,7 @@ export class ClusterSeat {
   }
 
   /** A cancel frame on a stream of this node for a session another node runs goes there. */
-  runElsewhere(gate: SessionGate): ConnectionDeps['runElsewhere'] {
+  private runElsewhere(gate: SessionGate): SessionRouter['runElsewhere'] {
     if (!this.clustered) return undefined;
     return async (sessionId, request) => {
       if (this.runsHere(sessionId)) return null;

@@ -12,9 +12,10 @@ import { AuthGate } from '../http/auth-gate.js';
 import type { AuthThrottleOptions } from '../http/auth-throttle.js';
 import { trustedProxies } from '../http/client-address.js';
 import { frontDoor } from '../http/front-door.js';
-import { createHttpApp, type ForwardRefused, type HttpApp, type SessionGate } from '../http/http-app.js';
+import { createHttpApp, type HttpApp } from '../http/http-app.js';
 import type { Route } from '../http/routes.js';
 import { isLoopbackBind, type SecurityOptions } from '../http/security.js';
+import type { SessionRouter } from '../http/session-router.js';
 import { staticRoutes } from '../http/static-files.js';
 import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
@@ -56,14 +57,8 @@ export interface ServerOptions {
     readonly hub: StreamHub;
     readonly trace: TraceContext;
   }) => readonly Route[];
-  /** In a cluster: resolves once this node owns the session (before any request that changes it). */
-  readonly sessionGate?: SessionGate;
-  /** In a cluster: brings a session up to date before a GET reads it (http-app.ts). */
-  readonly sessionRead?: (sessionId: string) => Promise<void>;
-  /** In a cluster: runs a request the gate refused on the node that owns its session. */
-  readonly forwardRefused?: ForwardRefused;
-  /** In a cluster: runs a stream's request (a cancel frame) where its session runs (client-connection.ts). */
-  readonly runElsewhere?: ConnectionDeps['runElsewhere'];
+  /** In a cluster: where a request naming a session runs (gate, read, forward); all here without one. */
+  readonly sessionRouter?: SessionRouter;
   /** What `GET /healthz` adds to `{status}`: the store's and the cluster's state (start-service.ts). */
   readonly health?: () => Record<string, unknown>;
   /** What `GET /metrics` reports beyond the server's own figures. */
@@ -170,7 +165,7 @@ export async function startServer(
     logger,
     faults: options.faults,
     counters: metrics,
-    runElsewhere: options.runElsewhere,
+    runElsewhere: options.sessionRouter?.runElsewhere,
     opened: (connection: OpenConnection) => {
       connections.add(connection);
       return () => connections.delete(connection);
@@ -178,8 +173,8 @@ export async function startServer(
   });
   const otherRoutes: Route[] = [
     createSseRoute(runtime, connectionDeps),
-    ...chatRoutes(runtime, connectionDeps, trace, options.sessionGate),
-    ...agUiRoutes(runtime, connectionDeps, trace, options.sessionGate),
+    ...chatRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
+    ...agUiRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
     metricsRoute(metrics),
     ...inspectRoutes(runtime, trace, streamOptions.retentionDays),
     ...dashboardAuthRoutes(gate, signInLink),
@@ -202,7 +197,7 @@ export async function startServer(
       version: packageVersion(),
       otherRoutes: () => otherRoutes,
       health: options.health,
-      sessionGate: options.sessionGate,
+      sessionGate: options.sessionRouter?.gate,
     }),
     ...otherRoutes,
   ];
@@ -210,9 +205,7 @@ export async function startServer(
     routes,
     logger,
     dbPath: trace.dbPath,
-    sessionGate: options.sessionGate,
-    sessionRead: options.sessionRead,
-    forwardRefused: options.forwardRefused,
+    sessionRouter: options.sessionRouter,
     frontDoor: frontDoor(security, gate),
   });
   const webSockets = openWebSocketDoor(server, { security, gate, tokens, connectionDeps });

@@ -29,7 +29,6 @@ export interface ServerParts {
 export function startServiceServer(parts: ServerParts): Promise<MetisServer> {
   const { config, runtime, trace, seat, conformance } = parts;
   const heartbeatIntervalMs = conformance ? CONFORMANCE_HEARTBEAT_MS : config.server.heartbeat_interval_ms;
-  const sessionGate = seat.sessionGate(runtime);
   return startServer(runtime, trace, {
     host: config.server.host,
     port: config.server.port,
@@ -48,13 +47,7 @@ export function startServiceServer(parts: ServerParts): Promise<MetisServer> {
     faults: faultSwitches(conformance?.faults ?? []),
     logger: parts.logger,
     metrics: { plugins: () => parts.plugins.list(), processMetrics: true },
-    sessionGate,
-    sessionRead: async (sessionId) => {
-      if (seat.node !== null) await seat.node.refresh(sessionId);
-    },
-    runElsewhere: seat.runElsewhere(sessionGate),
-    forwardRefused: async (refusal, request) =>
-      seat.node === null ? null : seat.node.forwardRefused(refusal, request),
+    sessionRouter: seat.router(runtime),
     health: () => ({
       ...(trace.upstream === null ? {} : { store: storeHealth(trace.upstream) }),
       ...(seat.node === null ? {} : seat.node.health()),

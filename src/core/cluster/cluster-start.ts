@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
-import type { ForwardRefused } from '../http/http-app.js';
+import type { ForwardRefused } from '../http/session-router.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
 import type { TraceContext } from '../store/trace-context.js';

@@ -8,29 +8,7 @@ import { errorHeaders, HttpError, MAX_BODY_BYTES, sendError, validationError } f
 import { pathPattern, type SessionPlacement } from './openapi.js';
 import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.js';
 import { checkChangeRequest } from './security.js';
-
-/**
- * Awaited before a request that changes a session: in a cluster, the node must own the session first
- * (src/core/cluster/session-leases.ts). `creating`: the request makes the session if it is unknown.
- */
-export type SessionGate = (sessionId: string, creating?: boolean) => Promise<void>;
-
-/** What a request the gate refused looks like to whoever may run it elsewhere. */
-export interface RefusedRequest {
-  readonly method: string;
-  readonly url: string;
-  readonly body: unknown;
-  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
-}
-
-/**
- * Runs a request the gate refused on the node that owns its session (a cluster): the answer to send,
- * or null to send the refusal.
- */
-export type ForwardRefused = (
-  refusal: unknown,
-  request: RefusedRequest,
-) => Promise<{ status: number; contentType: string | null; body: string; node: string } | null>;
+import type { SessionRouter } from './session-router.js';
 
 export interface HttpAppOptions {
   readonly routes: readonly Route[];
@@ -42,11 +20,8 @@ export interface HttpAppOptions {
   readonly logger: Logger;
   /** The trace store's file, to name it when a read fails on storage. */
   readonly dbPath: string;
-  /** Awaited before every request that changes a session: any method but GET, on a path with its id. */
-  readonly sessionGate?: SessionGate;
-  /** Awaited before every GET on a path with a session id (a cluster node brings the session up to date). */
-  readonly sessionRead?: (sessionId: string) => Promise<void>;
-  readonly forwardRefused?: ForwardRefused;
+  /** Where a request naming a session runs (a cluster); every session runs here without one. */
+  readonly sessionRouter?: SessionRouter;
 }
 
 export interface HttpApp {
@@ -163,29 +138,29 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       : { error: validationError(result.error, httpPart === 'body' ? 'body' : 'query') };
   });
 
-  const { sessionGate, sessionRead, forwardRefused } = options;
-  if (sessionGate !== undefined)
+  const router = options.sessionRouter;
+  if (router !== undefined)
     app.addHook('preHandler', async (request, reply) => {
       const sessionId = (request.params as { session_id?: unknown } | undefined)?.session_id;
       if (typeof sessionId !== 'string') return;
       const placement = placementOf(request);
       if (placement === 'here') {
-        await sessionRead?.(sessionId);
+        await router.read(sessionId);
         return;
       }
       try {
-        await sessionGate(sessionId);
+        await router.gate(sessionId);
       } catch (refusal) {
         if (placement === 'owner-only') throw refusal;
         // The path and query only: a request line in absolute form names another host.
         const target = new URL(request.url, 'http://localhost');
-        const answer = await forwardRefused?.(refusal, {
+        const answer = await router.forward(refusal, {
           method: request.method,
           url: `${target.pathname}${target.search}`,
           body: request.body ?? null,
           headers: request.headers,
         });
-        if (answer === null || answer === undefined) throw refusal;
+        if (answer === null) throw refusal;
         reply.code(answer.status).header('metis-node', answer.node);
         if (answer.contentType !== null) reply.header('content-type', answer.contentType);
         return reply.send(answer.body);

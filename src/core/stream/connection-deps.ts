@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
+import type { SessionRouter } from '../http/session-router.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { TraceStore } from '../store/trace-store.js';
 import type { FaultSwitches } from './faults.js';
@@ -69,8 +70,5 @@ export interface ConnectionDeps {
    * A cluster: runs a request on the node that runs the session, and resolves with its answer's status
    * and body; null when this node runs it (or may take it), and the request is run here.
    */
-  readonly runElsewhere?: (
-    sessionId: string,
-    request: { method: string; url: string; body: unknown },
-  ) => Promise<{ status: number; body: string } | null>;
+  readonly runElsewhere?: SessionRouter['runElsewhere'];
 }

@@ -1,9 +1,9 @@
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
-import type { SessionGate } from '../../../http/http-app.js';
 import { HttpError, isClientSession } from '../../../http/http-util.js';
 import { STORAGE_ERRORS } from '../../../http/openapi.js';
 import { type RawRoute, rawRoute } from '../../../http/routes.js';
+import type { SessionGate } from '../../../http/session-router.js';
 import type { Runtime } from '../../../runtime/runtime.js';
 import type { TraceContext } from '../../../store/trace-context.js';
 import { ClientSessionId } from '../../client-session-id.js';
