@@ -43,14 +43,29 @@ async function attempt(
   try {
     const nowUs = (await client.query<{ now_us: number }>(`SELECT ${STORE_NOW_US} AS now_us`)).rows[0]!
       .now_us;
-    const current = (
-      await client.query<LeaseRecord & { node: NodeRecord | null }>(
-        `SELECT l.session_id, l.node_id, l.acquired_at_us, to_jsonb(n.*) AS node
-           FROM metis_session_leases l LEFT JOIN metis_nodes n ON n.node_id = l.node_id
-          WHERE l.session_id = $1 FOR UPDATE OF l`,
+    // The lease row is locked alone, and its node read by a statement of its own: after waiting on the
+    // lock, PostgreSQL re-checks only the locked row of a join, and handed back the joined node's columns
+    // empty, so a waiter read a dead owner where a live one had just taken the lease (issue 35, cause 2).
+    const lease = (
+      await client.query<LeaseRecord>(
+        `SELECT session_id, node_id, acquired_at_us FROM metis_session_leases
+          WHERE session_id = $1 FOR UPDATE`,
         [sessionId],
       )
     ).rows[0];
+    const current =
+      lease === undefined
+        ? undefined
+        : {
+            ...lease,
+            node:
+              (
+                await client.query<{ node: NodeRecord }>(
+                  'SELECT to_jsonb(n.*) AS node FROM metis_nodes n WHERE node_id = $1',
+                  [lease.node_id],
+                )
+              ).rows[0]?.node ?? null,
+          };
     let outcome: LeaseOutcome | null;
     if (current === undefined) {
       const inserted = await client.query(

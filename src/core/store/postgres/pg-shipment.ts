@@ -172,8 +172,10 @@ async function upsert(
 }
 
 /**
- * The sessions of this shipment whose family root is leased to another node (the lease rows read
- * FOR SHARE: a node taking one over waits for this shipment, or this shipment sees it taken).
+ * The sessions of this shipment whose family root is leased to another node. Every lease row of the
+ * shipment's roots is read FOR SHARE, this node's own too: a node taking one of them over waits for this
+ * shipment to commit, or this shipment waits for the take-over and sees it (issue 35, cause 1: locking
+ * only the other nodes' rows let a take-over pass a shipment under way).
  */
 async function fencedSessions(
   client: pg.PoolClient,
@@ -201,14 +203,11 @@ async function fencedSessions(
   if (sessions.size === 0) return new Set();
   const lineage = new SessionStore(db);
   const rootOf = new Map([...sessions].map((id) => [id, rootSession(lineage, id)] as const));
-  const taken = new Set(
-    (
-      await client.query<{ session_id: string }>(
-        `SELECT session_id FROM metis_session_leases WHERE session_id = ANY($1::text[]) AND node_id <> $2
-         FOR SHARE`,
-        [[...new Set(rootOf.values())], nodeId],
-      )
-    ).rows.map((row) => row.session_id),
+  const leases = await client.query<{ session_id: string; node_id: string }>(
+    `SELECT session_id, node_id FROM metis_session_leases WHERE session_id = ANY($1::text[])
+      ORDER BY session_id FOR SHARE`,
+    [[...new Set(rootOf.values())]],
   );
+  const taken = new Set(leases.rows.filter((row) => row.node_id !== nodeId).map((row) => row.session_id));
   return new Set([...sessions].filter((id) => taken.has(rootOf.get(id)!)));
 }
