@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { JoinedNode, PreparedCluster } from '../cluster/cluster-start.js';
 import { takeOverSession } from '../cluster/take-over.js';
+import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { useRowIdBlock } from '../store/row-ids.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
@@ -17,6 +18,8 @@ export interface ClusterParts {
   readonly runtime: Runtime;
   readonly sessions: SessionStore;
   readonly token: string | null;
+  /** What this start's crash recovery committed, for the other nodes' clients. */
+  readonly recovered: readonly MetisEvent[];
   readonly pricingVersion: string;
   readonly logger: Logger;
 }
@@ -41,6 +44,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
     token: parts.token,
     runInProcess: server.inject,
     runsHere,
+    recovered: parts.recovered,
     forget: (sessionIds) => {
       for (const sessionId of sessionIds) runtime.release(sessionId);
     },

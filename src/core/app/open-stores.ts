@@ -2,8 +2,10 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { type ClusterSettings, type PreparedCluster, prepareCluster } from '../cluster/cluster-start.js';
 import type { MetisConfig } from '../config/schema.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { killLeftoverChildren } from '../runtime/child-process-record.js';
 import { type RecoveryReport, recoverCrashedTurns } from '../runtime/crash-recovery.js';
+import { EVENT_COLUMNS, type EventRow, rowToEvent } from '../store/event-rows.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
 import { watchHandoffs } from '../store/owner-handoffs.js';
@@ -64,6 +66,11 @@ export interface RecoveredTrace {
   /** What the last run left open and this start closed. */
   readonly recovery: RecoveryReport;
   readonly gaps: readonly DetectedGap[];
+  /**
+   * The session events the recovery committed (in a cluster only): the other nodes' clients learn from
+   * them how the cut turns ended (join-cluster.ts publishes them).
+   */
+  readonly recoveredEvents: readonly MetisEvent[];
   /** Where the runtime records the tool processes it starts, for the next start to find. */
   readonly childRecordFile: string;
 }
@@ -96,18 +103,29 @@ export async function openAndRecover(
         : (await stores.prepared.leasedHere()).flatMap((root) =>
             selfAndDescendants(new SessionStore(trace.db), root),
           );
+    const before = trace.db.prepare('SELECT max(id) FROM events').pluck().get() as string | null;
     const recovery = recoverCrashedTurns(trace.db, trace.bus, {
       pricingVersion: config.runtime.pricing_version,
       logger,
       ...(sessions === undefined ? {} : { sessions }),
     });
     await trace.flush();
+    const recoveredEvents = stores.prepared === null ? [] : eventsAfter(trace, before);
     const gaps = await reportGaps(trace);
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
     watchHandoffs(trace, { logger }); // what a prune beside this server hands it to record; stops on close
-    return { trace, recovery, gaps, childRecordFile };
+    return { trace, recovery, gaps, recoveredEvents, childRecordFile };
   } catch (error) {
     await trace.close();
     throw error;
   }
+}
+
+/** The sessions' events committed after `id` (all of them when null), in id order. */
+function eventsAfter(trace: TraceContext, id: string | null): MetisEvent[] {
+  const rows = trace.db
+    .prepare(`SELECT ${EVENT_COLUMNS} FROM events WHERE id > ? AND session_id <> ? ORDER BY id`)
+    .raw()
+    .all(id ?? '', SYSTEM_SESSION_ID) as EventRow[];
+  return rows.map(rowToEvent);
 }

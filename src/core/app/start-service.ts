@@ -130,6 +130,7 @@ export async function startService(
         runtime,
         sessions,
         token: auth.token,
+        recovered: recovered.recoveredEvents,
         pricingVersion: config.runtime.pricing_version,
         logger,
       });

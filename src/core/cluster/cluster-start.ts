@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
+import type { MetisEvent } from '../events/envelope.js';
 import type { ForwardRefused } from '../http/session-router.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
@@ -91,6 +92,8 @@ export interface PreparedCluster {
        * and are told so (their streams end with a named error, and they reconnect).
        */
       onBrokerLost: () => void;
+      /** What this start's crash recovery committed (the turns it closed), for the other nodes' clients. */
+      recovered: readonly MetisEvent[];
     } & Pick<Parameters<typeof joinCluster>[0], 'lag' | 'rowIdBlock' | 'takeOver' | 'adoptable'>,
   ): Promise<JoinedNode>;
   /** Gives up before joining (a later step of the start failed). */
@@ -182,6 +185,7 @@ export async function prepareCluster(
         streaming,
         broker,
         nodeId,
+        earlier: parts.recovered,
       });
       const mirror = mirrorSessions({
         broker,

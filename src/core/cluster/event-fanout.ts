@@ -29,6 +29,9 @@ export function sessionSubject(sessionId: string): string | null {
 /** Events committed here and not yet in PostgreSQL that the fan-out holds at most. */
 const MAX_AWAITING_SHIPMENT = 50_000;
 
+/** How long the events committed before the fan-out started wait for PostgreSQL before given up on. */
+const EARLIER_SHIPMENT_WAIT_MS = 30_000;
+
 /**
  * What "committed" means for the cluster: a bus event counts once the store of record (PostgreSQL)
  * holds it, not when this node's working copy does. Events committed locally wait here for the shipment
@@ -90,10 +93,15 @@ export function fanOutEvents(parts: {
   readonly streaming: StreamingChannel;
   readonly broker: Broker;
   readonly nodeId: string;
+  /**
+   * Events this node committed before it joined that no other node saw: the turns a restart within
+   * the node timeout closed (crash recovery). Published once PostgreSQL holds them; a node that missed
+   * them would otherwise show those turns running until a later event of the session.
+   */
+  readonly earlier?: readonly MetisEvent[];
 }): () => void {
   const { broker, nodeId } = parts;
-  const order = new EventSequencer(parts.bus, shippedCommits(parts.writer, parts.upstream), parts.streaming);
-  const stop = order.onRelease((event) => {
+  const publish = (event: MetisEvent) => {
     if (event.session_id === SYSTEM_SESSION_ID) return;
     const subject = sessionSubject(event.session_id);
     if (subject === null) return;
@@ -101,8 +109,19 @@ export function fanOutEvents(parts: {
       [FAMILY_HEADER]: event.seq === null ? 'stream' : 'bus',
       [NODE_HEADER]: nodeId,
     });
-  });
+  };
+  const order = new EventSequencer(parts.bus, shippedCommits(parts.writer, parts.upstream), parts.streaming);
+  const stop = order.onRelease(publish);
+  let stopped = false;
+  const earlier = parts.earlier ?? [];
+  if (earlier.length > 0)
+    // Still unshipped after the wait (PostgreSQL away): not published, and the other nodes find the gap
+    // by seq at the session's next event, as they find any.
+    void parts.upstream.whenShipped(EARLIER_SHIPMENT_WAIT_MS).then((shipped) => {
+      if (shipped && !stopped) for (const event of earlier) publish(event);
+    });
   return () => {
+    stopped = true;
     stop();
     order.close();
   };
