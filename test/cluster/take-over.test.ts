@@ -1,15 +1,19 @@
 import pg from 'pg';
 import { ulid } from 'ulid';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { takeOverHere } from '../../src/core/app/join-cluster.js';
 import type { RunningService } from '../../src/core/app/start-service.js';
 import { readStoredSession, writeStoredSession } from '../../src/core/cluster/session-pull.js';
 import { takeOverSession } from '../../src/core/cluster/take-over.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { BIGINT_AS_NUMBER } from '../../src/core/store/postgres/pg-util.js';
+import { SessionStore } from '../../src/core/store/session-store.js';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { subscribeOn } from '../helpers/protocol.js';
 import { runCli } from '../helpers/run-cli.js';
 import { serveOnStore } from '../helpers/serve-on-store.js';
+import { openClient } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**
@@ -39,38 +43,43 @@ async function turn(service: RunningService, sessionId: string, message: string)
   await service.runtime.currentTurn(sessionId)?.done;
 }
 
+/**
+ * A session this node ran (a first turn, shipped), and a turn of it another node ran since and died in:
+ * its events in the store without the turn's end (copies of the first turn's events, after them in id
+ * and seq), absent from this node's copy.
+ */
+async function sessionWithForeignTurn() {
+  const url = freshDatabase(server);
+  const service = await serveOnStore(url, tempDir());
+  const created = await jsonRequest(service.url, 'POST', '/sessions', {}, { token: service.auth.token });
+  const sessionId = created.body.session_id as string;
+  await turn(service, sessionId, 'hello');
+  await service.trace.flush();
+  expect(await service.trace.upstream!.whenShipped(10_000)).toBe(true);
+  const firstTurn = psql(
+    url,
+    `SELECT turn_id FROM events WHERE session_id = '${sessionId}' AND type = 'turn.started'`,
+  );
+  const copied = psql(
+    url,
+    `SELECT id FROM events WHERE turn_id = '${firstTurn}' AND type NOT IN ('turn.completed', 'turn.cancelled') ORDER BY id`,
+  ).split('\n');
+  // Ids from a clock a minute ahead (the other host's): this node's next ids must still come after them.
+  const ahead = Date.now() + 60_000;
+  const values = copied.map((id, k) => `('${id}', 'evt_${ulid(ahead + k)}', ${k + 1})`).join(', ');
+  psql(
+    url,
+    `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
+     SELECT e.session_id, m.new_id, (SELECT max(seq) FROM events WHERE session_id = '${sessionId}') + m.k,
+            (extract(epoch from clock_timestamp()) * 1000000)::bigint, 'turn_foreign', NULL, e.type, e.actor, e.sensitivity, e.payload_json
+       FROM (VALUES ${values}) AS m(old_id, new_id, k) JOIN events e ON e.id = m.old_id ORDER BY m.k`,
+  );
+  return { url, service, sessionId, copied };
+}
+
 describe.skipIf(!postgresTestsRun)('taking a session over', () => {
   it("brings the other node's events in, closes its open turn, and continues seq and ids after them", async () => {
-    const url = freshDatabase(server);
-    const service = await serveOnStore(url, tempDir());
-    const created = await jsonRequest(service.url, 'POST', '/sessions', {}, { token: service.auth.token });
-    const sessionId = created.body.session_id as string;
-    // This node ran the session (its bus and runtime remember it) before another node took it over.
-    await turn(service, sessionId, 'hello');
-    await service.trace.flush();
-    expect(await service.trace.upstream!.whenShipped(10_000)).toBe(true);
-
-    // The other node ran a turn of the session and died in it: its events are in the store, without the
-    // turn's end (copies of the first turn's events, after them in id and seq).
-    const firstTurn = psql(
-      url,
-      `SELECT turn_id FROM events WHERE session_id = '${sessionId}' AND type = 'turn.started'`,
-    );
-    const copied = psql(
-      url,
-      `SELECT id FROM events WHERE turn_id = '${firstTurn}' AND type NOT IN ('turn.completed', 'turn.cancelled') ORDER BY id`,
-    ).split('\n');
-    // Ids from a clock a minute ahead (the other host's): this node's next ids must still come after them.
-    const ahead = Date.now() + 60_000;
-    const values = copied.map((id, k) => `('${id}', 'evt_${ulid(ahead + k)}', ${k + 1})`).join(', ');
-    psql(
-      url,
-      `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
-       SELECT e.session_id, m.new_id, (SELECT max(seq) FROM events WHERE session_id = '${sessionId}') + m.k,
-              (extract(epoch from clock_timestamp()) * 1000000)::bigint, 'turn_foreign', NULL, e.type, e.actor, e.sensitivity, e.payload_json
-         FROM (VALUES ${values}) AS m(old_id, new_id, k) JOIN events e ON e.id = m.old_id ORDER BY m.k`,
-    );
-
+    const { url, service, sessionId, copied } = await sessionWithForeignTurn();
     const second = service;
     const local = () =>
       second.trace.db
@@ -180,5 +189,46 @@ describe.skipIf(!postgresTestsRun)('taking a session over', () => {
     const fromCopy = await runCli(['export', '--db', second.dbPath, '--session', sessionId], home);
     expect(fromStore.exitCode, fromStore.stderr).toBe(0);
     expect(fromCopy.stdout).toBe(fromStore.stdout);
+  });
+
+  it("hands this node's clients the events brought in, in order, before the turn's end", async () => {
+    const { service, url, sessionId, copied } = await sessionWithForeignTurn();
+    const token = service.auth.token;
+    const handshake = await jsonRequest(service.url, 'GET', `/sessions/${sessionId}`, undefined, { token });
+    const watcher = await openClient(handshake.body.ws_url as string, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    await subscribeOn(watcher, { filter: 'preset:full', snapshot: true });
+    const store = new pg.Client({ connectionString: url, types: BIGINT_AS_NUMBER });
+    await store.connect();
+    onTestFinished(() => store.end());
+    const takeOver = takeOverHere({
+      trace: service.trace,
+      runtime: service.runtime,
+      sequencer: service.server.hub.sequencer,
+      sessions: new SessionStore(service.trace.db),
+      pricingVersion: 'test',
+      logger: silentLogger(),
+    });
+    await takeOver(sessionId, (id) => readStoredSession(store, id));
+    await service.trace.flush();
+    const events = () => watcher.frames.filter((frame) => frame.type === 'event').map((frame) => frame.event);
+    const foreign = () => events().filter((event) => event.turn_id === 'turn_foreign');
+    const deadline = Date.now() + 10_000;
+    while (!foreign().some((event) => event.type === 'turn.completed') && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    // Every event the other node stored, then the end this node's recovery gave the turn.
+    const stored = service.trace.db
+      .prepare("SELECT type FROM events WHERE turn_id = 'turn_foreign' ORDER BY id")
+      .pluck()
+      .all() as string[];
+    expect(foreign().map((event) => event.type)).toEqual(stored);
+    expect(foreign().filter((event) => event.type !== 'turn.completed').length).toBeGreaterThanOrEqual(
+      copied.length,
+    );
+    const ids = events().map((event) => event.id as string);
+    expect(ids).toEqual([...new Set(ids)].sort());
+    watcher.close();
+    await service.stop();
   });
 });

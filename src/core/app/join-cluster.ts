@@ -1,12 +1,14 @@
 import type { Logger } from 'pino';
 import type { JoinedNode, PreparedCluster } from '../cluster/cluster-start.js';
-import { takeOverSession } from '../cluster/take-over.js';
+import type { StoredSession } from '../cluster/session-pull.js';
+import { type TakeOverReport, takeOverSession } from '../cluster/take-over.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { useRowIdBlock } from '../store/row-ids.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
 import type { SessionStore } from '../store/session-store.js';
 import type { TraceContext } from '../store/trace-context.js';
+import type { EventSequencer } from '../stream/event-sequencer.js';
 import type { ClusterSeat } from './cluster-seat.js';
 import type { MetisServer } from './metis-server.js';
 
@@ -63,15 +65,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
     },
     adoptable: (sessionId) => sessions.turnState(sessionId).currentTurnId !== null,
     rowIdBlock: (block) => useRowIdBlock(trace.db, block),
-    takeOver: async (sessionId, read) => {
-      const report = await takeOverSession(
-        { read, trace, runtime, pricingVersion: parts.pricingVersion, logger },
-        sessionId,
-      );
-      // Its events are this node's to release from now on, in this node's order.
-      server.hub.sequencer.forgetRemote(selfAndDescendants(sessions, sessionId));
-      return report;
-    },
+    takeOver: takeOverHere({ ...parts, sequencer: server.hub.sequencer }),
     lag: () => {
       // Read from the working copy; after a forced stop closed it, the last figure read stands.
       try {
@@ -94,4 +88,40 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
     }
   });
   return node;
+}
+
+/**
+ * Takes a session over on this node (take-over.ts): the events brought in that this node's clients
+ * were not given yet go to them first, in order, then the session's events are this node's own to
+ * release, in this node's order.
+ */
+export function takeOverHere(parts: {
+  readonly trace: TraceContext;
+  readonly runtime: Runtime;
+  readonly sequencer: EventSequencer;
+  readonly sessions: SessionStore;
+  readonly pricingVersion: string;
+  readonly logger: Logger;
+}): (sessionId: string, read: (sessionId: string) => Promise<StoredSession>) => Promise<TakeOverReport> {
+  const { sequencer } = parts;
+  return async (sessionId, read) => {
+    const report = await takeOverSession(
+      {
+        read,
+        trace: parts.trace,
+        runtime: parts.runtime,
+        pricingVersion: parts.pricingVersion,
+        logger: parts.logger,
+        release: (events) => {
+          for (const event of events) {
+            const released = sequencer.remoteMark(event.session_id);
+            if (released === undefined || event.id > released) sequencer.releaseRemote(event);
+          }
+        },
+      },
+      sessionId,
+    );
+    sequencer.forgetRemote(selfAndDescendants(parts.sessions, sessionId));
+    return report;
+  };
 }

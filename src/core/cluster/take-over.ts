@@ -1,8 +1,10 @@
 import type { Logger } from 'pino';
 import { MetisError } from '../errors.js';
+import type { MetisEvent } from '../events/envelope.js';
 import { ensureIdsAfter } from '../events/ids.js';
 import { recoverCrashedTurns } from '../runtime/crash-recovery.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { copiedRowToEvent } from '../store/store-copy.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { type StoredSession, writeStoredSession } from './session-pull.js';
 
@@ -29,6 +31,12 @@ export async function takeOverSession(
     readonly runtime: Runtime;
     readonly pricingVersion: string;
     readonly logger: Logger;
+    /**
+     * Hands this node's clients the events brought in (in id order), before anything of the session
+     * runs here: the previous owner's last events may never have reached this node over NATS (it died
+     * between storing and publishing them), and its clients would miss them for good.
+     */
+    readonly release?: (events: readonly MetisEvent[]) => void;
   },
   sessionId: string,
 ): Promise<TakeOverReport> {
@@ -41,8 +49,9 @@ export async function takeOverSession(
         'METIS_ERR_TURN_IN_FLIGHT',
         `session ${id} still has a turn running on this node; it is taken over once that turn ends`,
       );
-  const { added, lastEventId } = writeStoredSession(trace.db, stored);
+  const { added, lastEventId, addedEvents } = writeStoredSession(trace.db, stored);
   ensureIdsAfter(lastEventId);
+  parts.release?.(addedEvents.map(copiedRowToEvent).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)));
   for (const id of stored.sessionIds) {
     trace.bus.forgetSeq(id);
     runtime.release(id);
