@@ -21,7 +21,7 @@ import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
-import type { ConnectionDeps, StreamOptions } from '../stream/client-connection.js';
+import type { StreamOptions } from '../stream/client-connection.js';
 import type { OpenConnection } from '../stream/connection-deps.js';
 import { EventSequencer } from '../stream/event-sequencer.js';
 import type { FaultSwitches } from '../stream/faults.js';
