@@ -20,6 +20,7 @@ import { staticRoutes } from '../http/static-files.js';
 import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
+import { shippedCommits } from '../store/shipped-commits.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { StreamOptions } from '../stream/client-connection.js';
 import type { OpenConnection } from '../stream/connection-deps.js';
@@ -136,7 +137,9 @@ export async function startServer(
   // From here the connection serves the loop: no write may wait long for another process's lock.
   trace.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
   const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
-  const sequencer = new EventSequencer(trace.bus, trace.writer, runtime.streaming);
+  // On PostgreSQL a bus event reaches clients once the store of record holds it (issue 35, cause 4).
+  const commits = trace.upstream === null ? trace.writer : shippedCommits(trace.writer, trace.upstream);
+  const sequencer = new EventSequencer(trace.bus, commits, runtime.streaming);
   const archive = options.faults?.shortStreamWindow
     ? null
     : new StreamArchive(trace.db, { ...DEFAULT_STREAM_WINDOW, ...options.streamWindow });

@@ -2,6 +2,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { eventJson } from '../events/event-json.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
+import { shippedCommits } from '../store/shipped-commits.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
 import type { TraceWriter } from '../store/trace-writer.js';
 import { EventSequencer } from '../stream/event-sequencer.js';
@@ -26,56 +27,8 @@ export function sessionSubject(sessionId: string): string | null {
   return SUBJECT_TOKEN.test(sessionId) ? `${SUBJECT_PREFIX}.session.${sessionId}` : null;
 }
 
-/** Events committed here and not yet in PostgreSQL that the fan-out holds at most. */
-const MAX_AWAITING_SHIPMENT = 50_000;
-
 /** How long the events committed before the fan-out started wait for PostgreSQL before given up on. */
 const EARLIER_SHIPMENT_WAIT_MS = 30_000;
-
-/**
- * What "committed" means for the cluster: a bus event counts once the store of record (PostgreSQL)
- * holds it, not when this node's working copy does. Events committed locally wait here for the shipment
- * that takes them; a batch that failed to commit is dropped as the local stream drops it.
- */
-function shippedCommits(
-  writer: TraceWriter,
-  upstream: StoreUpstream,
-): Pick<TraceWriter, 'onCommit' | 'onDrop'> {
-  const awaiting: MetisEvent[] = [];
-  let drop: ((batch: readonly MetisEvent[]) => void) | null = null;
-  return {
-    onCommit: (listener) => {
-      const stopLocal = writer.onCommit((batch) => {
-        for (const event of batch) awaiting.push(event);
-        // PostgreSQL away for long: the oldest are given up on here (never published, and what waits
-        // behind them goes on); other nodes find the gap by seq and fill it from the store once back.
-        if (awaiting.length > MAX_AWAITING_SHIPMENT && drop !== null)
-          drop(awaiting.splice(0, awaiting.length - MAX_AWAITING_SHIPMENT / 2));
-      });
-      const stopShipped = upstream.onShipped((through) => {
-        let count = 0;
-        while (count < awaiting.length && awaiting[count]!.id <= through) count += 1;
-        if (count > 0) listener(awaiting.splice(0, count));
-      });
-      return () => {
-        stopLocal();
-        stopShipped();
-      };
-    },
-    onDrop: (listener) => {
-      drop = listener;
-      writer.onDrop(listener);
-      // Fenced off a shipment (another node runs the session now): never published.
-      upstream.onFenced(({ events }) => {
-        const ids = new Set(events.map((event) => event.id));
-        const dropped = awaiting.filter((event) => ids.has(event.id));
-        if (dropped.length === 0) return;
-        for (let i = awaiting.length - 1; i >= 0; i -= 1) if (ids.has(awaiting[i]!.id)) awaiting.splice(i, 1);
-        listener(dropped);
-      });
-    },
-  };
-}
 
 /**
  * Publishes what this node delivers to its own clients to NATS, in the same id order (DESIGN.md
