@@ -20,12 +20,8 @@ import {
   sessionsLeasedTo,
 } from './cluster-node.js';
 import { fanOutEvents } from './event-fanout.js';
-import {
-  answerForwarded,
-  FORWARDED_HEADER,
-  forwardRequest,
-  type RunInProcess,
-} from './request-forwarding.js';
+import { forwardToOwner } from './forward-to-owner.js';
+import { answerForwarded, FORWARDED_HEADER, type RunInProcess } from './request-forwarding.js';
 import { sealBroker } from './sealed-broker.js';
 import { mirrorSessions } from './session-mirror.js';
 
@@ -223,10 +219,14 @@ export async function prepareCluster(
           if (!(refusal instanceof SessionElsewhere) || request.headers[FORWARDED_HEADER] !== undefined)
             return null;
           try {
-            return await forwardRequest(broker, { nodeId, key: keys.forwarding }, refusal.owner.node_id, {
-              method: request.method,
-              url: request.url,
-              body: request.body,
+            return await forwardToOwner({
+              broker,
+              from: { nodeId, key: keys.forwarding },
+              owner: refusal.owner.node_id,
+              request: { method: request.method, url: request.url, body: request.body },
+              alive: (peer) => node.peers().some((record) => record.node_id === peer),
+              checkEveryMs: timing.heartbeatMs,
+              runInProcess: parts.runInProcess,
             });
           } catch (error) {
             // The owner is alive by the store and does not answer on the broker (or refused this

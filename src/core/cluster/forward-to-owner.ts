@@ -1,0 +1,58 @@
+import type { Broker } from './broker.js';
+import {
+  FORWARDED_HEADER,
+  type ForwardedAnswer,
+  type ForwardedRequest,
+  type Forwarder,
+  forwardRequest,
+  type RunInProcess,
+} from './request-forwarding.js';
+
+/**
+ * Forwards a request the gate refused to the node that owns its session, for as long as that node stays
+ * alive by the heartbeats. An owner that stops answering (frozen, cut off) is seen silent within the
+ * node timeout; the request is then run here, where the gate takes the session over (or refuses it,
+ * naming the owner). Waiting out the reply timeout, 35 s, then answering 409 kept a client waiting on
+ * a node that was gone (issue 35, cause 7).
+ */
+export async function forwardToOwner(parts: {
+  readonly broker: Broker;
+  readonly from: Forwarder;
+  readonly owner: string;
+  readonly request: ForwardedRequest;
+  /** Whether a node is alive by the last heartbeat this node read. */
+  readonly alive: (nodeId: string) => boolean;
+  /** How often the owner's liveness is looked at (a heartbeat). */
+  readonly checkEveryMs: number;
+  readonly runInProcess: RunInProcess;
+}): Promise<ForwardedAnswer> {
+  const { request } = parts;
+  const forwarded = forwardRequest(parts.broker, parts.from, parts.owner, request);
+  // Once the owner went silent its late failure is nobody's to handle.
+  forwarded.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  const silence = new Promise<'silent'>((resolve) => {
+    // Absent at two looks a beat apart: a node that just joined is in the peers by the next beat.
+    let absent = 0;
+    const look = () => {
+      absent = parts.alive(parts.owner) ? 0 : absent + 1;
+      if (absent >= 2) resolve('silent');
+      else timer = setTimeout(look, parts.checkEveryMs);
+    };
+    timer = setTimeout(look, parts.checkEveryMs);
+  });
+  try {
+    const first = await Promise.race([forwarded, silence]);
+    if (first !== 'silent') return first;
+  } finally {
+    clearTimeout(timer);
+  }
+  // Marked forwarded: if the gate here still refuses, the refusal is the answer, not another forward.
+  const answer = await parts.runInProcess({
+    method: request.method,
+    url: request.url,
+    headers: { accept: 'application/json', 'content-type': 'application/json', [FORWARDED_HEADER]: '1' },
+    body: request.body === null ? null : JSON.stringify(request.body),
+  });
+  return { ...answer, node: parts.from.nodeId };
+}
