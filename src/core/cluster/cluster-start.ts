@@ -182,6 +182,7 @@ export async function prepareCluster(
         broker,
         nodeId,
         earlier: parts.recovered,
+        runsHere: parts.runsHere,
       });
       const mirror = mirrorSessions({
         broker,

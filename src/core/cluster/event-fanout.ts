@@ -52,6 +52,12 @@ export function fanOutEvents(parts: {
    * them would otherwise show those turns running until a later event of the session.
    */
   readonly earlier?: readonly MetisEvent[];
+  /**
+   * Whether this node runs the session now, as far as it knows without asking the store. A streaming
+   * event of a session it may have lost (a frozen node thawed: its leases are not trusted until asked
+   * again) is not published: the other nodes would show a turn another node has since closed.
+   */
+  readonly runsHere?: (sessionId: string) => boolean;
 }): () => void {
   const { broker, nodeId } = parts;
   const publish = (event: MetisEvent) => {
@@ -64,7 +70,12 @@ export function fanOutEvents(parts: {
     });
   };
   const order = new EventSequencer(parts.bus, shippedCommits(parts.writer, parts.upstream), parts.streaming);
-  const stop = order.onRelease(publish);
+  const runsHere = parts.runsHere ?? (() => true);
+  // Bus events need no such check: the shipment that releases them is fenced by the store's leases.
+  const stop = order.onRelease((event) => {
+    if (event.seq === null && !runsHere(event.session_id)) return;
+    publish(event);
+  });
   let stopped = false;
   const earlier = parts.earlier ?? [];
   if (earlier.length > 0)
