@@ -1,4 +1,5 @@
 import type { ClientItem } from './client.js';
+import { plural } from './plural.js';
 import type { ConversationState, SnapshotConfirmation, WireEvent } from './reducer.js';
 import { visible as v } from './visible-text.js';
 
@@ -62,7 +63,7 @@ export function renderItem(
   const frame = item.frame;
   if (frame.type === 'snapshot') {
     const turns = frame.session?.turn_count ?? 0;
-    const summary = `${paint(options, 'dim', `session ${v(frame.session?.id)}: ${frame.messages.length} messages, ${turns} turns, $${v(frame.session?.cost_so_far_usd ?? 0)}`)}\n`;
+    const summary = `${paint(options, 'dim', `session ${v(frame.session?.id)}: ${plural(frame.messages.length, 'message')}, ${plural(turns, 'turn')}, $${v(frame.session?.cost_so_far_usd ?? 0)}`)}\n`;
     // Waiting confirmations (an additive snapshot field): the request id and how to answer it.
     // A worker's pending confirmation is answered through the attached session, like the session's own.
     const pending = ((frame.pending_confirmations ?? []) as SnapshotConfirmation[]).map((c) =>
@@ -107,7 +108,7 @@ export function renderItem(
       return `${worker}${paint(options, 'dim', `  kept ${v(p.chosen_model)}; ${v(p.dismissed_pattern_model)} dismissed`)}\n`;
     case 'pattern.matched':
       if (!options.detailed) return '';
-      return `${worker}${paint(options, 'dim', `  pattern chose ${v(p.chosen_model)} (${p.sample_size} similar turns, confidence ${p.confidence})`)}\n`;
+      return `${worker}${paint(options, 'dim', `  pattern chose ${v(p.chosen_model)} (${plural(Number(p.sample_size), 'similar turn')}, confidence ${p.confidence})`)}\n`;
     case 'pattern.recorded':
       if (!options.detailed) return '';
       return `${worker}${paint(options, 'dim', `  learned: ${v(p.primary_model)} scored ${p.success_score ?? '-'} on ${v(p.fingerprint_id)} (${p.sample_size_after} samples)`)}\n`;
@@ -221,11 +222,11 @@ export function renderItem(
       const turn = event.turn_id ? state.turns[event.turn_id] : undefined;
       const failure = turn?.last_call_failed ? turn.errors.at(-1) : undefined;
       if (failure !== undefined) {
-        const retries = failure.retry_count > 0 ? `, after ${count(failure.retry_count, 'retry')}` : '';
+        const retries = failure.retry_count > 0 ? `, after ${plural(failure.retry_count, 'retry')}` : '';
         const advice = FAILURE_ADVICE[failure.error_class];
         return `${worker}${paint(options, 'red', `■ turn failed (${v(failure.error_class)}${retries})`)}\n${advice ? `  ${paint(options, 'dim', advice)}\n` : ''}`;
       }
-      return `${worker}${paint(options, 'dim', `■ turn done: ${count(p.llm_call_count, 'model call')}, ${count(p.tool_call_count, 'tool')}, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
+      return `${worker}${paint(options, 'dim', `■ turn done: ${plural(p.llm_call_count, 'model call')}, ${plural(p.tool_call_count, 'tool')}, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
     }
     default:
       return '';
@@ -301,12 +302,6 @@ function inputSummary(input: Record<string, unknown> | null): string {
 function shorten(text: string): string {
   const line = text.replaceAll('\n', ' ⏎ ');
   return line.length > 120 ? `${line.slice(0, 119)}…` : line;
-}
-
-/** `1 tool`, `2 tools`, `2 retries`. */
-function count(n: number, noun: string): string {
-  if (n === 1) return `${n} ${noun}`;
-  return `${n} ${noun.endsWith('y') ? `${noun.slice(0, -1)}ies` : `${noun}s`}`;
 }
 
 /**

@@ -1,3 +1,4 @@
+import { plural } from '../client/plural.js';
 import { backupDatabase } from '../core/store/backup.js';
 import { backupPostgres } from '../core/store/postgres/pg-backup.js';
 import { type DatabaseOptions, databaseFrom } from './database-option.js';
@@ -24,7 +25,7 @@ export async function backupCommand(dest: string, options: BackupOptions): Promi
     const result = await withSpinner(
       'backing up the PostgreSQL store',
       () => backupPostgres({ url, dest }),
-      (done) => `backed up ${done.event_count.toLocaleString('en-US')} events (${megabytes(done.bytes)})`,
+      (done) => `backed up ${plural(done.event_count, 'event')} (${megabytes(done.bytes)})`,
     );
     printRecord(result, options.json);
     return;
@@ -33,7 +34,7 @@ export async function backupCommand(dest: string, options: BackupOptions): Promi
   const result = await withSpinner(
     `backing up ${dbPath}`,
     () => backupDatabase({ dbPath, dest }),
-    (done) => `backed up ${done.event_count.toLocaleString('en-US')} events (${megabytes(done.bytes)})`,
+    (done) => `backed up ${plural(done.event_count, 'event')} (${megabytes(done.bytes)})`,
   );
   printRecord(result, options.json);
 }

@@ -1,3 +1,4 @@
+import { plural } from '../client/plural.js';
 import { restorePostgres } from '../core/store/postgres/pg-backup.js';
 import { restoreDatabase } from '../core/store/restore.js';
 import { printRecord } from './backup.js';
@@ -17,7 +18,7 @@ export async function restoreCommand(src: string, options: RestoreOptions): Prom
     const result = await withSpinner(
       `checking ${src} and restoring it into PostgreSQL`,
       () => restorePostgres({ src, url, force: options.force ?? false }),
-      (done) => `restored ${done.event_count.toLocaleString('en-US')} events into ${done.target}`,
+      (done) => `restored ${plural(done.event_count, 'event')} into ${done.target}`,
     );
     printRecord(result, options.json);
     return;

@@ -111,12 +111,16 @@ function followError(error: unknown, target: ServerTarget, sessionId: string): u
 
 /**
  * Ctrl-C while following a turn: the first cancels the turn and keeps following until it ends (so its
- * end is shown); a second, or the first with `--detach`, stops following and says the turn goes on
- * and how to stop it (exit 130, as a shell reports an interrupted command).
+ * end is shown). A second stops following: the turn is being cancelled, so it exits 3 as a cancelled
+ * turn does (`metis send --help`), unless the server refused the cancel and the turn goes on (130). The
+ * first with `--detach` stops following and leaves the turn running: it says so and how to stop it, and
+ * exits 130, as a shell reports an interrupted command.
  */
 class InterruptHandler {
   private turnId: string | null = null;
-  private cancelling = false;
+  /** The cancel asked for by the first Ctrl-C: resolves to whether the server accepted it. */
+  private cancel: Promise<boolean> | null = null;
+  private stoppingFollow = false;
   private readonly onInterrupt = () => this.interrupt();
 
   constructor(
@@ -136,22 +140,42 @@ class InterruptHandler {
   }
 
   private interrupt(): void {
-    if (this.turnId === null) process.exit(130);
-    if (this.detach || this.cancelling) {
-      const how = this.cancelling ? 'is being cancelled' : 'goes on';
-      process.stderr.write(
-        `\nstopped following; turn ${this.turnId} ${how} on the server.\n` +
-          `  follow it:  metis tail ${this.sessionId}\n` +
-          `  stop it:    metis cancel ${this.sessionId}\n`,
-      );
-      process.exit(130);
+    // Nothing to cancel yet, or a third Ctrl-C while the server is slow to answer the cancel: go now.
+    if (this.turnId === null || this.stoppingFollow) process.exit(130);
+    if (this.cancel !== null) {
+      this.stoppingFollow = true;
+      void this.stopFollowingWhileCancelling(this.turnId, this.cancel);
+      return;
     }
-    this.cancelling = true;
+    if (this.detach) {
+      this.stopFollowing(this.turnId, 'goes on', 130);
+      return;
+    }
     process.stderr.write(`\ncancelling turn ${this.turnId} (Ctrl-C again to stop following)…\n`);
-    apiRequest(this.target, 'POST', `/sessions/${this.sessionId}/turns/${this.turnId}/cancel`, {
+    this.cancel = apiRequest(this.target, 'POST', `/sessions/${this.sessionId}/turns/${this.turnId}/cancel`, {
       reason: 'user_cancel',
-    }).catch((error: unknown) => {
-      process.stderr.write(`could not cancel: ${(error as Error).message}\n`);
-    });
+    }).then(
+      () => true,
+      (error: unknown) => {
+        process.stderr.write(`could not cancel: ${(error as Error).message}\n`);
+        return false;
+      },
+    );
+  }
+
+  /** Waits for the server's answer to the cancel: exiting first could lose the request on its way. */
+  private async stopFollowingWhileCancelling(turnId: string, cancel: Promise<boolean>): Promise<void> {
+    const accepted = await cancel;
+    if (accepted) this.stopFollowing(turnId, 'is being cancelled', 3);
+    else this.stopFollowing(turnId, 'goes on', 130);
+  }
+
+  private stopFollowing(turnId: string, how: 'goes on' | 'is being cancelled', exitCode: number): never {
+    process.stderr.write(
+      `\nstopped following; turn ${turnId} ${how} on the server.\n` +
+        `  follow it:  metis tail ${this.sessionId}\n` +
+        (how === 'goes on' ? `  stop it:    metis cancel ${this.sessionId}\n` : ''),
+    );
+    process.exit(exitCode);
   }
 }

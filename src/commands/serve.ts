@@ -1,3 +1,4 @@
+import { plural } from '../client/plural.js';
 import { CONFORMANCE_WARNING } from '../core/app/conformance-mode.js';
 import { startService } from '../core/app/start-service.js';
 import { loadConfig } from '../core/config/load-config.js';
@@ -200,7 +201,9 @@ async function serve(options: ServeOptions): Promise<void> {
     if (service.gaps.length > 0)
       console.log(`  gaps      ${service.gaps.length} reported as bus.gap_detected`);
     if (service.recovery.turns > 0)
-      console.log(`  recovered ${service.recovery.turns} turns the last run left open, ended as failed`);
+      console.log(
+        `  recovered ${plural(service.recovery.turns, 'turn')} the last run left open, ended as failed`,
+      );
     if (options.conformance) console.log(`  WARNING   --conformance: ${CONFORMANCE_WARNING}`);
     console.log('Press Ctrl-C to stop.');
   }

@@ -22,14 +22,20 @@ export async function sessionsCommand(options: UrlOptions): Promise<void> {
     console.log('no sessions yet: metis send --new "hello"');
     return;
   }
+  // Turns, cost and last activity are GET /sessions's summary of each session's events; a server
+  // older than that summary leaves them out, shown as "-".
   const rows = (sessions as any[]).map((s) => [
     s.id,
     s.status,
     s.active_model ?? '',
+    typeof s.turn_count === 'number' ? String(s.turn_count) : '-',
+    typeof s.cost_usd === 'number' ? `$${s.cost_usd.toFixed(6)}` : '-',
+    s.last_activity_at ?? '-',
     new Date(Math.floor(s.created_at_us / 1000)).toISOString(),
     s.workspace_path ?? '',
   ]);
-  console.log(table([['session', 'status', 'model', 'created', 'workspace'], ...rows]));
+  const header = ['session', 'status', 'model', 'turns', 'cost', 'last activity', 'created', 'workspace'];
+  console.log(table([header, ...rows]));
 }
 
 /** Cancels the given turn, or the session's turn in flight. */

@@ -1,3 +1,4 @@
+import { plural } from '../client/plural.js';
 import { copyStore } from '../core/store/store-copy.js';
 import { printRecord } from './backup.js';
 import { withSpinner } from './progress.js';
@@ -21,10 +22,9 @@ export async function storeCopyCommand(options: StoreCopyOptions): Promise<void>
       copyStore({
         from: options.from,
         to: options.to,
-        onProgress: ({ table, rows }) => setLabel(`copying ${table}: ${rows.toLocaleString('en-US')} rows`),
+        onProgress: ({ table, rows }) => setLabel(`copying ${table}: ${plural(rows, 'row')}`),
       }),
-    (done) =>
-      `copied ${done.tables.reduce((n, t) => n + t.rows, 0).toLocaleString('en-US')} rows, ${done.sessions} sessions verified`,
+    (done) => `copied ${plural(sumRows(done.tables), 'row')}, ${plural(done.sessions, 'session')} verified`,
     process.stderr,
     (update) => {
       setLabel = update;
@@ -35,6 +35,9 @@ export async function storeCopyCommand(options: StoreCopyOptions): Promise<void>
     return;
   }
   printRecord({ from: report.from, to: report.to, sessions_verified: report.sessions }, false);
-  for (const table of report.tables)
-    console.log(`  ${table.name}: ${table.rows.toLocaleString('en-US')} rows`);
+  for (const table of report.tables) console.log(`  ${table.name}: ${plural(table.rows, 'row')}`);
+}
+
+function sumRows(tables: readonly { readonly rows: number }[]): number {
+  return tables.reduce((sum, table) => sum + table.rows, 0);
 }

@@ -1,3 +1,4 @@
+import { plural } from '../client/plural.js';
 import { purgePostgres } from '../core/store/postgres/pg-prune.js';
 import {
   type PurgeProgress,
@@ -74,7 +75,7 @@ export async function tracePruneCommand(options: TracePruneOptions): Promise<voi
     progress.fail('prune stopped');
     throw error;
   });
-  progress.finish(`deleted ${result.rows_deleted.toLocaleString('en-US')} events`);
+  progress.finish(`deleted ${plural(result.rows_deleted, 'event')}`);
   if (options.json) console.log(JSON.stringify(result, null, 2));
   else printHuman(result, days, url !== null);
 }

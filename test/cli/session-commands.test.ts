@@ -168,11 +168,14 @@ describe('metis sessions, send, cancel, confirm against a real `metis serve`', (
     const human = await runCli(['sessions', '--url', s.url], s.home);
     expect(human.exitCode).toBe(0);
     const [header, ...lines] = human.stdout.split('\n');
-    expect(header).toMatch(/^session +status +model +created +workspace$/);
-    // Newest first: id, status, model, creation time, workspace.
+    expect(header).toMatch(/^session +status +model +turns +cost +last activity +created +workspace$/);
+    // Newest first: id, status, model, turns, cost, last activity, creation time, workspace.
     expect(lines.map((l) => l.split(/\s+/)[0])).toEqual([second, first]);
+    const time = '\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z';
     expect(lines[0]).toMatch(
-      new RegExp(`^${second} {2}active {2}scripted:demo {2}\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z {2}\\S+$`),
+      new RegExp(
+        `^${second} {2}active {2}scripted:demo {2}0 {6}\\$0\\.000000 {2}${time} {2}${time} {2}\\S+$`,
+      ),
     );
 
     const json = await runCli(['sessions', '--json', '--url', s.url], s.home);

@@ -1,3 +1,4 @@
+import { plural } from '../plural.js';
 import type { Check } from './checks-stream.js';
 import { type CheckContext, CheckFailure, expectEqual, expectTrue, sleep } from './context.js';
 import type { WireClient } from './wire-client.js';
@@ -100,7 +101,7 @@ async function earlySocket(ctx: CheckContext): Promise<string> {
   );
   const seen = early.events().filter((e) => e.type === 'feedback.implicit').length;
   expectEqual('the late live subscribe gets every event since accept', count, seen);
-  return `${count} events before subscribe`;
+  return `${plural(count, 'event')} before subscribe`;
 }
 
 async function protocolPongs(ctx: CheckContext): Promise<string> {

@@ -1,3 +1,4 @@
+import { plural } from '../plural.js';
 import type { Check } from './checks-stream.js';
 import { type CheckContext, CheckFailure, expectEqual, expectTrue, sleep } from './context.js';
 import { specOnlyProblems } from './spec-render.js';
@@ -137,7 +138,7 @@ async function resumeWindow(ctx: CheckContext): Promise<string> {
     missed.map((e) => e.id),
     resumed.events().map((e) => e.id),
   );
-  return `${missed.length} events replayed, ${missed.filter((e) => e.type === 'text.delta').length} of them deltas`;
+  return `${plural(missed.length, 'event')} replayed, ${missed.filter((e) => e.type === 'text.delta').length} of them deltas`;
 }
 
 export const snapshotPointChecks: Check[] = [

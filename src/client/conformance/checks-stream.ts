@@ -1,4 +1,5 @@
 import { encodeTime } from 'ulid';
+import { plural } from '../plural.js';
 import { type CheckContext, CheckFailure, expectEqual, expectTrue, sleep, turnShape } from './context.js';
 
 export interface Check {
@@ -113,7 +114,7 @@ export const streamChecks: Check[] = [
         ids(expected),
         ids(seen),
       );
-      return `${second.events().length} events replayed or streamed after the reconnect`;
+      return `${plural(second.events().length, 'event')} replayed or streamed after the reconnect`;
     },
   },
   {

@@ -129,7 +129,10 @@ export class ServerMetrics implements StreamCounters {
       buckets: [0, 1, 10, 100, 1000, 10_000, 100_000],
       registers,
     });
-    if (sources.processMetrics) collectDefaultMetrics({ register: this.registry });
+    if (sources.processMetrics) {
+      collectDefaultMetrics({ register: this.registry });
+      dropMisnamedDefaultGauges(this.registry);
+    }
   }
 
   connectionClosed(cause: CloseCause): void {
@@ -175,4 +178,16 @@ export function metricsRoute(metrics: ServerMetrics): RawRoute {
     },
     ({ request }, response) => metrics.respond(request, response),
   );
+}
+
+/**
+ * Removes prom-client's gauges named like counters (`nodejs_active_handles_total` and its kin): a
+ * `_total` suffix is a counter's, so `promtool check metrics` refuses them (issue 29 obs. E). Nothing
+ * is lost: each is the sum of the per-type gauge of the same name without `_total`
+ * (`sum(nodejs_active_handles)`), which stays.
+ */
+function dropMisnamedDefaultGauges(registry: Registry): void {
+  for (const metric of registry.getMetricsAsArray()) {
+    if (metric instanceof Gauge && metric.name.endsWith('_total')) registry.removeSingleMetric(metric.name);
+  }
 }

@@ -5,7 +5,6 @@ import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { ClusterSettings, JoinedNode } from '../cluster/cluster-start.js';
 import type { MetisConfig } from '../config/schema.js';
-import { MetisError } from '../errors.js';
 import { resolveServerAuth, type ServerAuth, tokenFilePath } from '../http/local-token.js';
 import { isLoopbackBind } from '../http/security.js';
 import { ChildProcessRecord } from '../runtime/child-process-record.js';
@@ -18,6 +17,7 @@ import type { FaultName } from '../stream/faults.js';
 import { ClusterSeat } from './cluster-seat.js';
 import { conformanceRuntime, seamPause } from './conformance-mode.js';
 import { dashboardFolder } from './dashboard-folder.js';
+import { defaultModelRefusal } from './default-model-refusal.js';
 import { joinCluster } from './join-cluster.js';
 import type { MetisServer } from './metis-server.js';
 import { type LockedStores, lockStores, openAndRecover, type RecoveredTrace } from './open-stores.js';
@@ -221,12 +221,6 @@ function startRuntime(
   });
   // A default no provider can serve would fail every turn that names no model: refuse to start.
   const served = runtime.models.resolve(runtimeConfig.default_model);
-  if (!served.ok) {
-    throw new MetisError(
-      'METIS_ERR_INVALID_MODEL',
-      `default model "${runtimeConfig.default_model}" cannot serve turns (${served.failure}): ` +
-        'its provider is not configured (an unknown provider, or no API key)',
-    );
-  }
+  if (!served.ok) throw defaultModelRefusal(runtimeConfig, served);
   return runtime;
 }
