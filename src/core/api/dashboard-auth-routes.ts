@@ -12,6 +12,16 @@ const SignInBody = z
     message: 'give exactly one of login and token',
   });
 
+const SignInLinkAnswer = z.object({
+  url: z.string().describe('the dashboard, with a single-use ?login= code'),
+  expires_in_seconds: z.number(),
+});
+
+const SignInAnswer = z.object({
+  access_key: z.string().nullable().describe('null when the server has no token'),
+  token_type: z.literal('Bearer'),
+});
+
 /**
  * How the dashboard gets in (docs/decisions.md "A cookie alone authorizes nothing"): `metis dashboard`
  * (or the serve banner) asks for a sign-in link, and the page trades the link's single-use code for the
@@ -24,7 +34,7 @@ export function dashboardAuthRoutes(gate: AuthGate, signInLink: () => string): R
         method: 'POST',
         path: '/dashboard/sign-in-link',
         summary: 'A fresh single-use sign-in link to the dashboard (what `metis dashboard` prints)',
-        success: { status: 201, description: 'url, expires_in_seconds' },
+        success: { status: 201, description: 'url, expires_in_seconds', schema: SignInLinkAnswer },
         errors: [],
       },
       async () => [201, { url: signInLink(), expires_in_seconds: LOGIN_CODE_TTL_MS / 1000 }],
@@ -36,7 +46,7 @@ export function dashboardAuthRoutes(gate: AuthGate, signInLink: () => string): R
         summary:
           "Trades a sign-in link's code (or the token) for the dashboard's access key, sent as `Authorization: Bearer` (null when the server has no token)",
         body: SignInBody,
-        success: { status: 200, description: 'access_key, token_type' },
+        success: { status: 200, description: 'access_key, token_type', schema: SignInAnswer },
         errors: ['METIS_ERR_TOO_MANY_ATTEMPTS'],
         open: true,
       },

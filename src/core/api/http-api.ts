@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
 import { MetisError } from '../errors.js';
 import type { AttachTokens } from '../http/attach-tokens.js';
-import { openApiDocument, type RouteDoc, STORAGE_ERRORS } from '../http/openapi.js';
+import { OpenApiDocumentSchema, openApiDocument, type RouteDoc, STORAGE_ERRORS } from '../http/openapi.js';
 import { jsonRoute, type Route } from '../http/routes.js';
 import type { SessionGate } from '../http/session-router.js';
 import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
@@ -12,6 +12,23 @@ import { sessionActivity } from '../store/session-summaries.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from '../stream/commit-ack.js';
 import type { FaultSwitches } from '../stream/faults.js';
+import {
+  AttachAnswer,
+  CancelAnswer,
+  ConfirmationsAnswer,
+  CreatedSessionAnswer,
+  DecisionAnswer,
+  DismissAnswer,
+  EndAnswer,
+  FeedbackAnswer,
+  HealthAnswer,
+  MessagesAnswer,
+  OverrideAnswer,
+  PatternsClearedAnswer,
+  SessionInfoAnswer,
+  SessionListAnswer,
+  TurnStartedAnswer,
+} from './response-schemas.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
 
@@ -95,11 +112,13 @@ export function apiRoutes(context: ApiContext): Route[] {
           status: 200,
           description:
             '{status: ok | degraded}, with {store: {state}} on PostgreSQL and {broker: {state}} in a cluster',
+          schema: HealthAnswer,
         },
         errors: [],
       },
       async () => {
-        const parts = context.health?.() ?? {};
+        // What service-server.ts adds: the store's and the broker's states (HealthAnswer).
+        const parts = (context.health?.() ?? {}) as Omit<z.output<typeof HealthAnswer>, 'status'>;
         return [200, { status: healthStatus(parts), ...parts }];
       },
     ),
@@ -109,7 +128,11 @@ export function apiRoutes(context: ApiContext): Route[] {
         path: '/sessions',
         summary: 'Create a session',
         body: CreateSessionBody,
-        success: { status: 201, description: 'the session, once session.created is stored' },
+        success: {
+          status: 201,
+          description: 'the session, once session.created is stored',
+          schema: CreatedSessionAnswer,
+        },
         errors: ['METIS_ERR_INVALID_MODEL', ...STORAGE_ERRORS],
       },
       async ({ body }) => {
@@ -135,7 +158,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         method: 'GET',
         path: '/sessions',
         summary: 'Sessions, newest first, with turn count, cost, last activity and the turn running',
-        success: { status: 200, description: 'sessions' },
+        success: { status: 200, description: 'sessions', schema: SessionListAnswer },
         errors: [],
       },
       async () => {
@@ -149,7 +172,8 @@ export function apiRoutes(context: ApiContext): Route[] {
           {
             sessions: sessions.map((session) => ({
               ...session,
-              ...activity.get(session.id),
+              // sessionActivity answers for every id it is given.
+              ...activity.get(session.id)!,
               current_turn_id: runtime.currentTurn(session.id)?.turnId ?? null,
             })),
           },
@@ -161,7 +185,9 @@ export function apiRoutes(context: ApiContext): Route[] {
         method: 'GET',
         path: '/openapi.json',
         summary: 'This description, generated from the route declarations',
-        success: { status: 200, description: 'OpenAPI 3.1' },
+        // It holds no data, and a client generator fetches it without credentials (auth-gate.ts).
+        open: true,
+        success: { status: 200, description: 'OpenAPI 3.1', schema: OpenApiDocumentSchema },
         errors: [],
       },
       async () => [
@@ -174,7 +200,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         method: 'GET',
         path: '/sessions/{session_id}',
         summary: 'Attach handshake: the session and a single-use WebSocket URL',
-        success: { status: 200, description: 'session, attach_token, ws_url' },
+        success: { status: 200, description: 'session, attach_token, ws_url', schema: AttachAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id], request }) => {
@@ -198,7 +224,11 @@ export function apiRoutes(context: ApiContext): Route[] {
         path: '/sessions/{session_id}/turns',
         summary: 'Submit a user message: starts a turn',
         body: SubmitTurnBody,
-        success: { status: 202, description: 'turn_id, once turn.started is stored' },
+        success: {
+          status: 202,
+          description: 'turn_id, once turn.started is stored',
+          schema: TurnStartedAnswer,
+        },
         errors: [
           'METIS_ERR_SESSION_NOT_FOUND',
           'METIS_ERR_SESSION_ENDED',
@@ -234,6 +264,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         success: {
           status: 202,
           description: 'turn_id and status: cancelling, already_cancelling or already_ended',
+          schema: CancelAnswer,
         },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_NOT_FOUND'],
       },
@@ -245,7 +276,7 @@ export function apiRoutes(context: ApiContext): Route[] {
             'METIS_ERR_TURN_NOT_FOUND',
             `turn ${turnId} is not in flight in session ${id}`,
           );
-        return [202, { turn_id: turnId, status }];
+        return [202, { turn_id: turnId!, status }];
       },
     ),
     jsonRoute(
@@ -254,7 +285,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         path: '/sessions/{session_id}/messages',
         summary: 'A page of the conversation, newest last',
         query: MessagesQuery,
-        success: { status: 200, description: 'messages and has_more' },
+        success: { status: 200, description: 'messages and has_more', schema: MessagesAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id], query }) => {
@@ -280,7 +311,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         summary: 'Tool calls waiting for approval, here and in the workers below',
         // The questions a turn waits on live in the memory of the node running it: read there.
         placement: 'owner',
-        success: { status: 200, description: 'confirmations' },
+        success: { status: 200, description: 'confirmations', schema: ConfirmationsAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id] }) => [200, { confirmations: runtime.pendingConfirmations(id!) }],
@@ -291,7 +322,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         path: '/sessions/{session_id}/confirmations/{confirmation_request_id}',
         summary: 'Allow or deny a tool call',
         body: ConfirmBody,
-        success: { status: 200, description: 'the decision taken' },
+        success: { status: 200, description: 'the decision taken', schema: DecisionAnswer },
         errors: [
           'METIS_ERR_SESSION_NOT_FOUND',
           'METIS_ERR_CONFIRMATION_NOT_FOUND',
@@ -300,7 +331,7 @@ export function apiRoutes(context: ApiContext): Route[] {
       },
       async ({ params: [id, requestId], body }) => {
         runtime.confirm(id!, requestId!, body.decision, body.scope ?? 'once', null, body.input_hash);
-        return [200, { confirmation_request_id: requestId, decision: body.decision }];
+        return [200, { confirmation_request_id: requestId!, decision: body.decision }];
       },
     ),
     jsonRoute(
@@ -309,7 +340,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         path: '/sessions/{session_id}/feedback',
         summary: 'Rate a turn or the session (feedback.explicit)',
         body: FeedbackBody,
-        success: { status: 201, description: 'event_id, scope, rating' },
+        success: { status: 201, description: 'event_id, scope, rating', schema: FeedbackAnswer },
         errors: [
           'METIS_ERR_SESSION_NOT_FOUND',
           'METIS_ERR_TURN_NOT_FOUND',
@@ -329,7 +360,9 @@ export function apiRoutes(context: ApiContext): Route[] {
           comment: body.comment ?? null,
         });
         await untilCommitted(trace, event, context.commitWaitMs);
-        return [201, { event_id: event.id, scope: event.payload.scope, rating: body.rating }];
+        // The scope feedback.explicit's payload carries (events/catalog/feedback.ts).
+        const scope = event.payload.scope as z.output<typeof FeedbackAnswer>['scope'];
+        return [201, { event_id: event.id, scope, rating: body.rating }];
       },
     ),
     jsonRoute(
@@ -338,7 +371,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         path: '/sessions/{session_id}/end',
         summary: 'End the session (session.ended); it is then scored',
         body: EndBody,
-        success: { status: 200, description: 'session_id, status, disposition' },
+        success: { status: 200, description: 'session_id, status, disposition', schema: EndAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_IN_FLIGHT', ...STORAGE_ERRORS],
       },
       async ({ params: [id], body }) => {
@@ -357,9 +390,10 @@ export function apiRoutes(context: ApiContext): Route[] {
         );
         await untilCommitted(trace, event, context.commitWaitMs);
         // Ended before: the disposition it ended with, once stored.
-        const stored =
-          event?.payload.disposition ?? runtime.sessions.getSession(id!)?.disposition ?? disposition;
-        return [200, { session_id: id, status: 'ended', disposition: stored }];
+        const stored = (event?.payload.disposition ??
+          runtime.sessions.getSession(id!)?.disposition ??
+          disposition) as z.output<typeof EndAnswer>['disposition'];
+        return [200, { session_id: id!, status: 'ended' as const, disposition: stored }];
       },
     ),
     jsonRoute(
@@ -367,7 +401,11 @@ export function apiRoutes(context: ApiContext): Route[] {
         method: 'POST',
         path: '/sessions/{session_id}/route/override',
         summary: 'Apply the deferred pattern recommendation to the running turn',
-        success: { status: 200, description: 'turn_id, original_chosen_model, new_chosen_model' },
+        success: {
+          status: 200,
+          description: 'turn_id, original_chosen_model, new_chosen_model',
+          schema: OverrideAnswer,
+        },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
       },
       async ({ params: [id] }) => {
@@ -380,7 +418,11 @@ export function apiRoutes(context: ApiContext): Route[] {
         method: 'POST',
         path: '/sessions/{session_id}/route/dismiss',
         summary: 'Dismiss the pending pattern recommendation',
-        success: { status: 200, description: 'turn_id, chosen_model, dismissed_pattern_model' },
+        success: {
+          status: 200,
+          description: 'turn_id, chosen_model, dismissed_pattern_model',
+          schema: DismissAnswer,
+        },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_NO_RECOMMENDATION', ...STORAGE_ERRORS],
       },
       async ({ params: [id] }) => {
@@ -393,7 +435,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         method: 'POST',
         path: '/patterns/clear',
         summary: 'Forget every learned pattern outcome',
-        success: { status: 200, description: 'entries_evicted' },
+        success: { status: 200, description: 'entries_evicted', schema: PatternsClearedAnswer },
         errors: ['METIS_ERR_INVALID_ARGUMENT', ...STORAGE_ERRORS],
       },
       async () => {
@@ -407,7 +449,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         path: '/sessions/{session_id}/model',
         summary: "Set the session's model (manual_sticky)",
         body: ModelBody,
-        success: { status: 200, description: 'the session' },
+        success: { status: 200, description: 'the session', schema: SessionInfoAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_INVALID_MODEL'],
       },
       async ({ params: [id], body }) => {

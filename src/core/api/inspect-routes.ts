@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EnvelopeSchema } from '../events/envelope.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { rowToEvent } from '../store/event-rows.js';
@@ -16,6 +17,30 @@ const TraceQuery = z.strictObject({
   include_worker_sessions: z.enum(['true', 'false']).default('false'),
 });
 
+const count = z.int().nonnegative();
+
+const TraceAnswer = z.object({
+  events: z.array(EnvelopeSchema),
+  has_more: z.boolean().describe('more events follow: ask again with after = the last id'),
+});
+
+/** What `metis trace stats --json` prints (stats.ts TraceStats) without by_session, and the chart. */
+const StoreStatsAnswer = z.object({
+  db_path: z.string(),
+  schema_version: z.int(),
+  file_bytes: count,
+  wal_bytes: count,
+  event_count: count,
+  session_count: count,
+  oldest_event_timestamp: z.string().nullable(),
+  newest_event_timestamp: z.string().nullable(),
+  by_type: z.array(z.object({ type: z.string(), count })),
+  retention_days: z.number(),
+  by_hour: z.array(z.object({ hour: z.string().describe('UTC, e.g. 2026-11-27T14'), count })),
+});
+
+const ModelsAnswer = z.object({ default_model: z.string(), models: z.array(z.string()) });
+
 /** Hours of history `GET /store/stats` charts. */
 const CHART_HOURS = 48;
 
@@ -31,7 +56,7 @@ export function inspectRoutes(runtime: Runtime, trace: TraceContext, retentionDa
         path: '/sessions/{session_id}/trace',
         summary: "A session's stored events in id order (its workers' too on request), a page at a time",
         query: TraceQuery,
-        success: { status: 200, description: 'events and has_more' },
+        success: { status: 200, description: 'events and has_more', schema: TraceAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id], query }) => {
@@ -51,7 +76,11 @@ export function inspectRoutes(runtime: Runtime, trace: TraceContext, retentionDa
         method: 'GET',
         path: '/store/stats',
         summary: 'The trace store: counts by type, sizes, oldest event, retention, events per hour',
-        success: { status: 200, description: 'what `metis trace stats --json` prints, and by_hour' },
+        success: {
+          status: 200,
+          description: 'what `metis trace stats --json` prints, and by_hour',
+          schema: StoreStatsAnswer,
+        },
         errors: [],
       },
       async () => {
@@ -67,7 +96,7 @@ export function inspectRoutes(runtime: Runtime, trace: TraceContext, retentionDa
         method: 'GET',
         path: '/models',
         summary: 'The models this server can serve now, from its configuration',
-        success: { status: 200, description: 'default_model and models' },
+        success: { status: 200, description: 'default_model and models', schema: ModelsAnswer },
         errors: [],
       },
       async () => {

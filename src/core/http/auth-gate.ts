@@ -26,10 +26,11 @@ export type GateVerdict =
     };
 
 /**
- * Routes open without the token: `/healthz` reveals nothing; the sign-in trade checks its own code
- * (docs/http-api.md "Authentication").
+ * Routes open without the token: `/healthz` reveals nothing; the sign-in trade checks its own code;
+ * `/openapi.json` describes routes and holds no data, and client generators fetch it without
+ * credentials (docs/http-api.md "Authentication").
  */
-const OPEN_ROUTES = new Set(['GET /healthz', 'POST /dashboard/sign-in']);
+const OPEN_ROUTES = new Set(['GET /healthz', 'POST /dashboard/sign-in', 'GET /openapi.json']);
 
 const PASS: GateVerdict = { ok: true };
 const UNAUTHORIZED: GateVerdict = {

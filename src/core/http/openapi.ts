@@ -15,10 +15,19 @@ export interface RouteDoc {
   readonly summary: string;
   readonly body?: z.ZodType;
   readonly query?: z.ZodType;
-  readonly success: { readonly status: number; readonly description: string; readonly contentType?: string };
+  readonly success: {
+    readonly status: number;
+    readonly description: string;
+    readonly contentType?: string;
+    /**
+     * The answer's shape, for the document only: answers are never validated or serialized through it,
+     * so declaring one cannot change what a client receives.
+     */
+    readonly schema?: z.ZodType;
+  };
   /** The error codes of this route (METIS_ERR_*); the ones every route shares are added. */
   readonly errors: readonly string[];
-  /** Open to everyone (no token): `/healthz` and the dashboard's sign-in. */
+  /** Open to everyone (no token): `/healthz`, `/openapi.json` and the dashboard's sign-in. */
   readonly open?: boolean;
   /**
    * Where a request naming a session runs in a cluster (http-app.ts): `here`, on any node once it has
@@ -78,6 +87,10 @@ const ErrorBody = {
   },
 };
 
+/**
+ * `io: 'input'` for answers too: it leaves a plain `z.object` without `additionalProperties: false`, so
+ * an answer that gains a field (an additive change) still matches what older clients were generated from.
+ */
 function jsonSchemaOf(schema: z.ZodType): Record<string, unknown> {
   const { $schema: _, ...rest } = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<
     string,
@@ -86,8 +99,24 @@ function jsonSchemaOf(schema: z.ZodType): Record<string, unknown> {
   return rest;
 }
 
+/** What `GET /openapi.json` answers (its own 200 is described with this too). */
+export const OpenApiDocumentSchema = z.object({
+  openapi: z.string(),
+  info: z.object({ title: z.string(), version: z.string(), description: z.string() }),
+  servers: z.array(z.object({ url: z.string() })),
+  security: z.array(z.record(z.string(), z.array(z.string()))),
+  paths: z.record(z.string(), z.record(z.string(), z.unknown())),
+  components: z.object({
+    schemas: z.record(z.string(), z.unknown()),
+    securitySchemes: z.record(z.string(), z.unknown()),
+  }),
+});
+
 /** The OpenAPI 3.1 document of these routes. */
-export function openApiDocument(routes: readonly RouteDoc[], version: string): Record<string, unknown> {
+export function openApiDocument(
+  routes: readonly RouteDoc[],
+  version: string,
+): z.output<typeof OpenApiDocumentSchema> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const route of routes) {
     const codes = new Set([
@@ -107,7 +136,13 @@ export function openApiDocument(routes: readonly RouteDoc[], version: string): R
         description: route.success.description,
         ...(route.success.status === 204
           ? {}
-          : { content: { [route.success.contentType ?? 'application/json']: { schema: {} } } }),
+          : {
+              content: {
+                [route.success.contentType ?? 'application/json']: {
+                  schema: route.success.schema ? jsonSchemaOf(route.success.schema) : {},
+                },
+              },
+            }),
       },
     };
     for (const [status, list] of [...byStatus].sort(([a], [b]) => a - b))

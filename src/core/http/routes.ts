@@ -35,15 +35,35 @@ export type Route = JsonRoute | RawRoute;
 type Output<S> = S extends z.ZodType ? z.output<S> : undefined;
 
 /**
+ * A value of type T, read-only all the way down: a handler may hand back the store's readonly arrays
+ * where the answer's schema (whose zod types are mutable) has plain ones.
+ */
+type Wire<T> = T extends readonly (infer E)[]
+  ? readonly Wire<E>[]
+  : T extends object
+    ? { readonly [K in keyof T]: Wire<T[K]> }
+    : T;
+
+/** What a handler may answer: what `success.schema` describes, anything without one. */
+type Answer<S> = S extends z.ZodType ? Wire<z.output<S>> : unknown;
+
+/**
  * Declares a JSON route. The framework validates the body and the query with the schemas the doc
- * names (the same ones `GET /openapi.json` describes), so the handler gets them typed.
+ * names (the same ones `GET /openapi.json` describes), so the handler gets them typed. The answer's
+ * schema is checked against the handler at compile time only, so the document cannot drift from the
+ * code while the bytes on the wire stay the handler's own.
  */
 export function jsonRoute<
   B extends z.ZodType | undefined = undefined,
   Q extends z.ZodType | undefined = undefined,
+  S extends z.ZodType | undefined = undefined,
 >(
-  doc: RouteDoc & { readonly body?: B; readonly query?: Q },
-  handle: (call: RouteCall<Output<B>, Output<Q>>) => Promise<[number, unknown]>,
+  doc: RouteDoc & {
+    readonly body?: B;
+    readonly query?: Q;
+    readonly success: RouteDoc['success'] & { readonly schema?: S };
+  },
+  handle: (call: RouteCall<Output<B>, Output<Q>>) => Promise<[number, Answer<S>]>,
 ): JsonRoute {
   return { ...doc, kind: 'json', handle };
 }
