@@ -1,9 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { CLUSTER_TOKEN, clusterRequest, startClusterNode, until } from '../helpers/cluster.js';
+import { clusterRequest, startClusterNode, until, watchSession } from '../helpers/cluster.js';
 import { natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
-import { subscribeOn } from '../helpers/protocol.js';
-import { openClient } from '../helpers/server.js';
 
 /**
  * Issue 35, cause 7 (the zombie): a node frozen (SIGSTOP) past the node timeout in a turn has its session
@@ -24,13 +22,7 @@ describe.skipIf(!postgresTestsRun || !natsTestsRun)('a frozen owner thawed after
       const b = await startClusterNode(store, nats.url, 'node-b');
       const c = await startClusterNode(store, nats.url, 'node-c');
       const sessionId = (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;
-      const handshake = await clusterRequest(c.url, 'GET', `/sessions/${sessionId}`);
-      const client = await openClient(handshake.body.ws_url as string, {
-        headers: { authorization: `Bearer ${CLUSTER_TOKEN}` },
-      });
-      await subscribeOn(client, { filter: 'preset:full', since: null, snapshot: true });
-      const events = () =>
-        client.frames.filter((frame) => frame.type === 'event').map((frame) => frame.event);
+      const { client, events } = await watchSession(c.url, sessionId);
       const turn = await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, {
         message: 'slow: long',
       });

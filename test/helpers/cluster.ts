@@ -7,7 +7,9 @@ import { clusterKeys } from '../../src/core/cluster/cluster-keys.js';
 import { associatedData, messageSealer } from '../../src/core/cluster/message-seal.js';
 import { type SealedBroker, sealBroker } from '../../src/core/cluster/sealed-broker.js';
 import { silentLogger } from '../../src/core/logger.js';
+import { subscribeOn } from './protocol.js';
 import { type CliChild, spawnCli } from './run-cli.js';
+import { openClient, type TestClient } from './server.js';
 import { tempDir } from './tmp.js';
 
 /** One `metis serve --nats` child of a test cluster. */
@@ -131,4 +133,22 @@ export async function nodeBroker(natsUrl: string, token = CLUSTER_TOKEN): Promis
   });
   onTestFinished(() => connection.close());
   return sealBroker(connection, clusterKeys(token).sealing, silentLogger());
+}
+
+/**
+ * A client of one node following a session from its snapshot (`preset:full`), and the events it has
+ * received so far, read at each call.
+ */
+export async function watchSession(
+  nodeUrl: string,
+  sessionId: string,
+): Promise<{ client: TestClient; events: () => any[] }> {
+  const handshake = await clusterRequest(nodeUrl, 'GET', `/sessions/${sessionId}`);
+  if (handshake.status !== 200) throw new Error(`attach to ${sessionId}: ${handshake.status}`);
+  const client = await openClient(handshake.body.ws_url as string, {
+    headers: { authorization: `Bearer ${CLUSTER_TOKEN}` },
+  });
+  await subscribeOn(client, { filter: 'preset:full', since: null, snapshot: true });
+  const events = () => client.frames.filter((frame) => frame.type === 'event').map((frame) => frame.event);
+  return { client, events };
 }
