@@ -5,6 +5,9 @@ import type { Runtime } from '../runtime/runtime.js';
 import { rootSession } from '../store/session-lineage.js';
 import type { SessionStore } from '../store/session-store.js';
 
+/** Sessions whose root `rootOf` remembers at most. */
+const MAX_REMEMBERED_ROOTS = 10_000;
+
 /**
  * This node's place in its cluster, as the runtime and the server ask about it: which sessions it
  * runs, and the gate a request naming a session passes. On a single node every session runs here.
@@ -18,9 +21,23 @@ export class ClusterSeat {
     private readonly sessions: SessionStore,
   ) {}
 
+  /**
+   * Roots already read: the fan-out asks for every delta it publishes, the mirror for every event it
+   * receives, and a session's parent never changes once its row exists. Bounded by clearing.
+   */
+  private readonly roots = new Map<string, string>();
+
   /** The session a worker's delegations descend from: the one leased for the whole family. */
   rootOf(sessionId: string): string {
-    return rootSession(this.sessions, sessionId);
+    const known = this.roots.get(sessionId);
+    if (known !== undefined) return known;
+    const root = rootSession(this.sessions, sessionId);
+    // A session not stored here yet may still get a parent when its row arrives: not remembered.
+    if (root !== sessionId || this.sessions.getSession(sessionId) !== null) {
+      if (this.roots.size >= MAX_REMEMBERED_ROOTS) this.roots.clear();
+      this.roots.set(sessionId, root);
+    }
+    return root;
   }
 
   /** Whether this node runs the session: it holds the lease of its family's root. */
