@@ -116,6 +116,11 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'Wait for the current turn to finish or cancel it first.',
   },
+  METIS_ERR_CHAT_HISTORY_DIVERGED: {
+    status: 409,
+    exitCode: 1,
+    hint: 'metis keeps the conversation and does not rewrite it: send the history it has (GET /sessions/{id}/messages), or start a new chat (a new chat id).',
+  },
   METIS_ERR_INVALID_FILTER: {
     status: 400,
     exitCode: 2,

@@ -87,30 +87,26 @@ describe('AG-UI (POST /ag-ui)', () => {
     expect(newMessages.length).toBeGreaterThan(0);
   });
 
-  it('an approval is a CUSTOM event answered through the confirmation route; abortRun cancels the turn', async () => {
+  it('an approval is a CUSTOM event and an interrupt the next run resumes; abortRun cancels the turn', async () => {
     const t = await startTestServer({ tool_confirmation: { execute: 'ask' } });
     const a = agent(t, 'thread-approve', 'run: echo from-ag-ui');
     const seen = fresh();
-    const sub = subscriber(seen);
-    const run = a.runAgent(
-      { runId: 'run-approve' },
+    await a.runAgent({ runId: 'run-approve' }, subscriber(seen));
+    expect(seen.customs.map((c) => c.name)).toContain('metis.confirmation_requested');
+    expect(seen.types.at(-1)).toBe('RUN_FINISHED');
+    const [interrupt] = a.pendingInterrupts;
+    const requested = seen.customs.find((c) => c.name === 'metis.confirmation_requested')!.value;
+    expect(interrupt!.id).toBe(requested.confirmation_request_id);
+    const resumed = fresh();
+    await a.runAgent(
       {
-        ...sub,
-        onCustomEvent: (params) => {
-          sub.onCustomEvent(params);
-          if (params.event.name !== 'metis.confirmation_requested') return;
-          const { session_id, confirmation_request_id } = params.event.value;
-          void t.request('POST', `/sessions/${session_id}/confirmations/${confirmation_request_id}`, {
-            decision: 'allow',
-          });
-        },
+        runId: 'run-approved',
+        resume: [{ interruptId: interrupt!.id, status: 'resolved', payload: { approved: true } }],
       },
+      subscriber(resumed),
     );
-    await run;
-    expect(seen.customs.map((c) => c.name)).toEqual(
-      expect.arrayContaining(['metis.confirmation_requested', 'metis.confirmation_resolved']),
-    );
-    expect(seen.toolResults.join('')).toContain('from-ag-ui');
+    expect(resumed.customs.map((c) => c.name)).toContain('metis.confirmation_resolved');
+    expect(resumed.toolResults.join('')).toContain('from-ag-ui');
 
     const slow = agent(t, 'thread-approve', 'slow: long');
     const slowSeen = fresh();

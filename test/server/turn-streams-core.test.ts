@@ -2,6 +2,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { HttpAgent } from '@ag-ui/client';
 import { DefaultChatTransport, readUIMessageStream, type UIMessage } from 'ai';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { subscribe, waitForEvents } from '../helpers/protocol.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
@@ -94,36 +95,47 @@ async function closesForTooSlow(t: TestServer): Promise<number> {
   return Number(/reason="client_too_slow"\} (\d+)/.exec(text)?.[1] ?? 0);
 }
 
+/**
+ * A turn that keeps its stream open with nothing to send for a while. An AI SDK stream ends at an
+ * approval request (its answer comes with the next request), so it idles between slow tokens instead.
+ */
+function idleTurn(protocol: Protocol): { config: RuntimeConfigInput; text: string; seen: RegExp } {
+  return protocol === 'ai-sdk'
+    ? {
+        config: { scripted: { slow_token_delay_ms: 400, slow_tokens: 3 } },
+        text: 'slow: idle',
+        seen: /text-delta/,
+      }
+    : { config: { tool_confirmation: { execute: 'ask' } }, text: 'run: echo idle', seen: /confirmation/ };
+}
+
 describe.each(['ai-sdk', 'ag-ui'] as const)('%s turn stream on the subscription core', (protocol) => {
   it('an idle stream gets heartbeats (SSE comments) at server.heartbeat_interval_ms', async () => {
-    const t = await startTestServer(
-      { tool_confirmation: { execute: 'ask' } },
-      { stream: { heartbeatIntervalMs: 20 } },
-    );
+    const idle = idleTurn(protocol);
+    const t = await startTestServer(idle.config, { stream: { heartbeatIntervalMs: 20 } });
     const sessionId = await t.createSession();
-    // The turn waits for an approval: nothing to send but the heartbeat.
-    const { path, body } = runRequest(protocol, sessionId, 'run: echo idle');
+    // Nothing to send for a while but the heartbeat.
+    const { path, body } = runRequest(protocol, sessionId, idle.text);
     const response = await post(t, path, body);
-    const text = await readUntil(
-      response,
-      (got) => /confirmation|approval/.test(got) && got.endsWith(': ping\n\n'),
-    );
-    expect(text.indexOf(': ping\n\n')).toBeGreaterThan(text.search(/confirmation|approval/));
-    const [pending] = t.runtime.pendingConfirmations(sessionId);
+    const text = await readUntil(response, (got) => idle.seen.test(got) && got.endsWith(': ping\n\n'));
+    expect(text.lastIndexOf(': ping\n\n')).toBeGreaterThan(text.search(idle.seen));
     const ending = readToEnd(response);
-    await t.request('POST', `/sessions/${sessionId}/confirmations/${pending!.confirmation_request_id}`, {
-      decision: 'allow',
-    });
+    const [pending] = t.runtime.pendingConfirmations(sessionId);
+    if (pending)
+      await t.request('POST', `/sessions/${sessionId}/confirmations/${pending.confirmation_request_id}`, {
+        decision: 'allow',
+      });
     const rest = await ending;
     expect(rest).toContain(protocol === 'ai-sdk' ? 'data: [DONE]\n\n' : '"type":"RUN_FINISHED"');
   });
 
   it("is counted among the open streams, and a server shutdown ends it with the protocol's error", async () => {
-    const t = await startTestServer({ tool_confirmation: { execute: 'ask' } });
+    const idle = idleTurn(protocol);
+    const t = await startTestServer(idle.config);
     const sessionId = await t.createSession();
-    const { path, body } = runRequest(protocol, sessionId, 'run: echo idle');
+    const { path, body } = runRequest(protocol, sessionId, idle.text);
     const response = await post(t, path, body);
-    await readUntil(response, (got) => /confirmation|approval/.test(got));
+    await readUntil(response, (got) => idle.seen.test(got));
     const gauge = await t.server.metrics.registry.getSingleMetricAsString('metis_stream_connections');
     expect(gauge).toMatch(/^metis_stream_connections 1$/m);
     const ending = readToEnd(response);

@@ -7,6 +7,8 @@ export interface ConfirmationAnswer {
   readonly decision: ConfirmationDecision;
   readonly scope: 'once' | 'session' | null;
   readonly respondingClient: string | null;
+  /** Why the user denied it, when they said (the AI SDK's approval response carries one): the model is told. */
+  readonly reason?: string;
 }
 
 interface Pending {
@@ -20,6 +22,8 @@ export interface AnswerChecks {
   readonly mayAnswer?: (ownerSession: string) => boolean;
   /** The `input_hash` of the input the user saw; a different one decides nothing. */
   readonly inputHash?: string;
+  /** Not a check: why the user denied it, when they said (the model is told, with the tool's error). */
+  readonly reason?: string;
 }
 
 /**
@@ -79,7 +83,8 @@ export class ConfirmationBroker {
         `confirmation ${requestId}: input_hash ${checks.inputHash} is not the hash of the pending input (${pending.request.input_hash}); nothing was decided`,
       );
     }
-    pending.resolve({ decision, scope, respondingClient });
+    const reason = checks.reason;
+    pending.resolve({ decision, scope, respondingClient, ...(reason ? { reason } : {}) });
   }
 
   /** Requests waiting in a session, for snapshots and `metis tail`. */

@@ -29,6 +29,8 @@ export interface CallingTurn {
   readonly isWorker: boolean;
   /** Tools the model is not offered. */
   readonly excludedTools: ReadonlySet<string> | undefined;
+  /** The client's own tools for this turn (AG-UI frontend tools), offered beside metis's. */
+  readonly clientTools?: readonly Tool[];
 }
 
 export type CallResult =
@@ -105,7 +107,7 @@ export class ModelCaller {
         {
           model,
           messages: conversation,
-          tools: this.dispatcher.available(turn.excludedTools).map(toolSpecOf),
+          tools: this.dispatcher.available(turn.excludedTools, turn.clientTools).map(toolSpecOf),
         },
         callSignal,
       );
@@ -262,10 +264,9 @@ function toolSpecOf(tool: Tool): ToolSpec {
   return {
     name: tool.name,
     description: tool.description,
-    input_schema: z.toJSONSchema(tool.inputSchema, { io: 'input', unrepresentable: 'any' }) as Record<
-      string,
-      unknown
-    >,
+    input_schema:
+      tool.inputJsonSchema ??
+      (z.toJSONSchema(tool.inputSchema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
   };
 }
 

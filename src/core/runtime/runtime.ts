@@ -10,6 +10,7 @@ import { isSelfOrAncestor, selfAndDescendants } from '../store/session-lineage.j
 import { SessionStore } from '../store/session-store.js';
 import { DEFAULT_COMMIT_WAIT_MS, writerOf } from '../store/trace-writer.js';
 import type { ChildProcessRecord } from './child-process-record.js';
+import { type ClientToolDeclaration, ClientToolResults } from './client-tools.js';
 import { ConfirmationBroker } from './confirmations.js';
 import { CostAccumulator } from './cost-accumulator.js';
 import { Delegations } from './delegations.js';
@@ -79,6 +80,8 @@ export class Runtime {
   readonly sessions: SessionStore;
   readonly models: ModelRegistry;
   readonly confirmations = new ConfirmationBroker();
+  /** Results of the client's own tools (an AG-UI run's frontend tools), which their calls wait for. */
+  readonly clientToolResults: ClientToolResults;
   readonly costs = new CostAccumulator();
   readonly health: ProviderHealth;
   /** Scores turns and sessions (null when `runtime.evaluator.enabled` is off). */
@@ -163,6 +166,7 @@ export class Runtime {
       ...(options.tools ?? []),
     ];
     const dispatcher = new ToolDispatcher(tools, this.config, this.sessions, this.confirmations, this.logger);
+    this.clientToolResults = new ClientToolResults(tools.map((tool) => tool.name));
     this.runner = new TurnRunner(
       this.config,
       this.models,
@@ -212,9 +216,15 @@ export class Runtime {
 
   /**
    * Submits a user message. Resolves at once with the turn id; `done` settles when the turn ends.
+   * `clientTools` are offered to the model beside metis's; their calls wait for the client's result
+   * (`clientToolResults.deliver`), at most `confirmation_timeout_ms` each.
    * @throws MetisError when the session is unknown or ended, or a turn is already in flight.
    */
-  submitTurn(sessionId: string, message: string, options: { model?: string | null } = {}) {
+  submitTurn(
+    sessionId: string,
+    message: string,
+    options: { model?: string | null; clientTools?: readonly ClientToolDeclaration[] } = {},
+  ) {
     this.assertOpen();
     const session = this.live.require(sessionId);
     if (session.ended) throw new MetisError('METIS_ERR_SESSION_ENDED', `session ${sessionId} has ended`);
@@ -225,6 +235,8 @@ export class Runtime {
       );
     }
     if (options.model) assertModelId(options.model, 'model');
+    const timeoutMs = this.config.confirmation_timeout_ms;
+    const tools = this.clientToolResults.toolsFor(session.id, options.clientTools ?? [], timeoutMs);
     const state: TurnState = { turnId: newId('turn'), controller: new AbortController(), cancelReason: null };
     // A retry or a "no, actually…" judges the turn before; said once this turn has started.
     const signal = session.feedback?.onMessage(state.turnId, message) ?? null;
@@ -236,7 +248,8 @@ export class Runtime {
             emitSignal(this.bus, session.id, signal, turnStartedId);
             await gate?.(turnStartedId);
           };
-    const done = this.runTurn(session, message, options.model ?? null, null, state, undefined, startGate);
+    const model = options.model ?? null;
+    const done = this.runTurn(session, message, model, null, state, undefined, startGate, tools);
     return { turnId: state.turnId, done };
   }
 
@@ -287,11 +300,13 @@ export class Runtime {
     scope: 'once' | 'session' = 'once',
     client: string | null = null,
     inputHash?: string,
+    reason?: string,
   ): void {
     this.live.require(sessionId);
     this.confirmations.answer(sessionId, requestId, decision, scope, client, {
       mayAnswer: (owner) => isSelfOrAncestor(this.sessions, sessionId, owner),
       inputHash,
+      reason,
     });
   }
 
@@ -380,6 +395,7 @@ export class Runtime {
     state: TurnState,
     excludedTools?: ReadonlySet<string>,
     startGate?: (turnStartedId: string) => Promise<void>,
+    clientTools?: readonly Tool[],
   ): Promise<TurnOutcome> {
     const timer = setTimeout(() => cancelTurnState(state, 'timeout'), this.config.turn_timeout_ms);
     session.recommendation = null;
@@ -398,6 +414,7 @@ export class Runtime {
         workspacePath: session.workspacePath,
         isWorker: session.isWorker,
         excludedTools,
+        clientTools,
         history: () => this.history(session.id),
         sessionAllowed: session.sessionAllowed,
         beforeToolExecute: this.beforeToolExecute,
@@ -424,6 +441,7 @@ export class Runtime {
       })
       .then((outcome) => {
         clearTimeout(timer);
+        if (clientTools !== undefined) this.clientToolResults.forget(session.id);
         session.turn = null;
         session.endedTurnIds.push(state.turnId);
         if (session.endedTurnIds.length > REMEMBERED_ENDED_TURNS) session.endedTurnIds.shift();

@@ -37,6 +37,8 @@ export interface DispatchRequest {
   readonly beforeExecute?: () => Promise<void>;
   /** Tools this session may not use (a worker never delegates). */
   readonly excludedTools?: ReadonlySet<string>;
+  /** The client's own tools for this turn (client-tools.ts); metis's tools keep their names. */
+  readonly clientTools?: readonly Tool[];
 }
 
 export interface DispatchResult {
@@ -83,9 +85,10 @@ export class ToolDispatcher {
     this.logger = logger ?? silentLogger();
   }
 
-  /** The tools offered to the model, minus the excluded ones. */
-  available(excluded?: ReadonlySet<string>): Tool[] {
-    return [...this.tools.values()].filter((t) => !excluded?.has(t.name));
+  /** The tools offered to the model, minus the excluded ones, then the client's that name no tool of metis. */
+  available(excluded?: ReadonlySet<string>, clientTools: readonly Tool[] = []): Tool[] {
+    const own = [...this.tools.values()].filter((t) => !excluded?.has(t.name));
+    return [...own, ...clientTools.filter((t) => !this.tools.has(t.name))];
   }
 
   async dispatch(request: DispatchRequest): Promise<DispatchResult> {
@@ -95,7 +98,9 @@ export class ToolDispatcher {
     let lastEventId: string | null = request.callCompletedId;
 
     for (const use of request.toolUses) {
-      const tool = request.excludedTools?.has(use.name) ? undefined : this.tools.get(use.name);
+      const tool = request.excludedTools?.has(use.name)
+        ? undefined
+        : (this.tools.get(use.name) ?? request.clientTools?.find((t) => t.name === use.name));
       const parsed = tool?.inputSchema.safeParse(use.input);
       if (tool === undefined || parsed === undefined || !parsed.success) {
         const errors =
@@ -304,7 +309,10 @@ export class ToolDispatcher {
       this.sessionDenied.set(request.sessionAllowed, denied);
     }
     return answer.decision === 'deny'
-      ? { errorClass: 'user_denied', message: 'the user denied this tool call' }
+      ? {
+          errorClass: 'user_denied',
+          message: `the user denied this tool call${answer.reason ? `: ${answer.reason}` : ''}`,
+        }
       : { errorClass: 'confirmation_timeout', message: 'nobody answered the confirmation in time' };
   }
 }

@@ -15,6 +15,7 @@ import type { PatternAdvice } from './patterns/pattern-store.js';
 import { decideRoute, type NoRoute, type RouteDecision } from './router.js';
 import type { DispatchRequest, DispatchResult, ToolDispatcher } from './tool-dispatcher.js';
 import { WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
+import type { Tool } from './tools/tool.js';
 import type { TurnEvents } from './turn-events.js';
 import { closeFailedTurn } from './turn-failure.js';
 import { cancelTurnState, type TurnOutcome, type TurnState } from './turn-state.js';
@@ -42,6 +43,8 @@ export interface TurnRequest {
   readonly isWorker: boolean;
   /** Tools this turn's model is not offered and may not call (a worker's, set by its delegation). */
   readonly excludedTools?: ReadonlySet<string>;
+  /** The client's own tools for this turn (an AG-UI run's frontend tools; client-tools.ts). */
+  readonly clientTools?: readonly Tool[];
   /** Earlier messages of the session, read once the turn has started (a failed read fails the turn). */
   readonly history: () => readonly ConversationMessage[];
   readonly sessionAllowed: Set<string>;
@@ -225,6 +228,7 @@ export class TurnRunner {
       state,
       isWorker: request.isWorker,
       excludedTools: excludedFor(request),
+      clientTools: request.clientTools,
     };
     let adapter = routedAdapter;
     let parent = turnStartedId;
@@ -278,6 +282,7 @@ export class TurnRunner {
       sessionAllowed: request.sessionAllowed,
       beforeExecute: request.beforeToolExecute,
       excludedTools: excludedFor(request),
+      clientTools: request.clientTools,
     });
     this.sessions.saveMessage(
       {

@@ -17,11 +17,32 @@ export function followTurn(
   message: string,
   onStart: (turnId: string) => void,
 ): string {
+  return followTurnFrom(
+    deps,
+    transport,
+    sessionId,
+    () => deps.runtime.submitTurn(sessionId, message).turnId,
+    onStart,
+  );
+}
+
+/**
+ * {@link followTurn} for a turn that `start` submits, or lets go on (an AG-UI run that answers what a
+ * running turn waits for: it returns that turn's id). The connection is attached before `start`, so
+ * nothing `start` sets off can be missed; what it throws is thrown before anything is written.
+ */
+export function followTurnFrom(
+  deps: ConnectionDeps,
+  transport: TurnTransport,
+  sessionId: string,
+  start: () => string,
+  onStart: (turnId: string) => void,
+): string {
   const { runtime } = deps;
   const connection = new ClientConnection(transport, sessionId, deps);
   let turnId: string;
   try {
-    turnId = runtime.submitTurn(sessionId, message).turnId;
+    turnId = start();
   } catch (error) {
     connection.abandon();
     throw error;

@@ -14,6 +14,11 @@ export interface TurnMapper {
   fail(code: string, message: string): void;
   /** What follows the turn's last event (`[DONE]`; nothing in AG-UI). */
   end(): void;
+  /**
+   * Set when the protocol's run ended before the turn did (an AG-UI run ends where the turn waits for
+   * the client: an interrupt, a frontend tool): the stream ends there and leaves the turn running.
+   */
+  readonly runOver?: boolean;
 }
 
 export interface TurnProtocol {
@@ -59,7 +64,7 @@ export class SseData {
 export class TurnTransport extends EventStreamResponse implements StreamTransport {
   /** Set when the server ended the stream (the turn ended, a reader too slow): not the client's doing. */
   closedByServer = false;
-  /** Set once the turn's last event went to the mapper. */
+  /** Set once the turn's last event (or the run's, `TurnMapper.runOver`) went to the mapper. */
   turnOver = false;
   private turnId: string | null = null;
   private started = false;
@@ -139,7 +144,7 @@ export class TurnTransport extends EventStreamResponse implements StreamTranspor
       event.turn_id === this.turnId || (event.session_id !== this.sessionId && isQuestionToUser(event));
     if (!ours) return NOTHING;
     this.mapper.onEvent(event);
-    if (event.session_id === this.sessionId && TURN_ENDS.has(event.type)) {
+    if (this.mapper.runOver === true || (event.session_id === this.sessionId && TURN_ENDS.has(event.type))) {
       this.turnOver = true;
       this.settleOver();
     }

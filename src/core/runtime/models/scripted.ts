@@ -38,6 +38,8 @@ type Plan =
  *   `run: <cmd>`      → calls `shell` with the command
  *   `read: <path>`    → calls `read_file`
  *   `delegate: <task>`→ calls `delegate` (tier `fast`)
+ *   `client: <tool> [json]` → calls the client's tool of that name (an AG-UI frontend tool) with the
+ *                       JSON object as input (`{}` without one); says so when no such tool is offered
  *   `slow: X`         → streams slowly, so a cancel lands mid-message
  *   `fail: <class>`   → fails with that `error_class` (rate_limit, auth, server_error, ...)
  *
@@ -59,7 +61,7 @@ export class ScriptedModel implements ModelAdapter {
     request: ModelRequest,
     signal: AbortSignal,
   ): AsyncGenerator<AdapterChunk, AdapterResult, void> {
-    const plan = planFor(request.messages);
+    const plan = planFor(request.messages, new Set(request.tools.map((tool) => tool.name)));
     const inputTokens = estimateTokens(request.messages);
     const requestId = newId('req');
     let outputTokens = 0;
@@ -148,7 +150,7 @@ function lastUserText(messages: readonly ConversationMessage[]): {
   return { text: '', afterTool: null };
 }
 
-function planFor(messages: readonly ConversationMessage[]): Plan {
+function planFor(messages: readonly ConversationMessage[], offered: ReadonlySet<string>): Plan {
   const { text, afterTool } = lastUserText(messages);
   if (afterTool) {
     const results = afterTool.content.filter((b) => b.type === 'tool_result');
@@ -159,13 +161,13 @@ function planFor(messages: readonly ConversationMessage[]): Plan {
       .join('; ');
     return { kind: 'text', text: `The tool returned ${summary}` };
   }
-  const [, trigger, rest = ''] = /^(think|run|read|delegate|slow|fail):\s*(.*)$/s.exec(text) ?? [];
+  const [, trigger, rest = ''] = /^(think|run|read|delegate|client|slow|fail):\s*(.*)$/s.exec(text) ?? [];
   if (text === 'time')
     return { kind: 'tool', name: 'current_time', input: {}, preface: 'Let me check the time.' };
   switch (trigger) {
     case 'think': {
       // `think: time` thinks, then does what `time` does.
-      const inner = planFor([{ role: 'user', content: [{ type: 'text', text: rest }] }]);
+      const inner = planFor([{ role: 'user', content: [{ type: 'text', text: rest }] }], offered);
       const thinking = `The user asks: ${rest}. ${inner.kind === 'tool' ? `I will use ${inner.name}.` : 'I will answer plainly.'}`;
       if (inner.kind === 'tool') return { ...inner, thinking };
       return { kind: 'text', thinking, text: `You asked: ${rest}` };
@@ -176,6 +178,12 @@ function planFor(messages: readonly ConversationMessage[]): Plan {
       return { kind: 'tool', name: 'read_file', input: { path: rest }, preface: 'Reading it.' };
     case 'delegate':
       return { kind: 'tool', name: 'delegate', input: { task: rest, tier: 'fast' }, preface: 'Delegating.' };
+    case 'client': {
+      const [, name = '', json = ''] = /^(\S*)\s*(.*)$/s.exec(rest) ?? [];
+      // As a real model would: a tool it was not offered is not called.
+      if (!offered.has(name)) return { kind: 'text', text: `No tool named ${name} is offered.` };
+      return { kind: 'tool', name, input: objectOf(json), preface: `Asking your ${name}.` };
+    }
     case 'slow':
       return { kind: 'slow', text: rest };
     case 'fail': {
@@ -186,6 +194,18 @@ function planFor(messages: readonly ConversationMessage[]): Plan {
     }
     default:
       return { kind: 'text', text: text.length > 0 ? `You said: ${text}` : 'Hello.' };
+  }
+}
+
+/** The JSON object a `client:` command gives as the tool's input; `{}` for anything else. */
+function objectOf(json: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(json);
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : {};
+  } catch {
+    return {};
   }
 }
 

@@ -75,6 +75,8 @@ export interface Tool<S extends z.ZodType = z.ZodType, P = unknown> {
   readonly name: string;
   readonly description: string;
   readonly inputSchema: S;
+  /** The input's JSON Schema as the model is shown it, when not derived from `inputSchema` (a client's tool). */
+  readonly inputJsonSchema?: Record<string, unknown>;
   readonly sideEffects: SideEffects;
   /** Human summary for confirmation prompts: the input whole up to `SUMMARY_MAX_CHARS`, an explicit cut past it (summary-bound.ts). */
   summarize?(input: z.output<S>): {

@@ -1,5 +1,4 @@
 import type { ServerResponse } from 'node:http';
-import { z } from 'zod';
 import { MetisError } from '../../../errors.js';
 import { SYSTEM_SESSION_ID } from '../../../events/envelope.js';
 import { HttpError, isClientSession, writeEventStreamHead } from '../../../http/http-util.js';
@@ -7,36 +6,24 @@ import { STORAGE_ERRORS } from '../../../http/openapi.js';
 import { type RawRoute, rawRoute } from '../../../http/routes.js';
 import type { SessionGate } from '../../../http/session-router.js';
 import type { Runtime } from '../../../runtime/runtime.js';
+import type { Db } from '../../../store/database.js';
 import type { TraceContext } from '../../../store/trace-context.js';
-import { ClientSessionId } from '../../client-session-id.js';
 import { assertStorageWritable } from '../../commit-ack.js';
 import type { ConnectionDeps } from '../../connection-deps.js';
-import { agUiMessages, storedToolResult } from '../../stored-conversation.js';
-import { followTurn } from '../../turn-subscription.js';
+import { storedToolResult } from '../../stored-conversation.js';
+import { followTurnFrom } from '../../turn-subscription.js';
 import { SseData, TurnTransport } from '../../turn-transport.js';
-import { AG_UI_EVENT_TYPES, AgUiMapper, threadReport } from './ag-ui-events.js';
-
-/** AG-UI's `RunAgentInput` (`@ag-ui/core` 1.0); fields metis does not use are let through. */
-const RunAgentInput = z.looseObject({
-  threadId: ClientSessionId,
-  runId: z.string().min(1).max(200),
-  messages: z
-    .array(
-      z.looseObject({
-        id: z.string(),
-        role: z.enum(['user', 'assistant', 'system', 'developer', 'tool', 'reasoning', 'activity']),
-        content: z.unknown().optional(),
-      }),
-    )
-    .describe(
-      'Empty: a run that starts no turn and reports the thread as stored (MESSAGES_SNAPSHOT), as a client ' +
-        'loading a thread sends. Otherwise the last message must be a user message with text content: it starts the turn.',
-    ),
-  tools: z.array(z.unknown()).default([]),
-  context: z.array(z.unknown()).default([]),
-});
-
-type AgUiInput = z.output<typeof RunAgentInput>;
+import { AG_UI_EVENT_TYPES, type AgUiEvent, AgUiMapper, type AgUiRunContext } from './ag-ui-events.js';
+import {
+  type AgUiInput,
+  clientToolsOf,
+  lastUserText,
+  RunAgentInput,
+  speaksInterrupts,
+} from './ag-ui-input.js';
+import { type Continuation, continuationOf } from './ag-ui-resume.js';
+import { sessionState } from './ag-ui-state.js';
+import { agUiThread, clientIdsOf } from './ag-ui-thread.js';
 
 const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS];
 const AG_UI_STREAM = { kind: 'ag-ui', eventTypes: AG_UI_EVENT_TYPES } as const;
@@ -46,9 +33,10 @@ const AG_UI_STREAM = { kind: 'ag-ui', eventTypes: AG_UI_EVENT_TYPES } as const;
  * /sessions/{id}/ag-ui` (an existing session; the thread id must name it): an AG-UI agent endpoint
  * (docs/ag-ui.md). The last user message of `RunAgentInput` starts a turn, answered as AG-UI events over
  * SSE on the subscription core of every stream (queue bound, heartbeat, slow-reader close:
- * turn-transport.ts); closing the request cancels the turn (`client_disconnect`). A run with no
- * messages (a client loading a thread, as CopilotKit does on mount) starts none and reports the thread
- * as stored.
+ * turn-transport.ts); closing the request cancels the turn (`client_disconnect`). A run ends where the
+ * turn waits for the client (an approval, a frontend tool's call); the run that brings the answer
+ * (`resume`, the tool's message) continues the same turn. A run with no messages (a client loading a
+ * thread, as CopilotKit does on mount) starts none and reports the thread as stored.
  */
 export function agUiRoutes(
   runtime: Runtime,
@@ -57,6 +45,15 @@ export function agUiRoutes(
   /** In a cluster, this node must own the thread's session first (a path with the id is gated already). */
   sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
+  const report = (input: AgUiInput, sessionId: string, response: ServerResponse) => {
+    const stored = runtime.hasSession(sessionId)
+      ? agUiThread(runtime, sessionId, clientIdsOf(input.messages))
+      : [];
+    writeEventStreamHead(response);
+    for (const event of threadReport(input.threadId, input.runId, stored))
+      response.write(`data: ${JSON.stringify(event)}\n\n`);
+    response.end();
+  };
   const run = async (input: AgUiInput, perSession: string | null, response: ServerResponse) => {
     const sessionId = perSession ?? input.threadId;
     // The internal `system` session is no thread, on either route.
@@ -68,33 +65,34 @@ export function agUiRoutes(
         'METIS_ERR_INVALID_ARGUMENT',
         `threadId: "${input.threadId}" is not this session (${sessionId}); use POST /ag-ui for other threads`,
       );
-    if (input.messages.length === 0) {
+    const answers = (input.resume?.length ?? 0) > 0 || input.messages.at(-1)?.role === 'tool';
+    if (input.messages.length === 0 && !answers) {
       // In a cluster, the node that owns the thread has it as it is now (a run takes it over too).
       if (perSession === null) await sessionGate(sessionId);
-      const stored = runtime.hasSession(sessionId) ? agUiMessages(runtime, sessionId) : [];
-      writeEventStreamHead(response);
-      for (const event of threadReport(input.threadId, input.runId, stored))
-        response.write(`data: ${JSON.stringify(event)}\n\n`);
-      response.end();
+      report(input, sessionId, response);
       return;
     }
-    const text = lastUserText(input.messages);
     assertStorageWritable(trace);
     if (perSession === null) await sessionGate(sessionId, true);
+    const continuation = runtime.hasSession(sessionId) ? continuationOf(runtime, sessionId, input) : null;
+    // Answers for a turn that is over (decided meanwhile, timed out): the thread as it ended.
+    if (continuation === null && answers && input.messages.at(-1)?.role !== 'user') {
+      report(input, sessionId, response);
+      return;
+    }
+    const text = continuation === null ? lastUserText(input.messages) : '';
+    const clientTools = continuation === null ? clientToolsOf(input) : [];
     if (!runtime.hasSession(sessionId)) runtime.createSession({ sessionId });
     const data = new SseData();
-    const mapper = new AgUiMapper(
-      data.write,
-      input.threadId,
-      input.runId,
-      (toolUseId) => {
-        const result = storedToolResult(runtime, sessionId, toolUseId);
-        return result === null ? '' : result.isError ? `error: ${result.text}` : result.text;
-      },
-      () => agUiMessages(runtime, sessionId),
-    );
+    const context = runContext(runtime, deps().store.db, sessionId, input, continuation, clientTools);
+    const mapper = new AgUiMapper(data.write, context);
     const transport = new TurnTransport(response, AG_UI_STREAM, mapper, data, sessionId);
-    followTurn(deps(), transport, sessionId, text, () => mapper.start());
+    const start = (): string => {
+      if (continuation === null) return runtime.submitTurn(sessionId, text, { clientTools }).turnId;
+      continuation.answer();
+      return continuation.turnId;
+    };
+    followTurnFrom(deps(), transport, sessionId, start, () => mapper.start());
   };
   const success = { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' };
   return [
@@ -125,27 +123,40 @@ export function agUiRoutes(
   ];
 }
 
-/** The text of the last message, which must be the user's: what the run is asked. */
-function lastUserText(messages: z.output<typeof RunAgentInput>['messages']): string {
-  const last = messages.at(-1);
-  const content = last?.content;
-  const text =
-    typeof content === 'string'
-      ? content
-      : Array.isArray(content)
-        ? content
-            .filter(
-              (part): part is { type: 'text'; text: string } =>
-                part?.type === 'text' && typeof part.text === 'string',
-            )
-            .map((part) => part.text)
-            .join('')
-        : '';
-  if (last?.role !== 'user' || text.trim() === '')
-    throw new HttpError(
-      400,
-      'METIS_ERR_INVALID_ARGUMENT',
-      'messages: the last message must be a user message with text content (it starts the run)',
-    );
-  return text;
+/** What the mapper reads of the run and the thread. */
+function runContext(
+  runtime: Runtime,
+  db: Db,
+  sessionId: string,
+  input: AgUiInput,
+  continuation: Continuation | null,
+  clientTools: readonly { name: string }[],
+): AgUiRunContext {
+  const clientIds = clientIdsOf(input.messages);
+  return {
+    threadId: input.threadId,
+    runId: input.runId,
+    toolResult: (toolUseId) => {
+      const result = storedToolResult(runtime, sessionId, toolUseId);
+      return result === null ? '' : result.isError ? `error: ${result.text}` : result.text;
+    },
+    thread: () => agUiThread(runtime, sessionId, clientIds),
+    state: () => sessionState(runtime, db, sessionId),
+    clientTools: continuation?.clientTools ?? new Set(clientTools.map((tool) => tool.name)),
+    answered: continuation?.answered ?? new Set(),
+    batch: continuation?.batch,
+    interrupts: speaksInterrupts(input),
+  };
+}
+
+/**
+ * The AG-UI run that starts no turn (a `RunAgentInput` with no messages): it reports the thread as
+ * stored, in the order the client's verifier expects of any run.
+ */
+function threadReport(threadId: string, runId: string, messages: unknown[]): AgUiEvent[] {
+  return [
+    { type: 'RUN_STARTED', threadId, runId },
+    { type: 'MESSAGES_SNAPSHOT', messages },
+    { type: 'RUN_FINISHED', threadId, runId },
+  ];
 }

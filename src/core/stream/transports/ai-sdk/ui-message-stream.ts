@@ -33,7 +33,9 @@ const FINISH_REASONS: Record<string, string> = {
  * Maps the events of one metis turn to the AI SDK's UI message stream (docs/ai-sdk.md): one assistant
  * UI message per turn (its id is the turn id), a step per model call, text and reasoning parts per
  * content block, tool parts from the tool-use stream and the tool's end, a confirmation as a
- * `tool-approval-request`, and `finish`, `abort` or `error` at the end.
+ * `tool-approval-request`, and `finish`, `abort` or `error` at the end. A confirmation still waiting
+ * ends the stream (`finish`, then `[DONE]`) as the AI SDK's own approvals do, though the turn waits on:
+ * `useChat` sends the UI's answer only once the request is over, and the next request goes on with it.
  */
 export class UiMessageStreamMapper {
   /** Text and reasoning parts started and not ended, by part id. */
@@ -45,12 +47,20 @@ export class UiMessageStreamMapper {
    */
   private readonly completed: string[] = [];
   private failed: string | null = null;
+  private stoppedForApproval = false;
 
   constructor(
     private readonly write: (chunk: UiChunk | '[DONE]') => void,
     /** The tool's result as the model got it, when it can be read. */
     private readonly toolOutput: (toolUseId: string) => unknown,
+    /** Whether the confirmation still waits for an answer (not answered elsewhere, nor timed out). */
+    private readonly awaitsAnswer: (confirmationRequestId: string) => boolean,
   ) {}
+
+  /** The stream stops at an approval request still waiting: the answer comes with the next request. */
+  get runOver(): boolean {
+    return this.stoppedForApproval;
+  }
 
   start(turnId: string): void {
     this.write({ type: 'start', messageId: turnId });
@@ -99,6 +109,10 @@ export class UiMessageStreamMapper {
           approvalId: p.confirmation_request_id,
           toolCallId: p.tool_use_id,
         });
+        if (!this.awaitsAnswer(p.confirmation_request_id)) return;
+        this.stoppedForApproval = true;
+        this.flushOutputs();
+        this.write({ type: 'finish', finishReason: 'tool-calls' });
         return;
       case 'tool.confirmation_resolved':
         if (p.decision === 'deny') this.write({ type: 'tool-output-denied', toolCallId: p.tool_use_id });
