@@ -1,8 +1,8 @@
-import { listNodes, nodeState } from '../core/cluster/node-registry.js';
-import { listLeases } from '../core/cluster/session-leases.js';
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
+import { listNodes, nodeState } from '../core/store/postgres/node-registry.js';
 import { connectReadableStore } from '../core/store/postgres/pg-inspect.js';
+import { listLeases } from '../core/store/postgres/session-leases.js';
 import { pickStore } from './store-option.js';
 import { table } from './text-table.js';
 

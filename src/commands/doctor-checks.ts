@@ -1,13 +1,13 @@
 import { accessSync, constants, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname } from 'node:path';
-import pg from 'pg';
 import type { MetisConfig } from '../core/config/schema.js';
 import { isMetisError } from '../core/errors.js';
 import { resolveProviders } from '../core/runtime/models/providers.js';
 import { openDatabase, schemaVersionOf } from '../core/store/database.js';
 import { describeLockOwner, lockOwner } from '../core/store/lock.js';
 import { resolveDbPath } from '../core/store/paths.js';
+import { postgresClient } from '../core/store/postgres/connect.js';
 import { PG_SCHEMA_VERSION, SERVE_LOCK_SQL } from '../core/store/postgres/schema.js';
 import { startupStoreError } from '../core/store/postgres/startup-errors.js';
 import { workingCopyPath } from '../core/store/postgres/working-copy.js';
@@ -182,12 +182,7 @@ export async function checkStore(config: MetisConfig): Promise<Check | null> {
   }
   if (picked === null) return null;
   const where = `${redactUrl(picked.url)} (${picked.setting}`;
-  const client = new pg.Client({
-    connectionString: picked.url,
-    connectionTimeoutMillis: 5_000,
-    query_timeout: 10_000,
-  });
-  client.on('error', () => {});
+  const client = postgresClient(picked.url, 'doctor');
   try {
     await client.connect();
     const state = (

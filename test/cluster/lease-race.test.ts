@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { acquireLease } from '../../src/core/cluster/session-leases.js';
+import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { migratePostgres } from '../../src/core/store/postgres/schema.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { markStopped, registerNode } from '../../src/core/cluster/node-registry.js';
-import { acquireLease } from '../../src/core/cluster/session-leases.js';
+import { markStopped, registerNode } from '../../src/core/store/postgres/node-registry.js';
+import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { BIGINT_AS_NUMBER } from '../../src/core/store/postgres/pg-util.js';
 import { migratePostgres } from '../../src/core/store/postgres/schema.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';

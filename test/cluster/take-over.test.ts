@@ -3,7 +3,7 @@ import { ulid } from 'ulid';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { takeOverHere } from '../../src/core/app/join-cluster.js';
 import type { RunningService } from '../../src/core/app/start-service.js';
-import { readStoredSession, writeStoredSession } from '../../src/core/cluster/session-pull.js';
+import { readStoredSession, writeStoredSession } from '../../src/core/store/postgres/session-pull.js';
 import { takeOverSession } from '../../src/core/cluster/take-over.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { BIGINT_AS_NUMBER } from '../../src/core/store/postgres/pg-util.js';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { acquireLease } from '../../src/core/cluster/session-leases.js';
+import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { openPostgresStore } from '../../src/core/store/postgres/serve-store.js';

@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
 import type { JoinedNode, PreparedCluster } from '../cluster/cluster-start.js';
-import type { StoredSession } from '../cluster/session-pull.js';
 import { type TakeOverReport, takeOverSession } from '../cluster/take-over.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
+import type { StoredSession } from '../store/postgres/session-pull.js';
 import { useRowIdBlock } from '../store/row-ids.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
 import type { SessionStore } from '../store/session-store.js';

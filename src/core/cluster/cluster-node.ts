@@ -1,12 +1,10 @@
 import { createHash } from 'node:crypto';
 import { hostname } from 'node:os';
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import { NODE_ID_PATTERN } from '../config/schema.js';
 import { MetisError } from '../errors.js';
-import { BIGINT_AS_NUMBER } from '../store/postgres/pg-util.js';
-import { packageVersion } from '../version.js';
-import type { BrokerLifecycle } from './broker.js';
+import { postgresPool } from '../store/postgres/connect.js';
 import {
   aliveNodes,
   beat,
@@ -16,9 +14,11 @@ import {
   type NodeLag,
   type NodeRecord,
   registerNode,
-} from './node-registry.js';
-import { acquireLease, leasedTo, orphanedLeases } from './session-leases.js';
-import { readStoredSession, type StoredSession } from './session-pull.js';
+} from '../store/postgres/node-registry.js';
+import { acquireLease, leasedTo, orphanedLeases } from '../store/postgres/session-leases.js';
+import { readStoredSession, type StoredSession } from '../store/postgres/session-pull.js';
+import { packageVersion } from '../version.js';
+import type { BrokerLifecycle } from './broker.js';
 
 export interface ClusterTiming {
   readonly heartbeatMs: number;
@@ -77,16 +77,7 @@ export function defaultNodeId(dataDir: string): string {
 }
 
 function pool(url: string, max = 1): pg.Pool {
-  const created = new pg.Pool({
-    connectionString: url,
-    max,
-    types: BIGINT_AS_NUMBER,
-    connectionTimeoutMillis: 5_000,
-    query_timeout: 10_000,
-    keepAlive: true,
-  });
-  created.on('error', () => {});
-  return created;
+  return postgresPool(url, 'cluster', max);
 }
 
 /**

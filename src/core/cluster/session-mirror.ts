@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import type { Db } from '../store/database.js';
 import { eventToParams } from '../store/event-rows.js';
+import { type StoredSession, writeStoredSession } from '../store/postgres/session-pull.js';
 import { writePulled } from '../store/postgres/working-copy.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
 import { SessionStore } from '../store/session-store.js';
@@ -9,7 +10,6 @@ import { COPIED_TABLES, copiedRowToEvent, EVENT_ROW_AT } from '../store/store-co
 import type { EventSequencer } from '../stream/event-sequencer.js';
 import type { Broker, BrokerMessage } from './broker.js';
 import { ALL_SESSIONS_SUBJECT, FAMILY_HEADER, NODE_HEADER } from './event-fanout.js';
-import { type StoredSession, writeStoredSession } from './session-pull.js';
 
 /** This node's copy of the sessions other nodes run, kept current from NATS and filled from the store. */
 export interface SessionMirror {

@@ -4,9 +4,9 @@ import type { MetisEvent } from '../events/envelope.js';
 import { ensureIdsAfter } from '../events/ids.js';
 import { recoverCrashedTurns } from '../runtime/crash-recovery.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { type StoredSession, writeStoredSession } from '../store/postgres/session-pull.js';
 import { copiedRowToEvent } from '../store/store-copy.js';
 import type { TraceContext } from '../store/trace-context.js';
-import { type StoredSession, writeStoredSession } from './session-pull.js';
 
 /** What taking a session over brought in and closed. */
 export interface TakeOverReport {

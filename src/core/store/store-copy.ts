@@ -1,13 +1,13 @@
 import { existsSync, rmSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { MetisError } from '../errors.js';
 import { microsToIso } from '../events/clock.js';
 import type { Actor, MetisEvent, Sensitivity } from '../events/envelope.js';
 import { type Db, openDatabase } from './database.js';
-import { assertReadableStore, BIGINT_AS_NUMBER, copyTextField } from './postgres/pg-util.js';
+import { postgresClient } from './postgres/connect.js';
+import { assertReadableStore, copyTextField } from './postgres/pg-util.js';
 import { migratePostgres, renewStoreEpoch, SERVE_LOCK_SQL } from './postgres/schema.js';
 
 /**
@@ -328,12 +328,7 @@ async function openPostgres(
   role: 'source' | 'destination',
   replace: boolean,
 ): Promise<Endpoint> {
-  const client = new pg.Client({
-    connectionString: url,
-    types: BIGINT_AS_NUMBER,
-    statement_timeout: 300_000,
-  });
-  client.on('error', () => {});
+  const client = postgresClient(url, 'copy');
   try {
     await client.connect();
     if (role === 'source') {

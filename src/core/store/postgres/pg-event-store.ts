@@ -1,11 +1,12 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import pg from 'pg';
+import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { backoffMs } from '../../backoff.js';
 import { isoToMicros, microsToIso } from '../../events/clock.js';
 import type { Actor, MetisEvent, Sensitivity } from '../../events/envelope.js';
 import type { EventPage, EventQuery, EventStore } from '../event-store.js';
+import { postgresPool } from './connect.js';
 import { checkOut, copyTextField, inTransaction } from './pg-util.js';
 import { migratePostgres } from './schema.js';
 
@@ -14,7 +15,6 @@ export interface PgEventStoreOptions {
   /** Connections in the pool (the writer holds one while it commits). */
   readonly poolSize?: number;
   /** A statement that runs longer is cancelled by the server (`statement_timeout`). */
-  readonly statementTimeoutMs?: number;
   /** First and longest pause between retries of a batch the database refused. */
   readonly retry?: { readonly minMs: number; readonly maxMs: number };
 }
@@ -60,13 +60,7 @@ export class PgEventStore implements EventStore {
   private lastFailure: unknown = null;
 
   private constructor(private readonly options: PgEventStoreOptions) {
-    this.pool = new pg.Pool({
-      connectionString: options.url,
-      max: options.poolSize ?? 4,
-      statement_timeout: options.statementTimeoutMs ?? 30_000,
-    });
-    // An idle connection the server drops (a restart) must not crash the process: the pool replaces it.
-    this.pool.on('error', () => {});
+    this.pool = postgresPool(options.url, 'event-log', options.poolSize ?? 4);
   }
 
   /** Connects, brings the schema up to date, and returns the store. */

@@ -1,4 +1,4 @@
-import pg from 'pg';
+import type pg from 'pg';
 import { MetisError } from '../../errors.js';
 import { microsToIso } from '../../events/clock.js';
 import { SENSITIVITIES } from '../../events/envelope.js';
@@ -6,7 +6,8 @@ import type { EventRow } from '../event-rows.js';
 import { type ExportQuery, exportBounds } from '../export.js';
 import type { TraceStats } from '../stats.js';
 import { redactUrl } from '../store-copy.js';
-import { assertReadableStore, BIGINT_AS_NUMBER } from './pg-util.js';
+import { postgresClient } from './connect.js';
+import { assertReadableStore } from './pg-util.js';
 
 /** Rows read per round trip of an export. */
 const PAGE = 5_000;
@@ -16,8 +17,7 @@ const PAGE = 5_000;
  * than this metis. The error names the URL (password redacted) and what is wrong.
  */
 export async function connectReadableStore(url: string): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: url, types: BIGINT_AS_NUMBER });
-  client.on('error', () => {});
+  const client = postgresClient(url, 'inspect');
   try {
     await client.connect();
     await assertReadableStore(client, redactUrl(url));

@@ -1,4 +1,3 @@
-import pg from 'pg';
 import { EventBus } from '../../bus/event-bus.js';
 import { MetisError } from '../../errors.js';
 import { AUDIT_EVENT_TYPES } from '../../events/catalog/index.js';
@@ -8,8 +7,9 @@ import { ensureIdsAfter } from '../../events/ids.js';
 import { type PurgeProgress, type PurgeResult, sweptPayload } from '../retention.js';
 import { eventIdBound } from '../retention-sweep.js';
 import { redactUrl } from '../store-copy.js';
+import { postgresClient } from './connect.js';
 import { PgEventStore } from './pg-event-store.js';
-import { assertReadableStore, BIGINT_AS_NUMBER } from './pg-util.js';
+import { assertReadableStore } from './pg-util.js';
 import { migratePostgres, renewStoreEpoch, SERVE_LOCK_SQL } from './schema.js';
 import { startupStoreError } from './startup-errors.js';
 
@@ -34,16 +34,7 @@ export interface PostgresPurgeOptions {
 export async function purgePostgres(options: PostgresPurgeOptions): Promise<PurgeResult> {
   const setting = options.setting ?? '--store';
   const label = redactUrl(options.url);
-  const client = new pg.Client({
-    connectionString: options.url,
-    types: BIGINT_AS_NUMBER,
-    connectionTimeoutMillis: 10_000,
-    // One batch, or the plan over the whole table, is one statement: bounded, and bounded again here
-    // should the network drop packets without a word.
-    statement_timeout: 300_000,
-    query_timeout: 310_000,
-  });
-  client.on('error', () => {});
+  const client = postgresClient(options.url, 'prune');
   try {
     await client.connect().catch((error: unknown) => {
       throw new MetisError(

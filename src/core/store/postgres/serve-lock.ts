@@ -1,5 +1,6 @@
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
+import { postgresClient } from './connect.js';
 import { serveLockSql } from './working-copy.js';
 
 /** Pause between attempts to take the lock again after its connection was lost. */
@@ -63,12 +64,7 @@ export class ServeLock {
   }
 
   private async retake(): Promise<void> {
-    const client = new pg.Client({
-      connectionString: this.url,
-      connectionTimeoutMillis: 5_000,
-      keepAlive: true,
-    });
-    client.on('error', () => {});
+    const client = postgresClient(this.url, 'serve-lock');
     try {
       await client.connect();
       const free = (await client.query<{ free: boolean }>(serveLockSql(this.cluster))).rows[0]!.free;

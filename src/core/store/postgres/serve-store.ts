@@ -1,10 +1,9 @@
-import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Db } from '../database.js';
 import { redactUrl } from '../store-copy.js';
 import type { StoreUpstream } from '../store-upstream.js';
+import { postgresPool } from './connect.js';
 import { PgShipper } from './pg-shipper.js';
-import { BIGINT_AS_NUMBER } from './pg-util.js';
 import { ServeLock } from './serve-lock.js';
 import { startupStoreError } from './startup-errors.js';
 import { prepareWorkingCopy, type WorkingCopy, workingCopyPath } from './working-copy.js';
@@ -18,8 +17,6 @@ export interface PostgresServeStore {
 }
 
 /** How long a shipment may wait for a connection, and a statement run, before it counts as failed. */
-const CONNECT_TIMEOUT_MS = 5_000;
-const STATEMENT_TIMEOUT_MS = 30_000;
 
 /** Where the working copy of the store at `url` lives; a URL that does not parse is named, exit 2. */
 export function workingCopyFile(url: string, setting: string, dataDir: string): string {
@@ -44,19 +41,7 @@ export async function openPostgresStore(
 ): Promise<PostgresServeStore> {
   const cluster = clusterNode !== null;
   const copy = await prepareWorkingCopy({ url, setting, dataDir, logger, cluster });
-  const pool = new pg.Pool({
-    connectionString: url,
-    max: 2,
-    types: BIGINT_AS_NUMBER,
-    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    statement_timeout: STATEMENT_TIMEOUT_MS,
-    // A network that drops packets silently answers nothing: the client gives up on its own, and TCP
-    // keepalive notices a dead peer on an idle connection.
-    query_timeout: STATEMENT_TIMEOUT_MS + CONNECT_TIMEOUT_MS,
-    keepAlive: true,
-  });
-  // A connection the server drops (a restart) must not crash the process: the pool replaces it.
-  pool.on('error', () => {});
+  const pool = postgresPool(url, 'serve', 2);
   const lock = new ServeLock(copy.lockHolder, url, copy.label, logger, cluster);
   let closing: Promise<void> | null = null;
   return {

@@ -2,13 +2,13 @@ import { createHash, randomUUID } from 'node:crypto';
 import { existsSync, renameSync, rmSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import { MetisError } from '../../errors.js';
 import { nowMicros } from '../../events/clock.js';
 import { type Db, openDatabase } from '../database.js';
 import { COPIED_TABLES, copyStore, redactUrl } from '../store-copy.js';
-import { BIGINT_AS_NUMBER } from './pg-util.js';
+import { postgresClient } from './connect.js';
 import { migratePostgres, SERVE_LOCK_SQL } from './schema.js';
 import { startupStoreError } from './startup-errors.js';
 
@@ -138,14 +138,8 @@ export async function prepareWorkingCopy(options: WorkingCopyOptions): Promise<W
   let lockHolder: pg.Client | null = null;
   try {
     const path = workingCopyPath(options.dataDir, options.url);
-    lockHolder = new pg.Client({
-      connectionString: options.url,
-      types: BIGINT_AS_NUMBER,
-      connectionTimeoutMillis: 10_000,
-      keepAlive: true,
-    });
+    lockHolder = postgresClient(options.url, 'serve-lock');
     const client = lockHolder;
-    client.on('error', () => {});
     await client.connect();
     await migratePostgres(client);
     const cluster = options.cluster === true;

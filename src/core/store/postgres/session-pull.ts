@@ -1,7 +1,7 @@
 import type pg from 'pg';
-import type { Db } from '../store/database.js';
-import { writePulled } from '../store/postgres/working-copy.js';
-import { COPIED_TABLES, type CopiedTable } from '../store/store-copy.js';
+import type { Db } from '../database.js';
+import { COPIED_TABLES, type CopiedTable } from '../store-copy.js';
+import { writePulled } from './working-copy.js';
 
 /** What the store holds of one session and its workers, each table's rows in its columns' order. */
 export interface StoredSession {
