@@ -48,7 +48,7 @@ export async function benchHttp(opts: SuiteOptions): Promise<Figure[]> {
   const total = opts.quick ? 500 : 20_000;
   const dir = mkdtempSync(join(tmpdir(), 'metis-bench-http-'));
   const context = openTraceContext({ dbPath: join(dir, 'metis.db') });
-  const runtime = createRuntime({ bus: context.bus, db: context.db });
+  const runtime = createRuntime({ bus: context.bus, store: context.port });
   const metis = await startServer(runtime, context, { port: 0, bearerToken: 'bench-token-0123456789abcdef' });
   // /healthz does no storage work: what is measured is the HTTP layer itself.
   const body = JSON.stringify({ status: 'ok' });

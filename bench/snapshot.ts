@@ -20,7 +20,7 @@ export async function benchSnapshot(opts: SuiteOptions): Promise<Figure[]> {
   const context = openTraceContext({ dbPath: join(dir, 'metis.db'), validation: 'strict' });
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: {
       tool_confirmation: { write: 'allow', execute: 'allow', network: 'allow' },
       scripted: { token_delay_ms: 0, slow_token_delay_ms: 0, slow_tokens: 10 },
@@ -48,19 +48,19 @@ export async function benchSnapshot(opts: SuiteOptions): Promise<Figure[]> {
       return samples.sort((a, b) => a - b);
     };
     const live = timeOf(() =>
-      buildSnapshot(runtime, context.db, recent, session.id, at, { snapshotLiveState: true }),
+      buildSnapshot(runtime, context.store, recent, session.id, at, { snapshotLiveState: true }),
     );
     const asOf = timeOf(() => {
       const point = snapshotPoint({
         runtime,
-        db: context.db,
+        store: context.store,
         recent,
         sessionId: session.id,
         sessionIds,
         released: at,
         faults: {},
       });
-      buildSnapshot(runtime, context.db, recent, session.id, point);
+      buildSnapshot(runtime, context.store, recent, session.id, point);
     });
     console.log(`  snapshot of a session of ${turns} turns, ${events} stored events`);
     return [

@@ -85,7 +85,7 @@ async function measure(
   const context = openTraceContext({ dbPath: join(dir, 'metis.db') });
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: { scripted: { token_delay_ms: 0, slow_token_delay_ms: 0, slow_tokens: deltas } },
   });
   const server = await startServer(runtime, context, { port: 0 });

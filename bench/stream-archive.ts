@@ -4,11 +4,13 @@
  * before, `--fault short-stream-window`), in the same process: turns of many deltas through the real
  * runtime, bus, trace writer, sequencer and hub, each on its own database file.
  */
+
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createRuntime } from '../src/core/runtime/runtime.js';
+import { SqliteStreamArchiveRows } from '../src/core/store/stream-archive-rows.js';
 import { openTraceContext } from '../src/core/store/trace-context.js';
 import { EventSequencer } from '../src/core/stream/event-sequencer.js';
 import { StreamArchive } from '../src/core/stream/stream-archive.js';
@@ -23,11 +25,15 @@ async function turnTimes(turns: number, archived: boolean): Promise<{ times: num
   const context = openTraceContext({ dbPath: join(dir, 'metis.db'), validation: 'strict' });
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: { scripted: { token_delay_ms: 0, slow_token_delay_ms: 0, slow_tokens: DELTAS_PER_TURN } },
   });
   const sequencer = new EventSequencer(context.bus, context.writer, runtime.streaming);
-  const hub = new StreamHub(sequencer, runtime.sessions, archived ? new StreamArchive(context.db) : null);
+  const hub = new StreamHub(
+    sequencer,
+    runtime.sessions,
+    archived ? new StreamArchive(new SqliteStreamArchiveRows(context.db)) : null,
+  );
   try {
     const session = runtime.createSession({ workspacePath: dir });
     const times: number[] = [];

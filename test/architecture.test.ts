@@ -79,6 +79,19 @@ describe('architecture: the floors of docs/architecture.md', () => {
     expect(outside('src/core/config/', ['src/core/errors.ts', 'src/core/deadline.ts'])).toEqual([]);
   });
 
+  it('keeps SQL and the database drivers in the store adapters (src/core/store/)', () => {
+    // A statement keyword at the start of a string, a prepared statement or a pragma, or a driver
+    // loaded for its values (a type import names a parameter, it opens nothing).
+    const sql = /['"`]\s*(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|CREATE|WITH)\s/;
+    const statement = /\.(prepare|pragma)\(|\.exec\(\s*['"`]/;
+    const driver = /^import\s+(?!type\b)[^;]*from\s+'(better-sqlite3|pg|pg-copy-streams)'/m;
+    const outside = FILES.filter((file) => !file.startsWith('src/core/store/')).filter((file) => {
+      const text = readFileSync(join(ROOT, file), 'utf8');
+      return sql.test(text) || statement.test(text) || driver.test(text);
+    });
+    expect(outside).toEqual([]);
+  });
+
   it('keeps every source file at 500 lines or fewer', () => {
     const long = FILES.map((file) => ({
       file,

@@ -77,7 +77,7 @@ async function listen(server: HttpServer): Promise<string> {
 
 async function startMetis(): Promise<Emitter> {
   const context: TraceContext = openTraceContext({ dbPath: join(dir, 'metis.db') });
-  const runtime: Runtime = createRuntime({ bus: context.bus, db: context.db });
+  const runtime: Runtime = createRuntime({ bus: context.bus, store: context.port });
   const server: MetisServer = await startServer(runtime, context, { port: 0 });
   /** Per session: the turn and the assistant message its deltas belong to. */
   interface Stream {

@@ -8,7 +8,8 @@ import { openDatabase, schemaVersionOf } from '../core/store/database.js';
 import { describeLockOwner, lockOwner } from '../core/store/lock.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { postgresClient } from '../core/store/postgres/connect.js';
-import { PG_SCHEMA_VERSION, SERVE_LOCK_SQL } from '../core/store/postgres/schema.js';
+import { storeStateOf } from '../core/store/postgres/pg-inspect.js';
+import { PG_SCHEMA_VERSION } from '../core/store/postgres/schema.js';
 import { startupStoreError } from '../core/store/postgres/startup-errors.js';
 import { workingCopyPath } from '../core/store/postgres/working-copy.js';
 import { SCHEMA_VERSION } from '../core/store/schema.js';
@@ -185,19 +186,7 @@ export async function checkStore(config: MetisConfig): Promise<Check | null> {
   const client = postgresClient(picked.url, 'doctor');
   try {
     await client.connect();
-    const state = (
-      await client.query<{ present: boolean; create: boolean; held: boolean }>(
-        `SELECT to_regclass('metis_schema') IS NOT NULL AS present,
-                has_schema_privilege(current_schema(), 'CREATE') AS create,
-                EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
-                          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                          AND ((classid::bigint << 32) | objid::bigint) = ${SERVE_LOCK_SQL}::bigint) AS held`,
-      )
-    ).rows[0]!;
-    // A schema table without its row is what an interrupted first start leaves: the next start repairs it.
-    const version = state.present
-      ? ((await client.query<{ version: number }>('SELECT version FROM metis_schema')).rows[0]?.version ?? 0)
-      : 0;
+    const { version, mayCreate, held } = await storeStateOf(client);
     if (version > PG_SCHEMA_VERSION)
       return {
         name: 'store',
@@ -205,7 +194,7 @@ export async function checkStore(config: MetisConfig): Promise<Check | null> {
         detail: `${where}) is at schema version ${version}; this metis knows up to ${PG_SCHEMA_VERSION}`,
         hint: 'Run the metis version that wrote it, or point the setting at another database.',
       };
-    if (version < PG_SCHEMA_VERSION && !state.create)
+    if (version < PG_SCHEMA_VERSION && !mayCreate)
       return {
         name: 'store',
         status: 'problem',
@@ -218,7 +207,7 @@ export async function checkStore(config: MetisConfig): Promise<Check | null> {
         : version < PG_SCHEMA_VERSION
           ? `schema ${version}: metis serve migrates it to ${PG_SCHEMA_VERSION}`
           : `schema ${version}`;
-    const holder = state.held ? '; a metis serve (or a copy, restore or prune) uses it now' : '';
+    const holder = held ? '; a metis serve (or a copy, restore or prune) uses it now' : '';
     return { name: 'store', status: 'ok', detail: `${where}; ${schema}${holder})` };
   } catch (error) {
     return {

@@ -99,7 +99,7 @@ function restartable() {
     const context = openTraceContext({ dbPath, validation: 'strict' });
     const runtime = createRuntime({
       bus: context.bus,
-      db: context.db,
+      store: context.port,
       config: { scripted: { token_delay_ms: 0 } },
     });
     const server = await startServer(runtime, context, { port });

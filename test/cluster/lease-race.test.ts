@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { migratePostgres } from '../../src/core/store/postgres/schema.js';
+import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 
 /**

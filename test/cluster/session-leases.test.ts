@@ -1,9 +1,9 @@
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { markStopped, registerNode } from '../../src/core/store/postgres/node-registry.js';
-import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { BIGINT_AS_NUMBER } from '../../src/core/store/postgres/pg-util.js';
 import { migratePostgres } from '../../src/core/store/postgres/schema.js';
+import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 
 /**

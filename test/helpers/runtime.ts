@@ -28,7 +28,7 @@ export function startRuntime(
   const frames: MetisEvent[] = [];
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });

@@ -16,7 +16,7 @@ export async function serverOnFile(
   const context = tempTraceContext({ dbPath });
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: testRuntimeConfig(options.config ?? {}),
   });
   const server = await startServer(runtime, context, { port: 0, ...options.server });

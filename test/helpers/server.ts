@@ -35,7 +35,7 @@ export async function startTestServer(
   const workspace = tempDir('metis-ws-');
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });

@@ -417,7 +417,7 @@ function openProcess(dbPath: string, config: RuntimeConfigInput = {}) {
   context.writer.onCommit((batch) => committed.push(...batch));
   const runtime: Runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: { ...config, scripted: { token_delay_ms: 0 } },
   });
   onTestFinished(() => runtime.close());

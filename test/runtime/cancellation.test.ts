@@ -413,7 +413,7 @@ describe('cancellation (streaming spec §6.2)', () => {
     context.writer.onCommit((batch) => committed.push(...batch));
     const runtime = createRuntime({
       bus: context.bus,
-      db: context.db,
+      store: context.port,
       logger,
       config: { scripted: { token_delay_ms: 0, slow_token_delay_ms: 5, slow_tokens: 400 } },
     });

@@ -101,7 +101,7 @@ describe('heuristic evaluator', () => {
     expect(retried).toBeLessThan(0.6);
     expect(scoreOf(second.turnId)).toEqual([1]);
 
-    const rating = recordExplicitFeedback(h.context.bus, h.context.db, {
+    const rating = recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
       sessionId: session.id,
       rating: 'thumbs_up',
       turnId: first.turnId,
@@ -112,7 +112,7 @@ describe('heuristic evaluator', () => {
     await h.context.flush();
     expect(scoreOf(first.turnId)).toEqual([retried, 1]);
     // The latest rating decides: 👍 then 👎 scores the turn 0.
-    recordExplicitFeedback(h.context.bus, h.context.db, {
+    recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
       sessionId: session.id,
       rating: 'thumbs_down',
       turnId: first.turnId,
@@ -144,7 +144,7 @@ describe('heuristic evaluator', () => {
     };
     const runtime = createRuntime({
       bus: context.bus,
-      db: context.db,
+      store: context.port,
       config: testRuntimeConfig(),
       judge: failing,
     });

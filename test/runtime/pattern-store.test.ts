@@ -11,6 +11,7 @@ import {
   PatternStore,
 } from '../../src/core/runtime/patterns/pattern-store.js';
 import { openDatabase } from '../../src/core/store/database.js';
+import { SqlitePatternRows } from '../../src/core/store/pattern-rows.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
 /** Issue 18 point 5: the pattern store's caps, age trim and advice, on a real database file. */
@@ -30,7 +31,7 @@ function record(store: PatternStore, model: string, score: number, costUsd = 0.0
 describe('the pattern store', () => {
   it('advises another model only with enough samples on both sides, for a better score or a lower cost', () => {
     const { db } = tempTraceContext();
-    const store = new PatternStore(db, options());
+    const store = new PatternStore(new SqlitePatternRows(db), options());
     expect(store.advise(shape.key, 'scripted:a')).toMatchObject({
       model: null,
       reason: 'no similar turns recorded',
@@ -50,7 +51,7 @@ describe('the pattern store', () => {
     // Asked about b, a is worse: no advice.
     expect(store.advise(shape.key, 'scripted:b').model).toBeNull();
     // As good for a fifth of the price.
-    const cheap = new PatternStore(tempTraceContext().db, options());
+    const cheap = new PatternStore(tempTraceContext().port.patterns, options());
     for (let i = 0; i < 2; i += 1) {
       record(cheap, 'scripted:dear', 0.8, 0.05);
       record(cheap, 'scripted:cheap', 0.79, 0.01);
@@ -63,7 +64,10 @@ describe('the pattern store', () => {
     const dir = tempDir();
     const path = join(dir, 'metis.db');
     const db = openDatabase(path, { create: true });
-    const store = new PatternStore(db, options({ soft_cap_rows: 3, hard_cap_rows: 4 }));
+    const store = new PatternStore(
+      new SqlitePatternRows(db),
+      options({ soft_cap_rows: 3, hard_cap_rows: 4 }),
+    );
     const evictions = [1, 2, 3, 4, 5].map(
       (i) => record(store, i % 2 ? 'scripted:a' : 'scripted:b', i / 10).eviction,
     );
@@ -79,7 +83,7 @@ describe('the pattern store', () => {
       0.3, 0.4, 0.5,
     ]);
     db.close();
-    const reopened = new PatternStore(openDatabase(path), options());
+    const reopened = new PatternStore(new SqlitePatternRows(openDatabase(path)), options());
     expect(reopened.counts()).toEqual({ fingerprints: 1, outcomes: 3 });
   });
 
@@ -88,11 +92,11 @@ describe('the pattern store', () => {
     const events: MetisEvent[] = [];
     context.bus.onEmit((e) => events.push(e));
     let now = 1_000 * DAY_US;
-    const store = new PatternStore(context.db, options({ max_age_days: 30 }), () => now);
+    const store = new PatternStore(context.port.patterns, options({ max_age_days: 30 }), () => now);
     record(store, 'scripted:a', 1);
     now += 31 * DAY_US;
     record(store, 'scripted:a', 1);
-    const recorder = new PatternRecorder(store, context.bus, context.db, 'v1');
+    const recorder = new PatternRecorder(store, context.bus, context.port, 'v1');
     const scored: ScoredSession = {
       evidence: {
         sessionId: 'sess_gone',
@@ -126,7 +130,7 @@ describe('fingerprint ids', () => {
   it('come from the key: two stores that learn one pattern name it alike (a cluster shares one store)', () => {
     const ids = [0, 1].map(() => {
       const { db } = tempTraceContext();
-      const store = new PatternStore(db, options());
+      const store = new PatternStore(new SqlitePatternRows(db), options());
       return record(store, 'scripted:demo', 1).fingerprintId;
     });
     expect(ids[0]).toBe(ids[1]);

@@ -454,7 +454,7 @@ describe('CORS', () => {
 describe('non-loopback bind', () => {
   it('refuses to bind 0.0.0.0 without a bearer token', async () => {
     const context = tempTraceContext();
-    const runtime = createRuntime({ bus: context.bus, db: context.db });
+    const runtime = createRuntime({ bus: context.bus, store: context.port });
     try {
       const started = startServer(runtime, context, { host: '0.0.0.0', port: 0 });
       await expect(started).rejects.toThrow(/0\.0\.0\.0 needs a bearer token/);

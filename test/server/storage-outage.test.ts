@@ -217,7 +217,7 @@ describe('server on a full disk (2 MiB tmpfs)', () => {
       let server: MetisServer | null = null;
       try {
         context = openTraceContext({ dbPath: join(disk, 'metis.db'), validation: 'strict' });
-        runtime = createRuntime({ bus: context.bus, db: context.db, config: testRuntimeConfig({}) });
+        runtime = createRuntime({ bus: context.bus, store: context.port, config: testRuntimeConfig({}) });
         server = await startServer(runtime, context, { port: 0, commitWaitMs: 1500 });
         const request = async (method: string, path: string, body?: unknown) => {
           const response = await fetch(`${server!.url}${path}`, {

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { microsToIso, nowMicros } from '../../src/core/events/clock.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { newEventId } from '../../src/core/events/ids.js';
+import { SqliteStreamArchiveRows } from '../../src/core/store/stream-archive-rows.js';
 import { StreamArchive } from '../../src/core/stream/stream-archive.js';
 import { tempTraceContext } from '../helpers/tmp.js';
 
@@ -26,7 +27,11 @@ describe('StreamArchive pruning', () => {
   it('after a restart, every archived session is pruned to its window, a bounded share per flush', async () => {
     const context = tempTraceContext();
     const sessions = Array.from({ length: 100 }, (_, i) => `sess_${String(i).padStart(3, '0')}`);
-    const before = new StreamArchive(context.db, { minAgeMs: 60_000, minEvents: 2, pruneEveryMs: 60_000 });
+    const before = new StreamArchive(new SqliteStreamArchiveRows(context.db), {
+      minAgeMs: 60_000,
+      minEvents: 2,
+      pruneEveryMs: 60_000,
+    });
     for (const sessionId of sessions) for (let i = 0; i < 5; i += 1) before.record(delta(sessionId));
     before.close();
     await context.flush();
@@ -38,7 +43,11 @@ describe('StreamArchive pruning', () => {
     expect(rowsPerSession()).toEqual(sessions.map(() => 5));
 
     // A new process: rows are old enough now, and every session is due, not only those it writes to.
-    const after = new StreamArchive(context.db, { minAgeMs: 0, minEvents: 2, pruneEveryMs: 60_000 });
+    const after = new StreamArchive(new SqliteStreamArchiveRows(context.db), {
+      minAgeMs: 0,
+      minEvents: 2,
+      pruneEveryMs: 60_000,
+    });
     for (let flush = 0; flush < 5; flush += 1) {
       after.record(delta('sess_live'));
       await settle();

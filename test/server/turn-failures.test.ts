@@ -58,7 +58,7 @@ async function serverWith(validation: 'strict' | 'lenient', tools: Tool[], confi
   const context = tempTraceContext({ validation, logger: logs.logger });
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: testRuntimeConfig(config),
     tools,
     logger: logs.logger,

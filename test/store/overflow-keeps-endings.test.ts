@@ -16,7 +16,7 @@ describe('a buffer overflow during a storage outage', () => {
     const context = tempTraceContext({ writerBuffer: { maxEvents: 30 } });
     const runtime = createRuntime({
       bus: context.bus,
-      db: context.db,
+      store: context.port,
       config: testRuntimeConfig({ scripted: { slow_token_delay_ms: 5, slow_tokens: 400 } }),
     });
     // As the server sets it: a write under another process's lock fails at once and is retried later.

@@ -1,9 +1,9 @@
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { openPostgresStore } from '../../src/core/store/postgres/serve-store.js';
+import { acquireLease } from '../../src/core/store/postgres/session-leases.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { tempDir } from '../helpers/tmp.js';

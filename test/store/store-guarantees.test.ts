@@ -35,7 +35,11 @@ type TraceStoreStatements = Record<
   | 'lastSeqStatement'
   | 'lastIdStatement'
   | 'eventByIdStatement'
-  | 'chainStatement',
+  | 'chainStatement'
+  | 'lookups.turnStarted'
+  | 'lookups.turnEnd'
+  | 'lookups.sessionEnded'
+  | 'lookups.userMessage',
   Statement
 >;
 
@@ -201,10 +205,17 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
       ['lastSeqStatement', ['sess_3'], { access: 'search', tempSort: false }],
       ['lastIdStatement', [], { access: 'search', tempSort: false }],
       ['eventByIdStatement', [middle], { access: 'search', tempSort: false }],
+      ['lookups.turnStarted', ['sess_2', 'turn_5'], { access: 'search', tempSort: false }],
+      ['lookups.turnEnd', ['sess_2', 'turn_5'], { access: 'search', tempSort: false }],
+      ['lookups.sessionEnded', ['sess_2'], { access: 'search', tempSort: false }],
     ];
+    // The one statement on another table: a turn's user message, found in its session's messages.
+    const messagePlan = queryPlan(context.db, statements['lookups.userMessage'].source, ['sess_2', 'turn_5']);
+    expect(messagePlan).toContain('SEARCH messages USING INDEX idx_messages_session (session_id=?)');
+    expect(messagePlan).not.toContain('USE TEMP B-TREE FOR ORDER BY');
     // Every statement the store prepares is covered: a new one must come with its plan check.
     const prepared = Object.keys(statements).sort();
-    expect(prepared).toEqual([...new Set(cases.map(([name]) => name))].sort());
+    expect(prepared).toEqual([...new Set([...cases.map(([name]) => name), 'lookups.userMessage'])].sort());
 
     for (const [name, params, expected] of cases) {
       const plan = queryPlan(context.db, statements[name].source, params);

@@ -49,7 +49,7 @@ async function startRig(
   const context = openTraceContext({ dbPath: join(home, 'metis.db'), validation: 'strict' });
   const runtime = createRuntime({
     bus: context.bus,
-    db: context.db,
+    store: context.port,
     config: testRuntimeConfig(config),
     beforeToolExecute,
   });

@@ -1,8 +1,8 @@
-import Database from 'better-sqlite3';
 import { z } from 'zod';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newEventId } from '../events/ids.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
+import { holdWriteLock } from '../store/database.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { StreamHub } from '../stream/stream-hub.js';
 
@@ -128,20 +128,4 @@ export function conformanceRoutes(
       },
     ),
   ];
-}
-
-/** Takes the write lock from a second connection and lets it go after `ms`; returns a release. */
-function holdWriteLock(dbPath: string, ms: number): () => void {
-  const holder = new Database(dbPath);
-  holder.pragma('busy_timeout = 1000');
-  holder.exec('BEGIN IMMEDIATE');
-  const release = () => {
-    clearTimeout(timer);
-    if (!holder.open) return;
-    holder.exec('COMMIT');
-    holder.close();
-  };
-  const timer = setTimeout(release, ms);
-  timer.unref();
-  return release;
 }

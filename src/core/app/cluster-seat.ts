@@ -3,7 +3,7 @@ import { MetisError } from '../errors.js';
 import type { SessionGate, SessionRouter } from '../http/session-router.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { rootSession } from '../store/session-lineage.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 
 /** Sessions whose root `rootOf` remembers at most. */
 const MAX_REMEMBERED_ROOTS = 10_000;
@@ -18,7 +18,7 @@ export class ClusterSeat {
 
   constructor(
     readonly clustered: boolean,
-    private readonly sessions: SessionStore,
+    private readonly sessions: SessionRows,
   ) {}
 
   /**

@@ -6,7 +6,7 @@ import type { Runtime } from '../runtime/runtime.js';
 import type { StoredSession } from '../store/postgres/session-pull.js';
 import { useRowIdBlock } from '../store/row-ids.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { EventSequencer } from '../stream/event-sequencer.js';
 import type { ClusterSeat } from './cluster-seat.js';
@@ -18,7 +18,7 @@ export interface ClusterParts {
   readonly server: MetisServer;
   readonly trace: TraceContext;
   readonly runtime: Runtime;
-  readonly sessions: SessionStore;
+  readonly sessions: SessionRows;
   readonly token: string | null;
   /** What this start's crash recovery committed, for the other nodes' clients. */
   readonly recovered: readonly MetisEvent[];
@@ -99,7 +99,7 @@ export function takeOverHere(parts: {
   readonly trace: TraceContext;
   readonly runtime: Runtime;
   readonly sequencer: EventSequencer;
-  readonly sessions: SessionStore;
+  readonly sessions: SessionRows;
   readonly pricingVersion: string;
   readonly logger: Logger;
 }): (sessionId: string, read: (sessionId: string) => Promise<StoredSession>) => Promise<TakeOverReport> {

@@ -19,8 +19,9 @@ import type { SessionRouter } from '../http/session-router.js';
 import { staticRoutes } from '../http/static-files.js';
 import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { LOOP_BUSY_TIMEOUT_MS } from '../store/database.js';
+import { serveTheLoop } from '../store/database.js';
 import { shippedCommits } from '../store/shipped-commits.js';
+import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { StreamOptions } from '../stream/client-connection.js';
 import type { OpenConnection } from '../stream/connection-deps.js';
@@ -134,15 +135,17 @@ export async function startServer(
     throttle: options.authThrottle,
     trustedProxies: trustedProxies(options.trustedProxies ?? []),
   });
-  // From here the connection serves the loop: no write may wait long for another process's lock.
-  trace.db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
+  serveTheLoop(trace.db);
   const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
   // On PostgreSQL a bus event reaches clients once the store of record holds it (issue 35, cause 4).
   const commits = trace.upstream === null ? trace.writer : shippedCommits(trace.writer, trace.upstream);
   const sequencer = new EventSequencer(trace.bus, commits, runtime.streaming);
   const archive = options.faults?.shortStreamWindow
     ? null
-    : new StreamArchive(trace.db, { ...DEFAULT_STREAM_WINDOW, ...options.streamWindow });
+    : new StreamArchive(new SqliteStreamArchiveRows(trace.db), {
+        ...DEFAULT_STREAM_WINDOW,
+        ...options.streamWindow,
+      });
   const hub = new StreamHub(sequencer, runtime.sessions, archive);
   const tokens = new AttachTokens(options.attachTokenTtlMs);
   const connections = new Set<OpenConnection>();

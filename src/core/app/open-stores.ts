@@ -2,10 +2,9 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { type ClusterSettings, type PreparedCluster, prepareCluster } from '../cluster/cluster-start.js';
 import type { MetisConfig } from '../config/schema.js';
-import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
+import type { MetisEvent } from '../events/envelope.js';
 import { killLeftoverChildren } from '../runtime/child-process-record.js';
 import { type RecoveryReport, recoverCrashedTurns } from '../runtime/crash-recovery.js';
-import { EVENT_COLUMNS, type EventRow, rowToEvent } from '../store/event-rows.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import { acquireLock } from '../store/lock.js';
 import { watchHandoffs } from '../store/owner-handoffs.js';
@@ -15,7 +14,6 @@ import {
   workingCopyFile,
 } from '../store/postgres/serve-store.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
-import { SessionStore } from '../store/session-store.js';
 import { openTraceContext, reportGaps, type TraceContext } from '../store/trace-context.js';
 
 export interface LockedStores {
@@ -101,16 +99,16 @@ export async function openAndRecover(
       stores.prepared === null
         ? undefined
         : (await stores.prepared.leasedHere()).flatMap((root) =>
-            selfAndDescendants(new SessionStore(trace.db), root),
+            selfAndDescendants(trace.port.sessions, root),
           );
-    const before = trace.db.prepare('SELECT max(id) FROM events').pluck().get() as string | null;
+    const before = trace.store.lastEventId();
     const recovery = recoverCrashedTurns(trace.db, trace.bus, {
       pricingVersion: config.runtime.pricing_version,
       logger,
       ...(sessions === undefined ? {} : { sessions }),
     });
     await trace.flush();
-    const recoveredEvents = stores.prepared === null ? [] : eventsAfter(trace, before);
+    const recoveredEvents = stores.prepared === null ? [] : trace.store.eventsAfter(before);
     const gaps = await reportGaps(trace);
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
     watchHandoffs(trace, { logger }); // what a prune beside this server hands it to record; stops on close
@@ -119,13 +117,4 @@ export async function openAndRecover(
     await trace.close();
     throw error;
   }
-}
-
-/** The sessions' events committed after `id` (all of them when null), in id order. */
-function eventsAfter(trace: TraceContext, id: string | null): MetisEvent[] {
-  const rows = trace.db
-    .prepare(`SELECT ${EVENT_COLUMNS} FROM events WHERE id > ? AND session_id <> ? ORDER BY id`)
-    .raw()
-    .all(id ?? '', SYSTEM_SESSION_ID) as EventRow[];
-  return rows.map(rowToEvent);
 }

@@ -11,7 +11,6 @@ import { ChildProcessRecord } from '../runtime/child-process-record.js';
 import type { RecoveryReport } from '../runtime/crash-recovery.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
-import { SessionStore } from '../store/session-store.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { FaultName } from '../stream/faults.js';
 import { ClusterSeat } from './cluster-seat.js';
@@ -107,8 +106,7 @@ export async function startService(
       logger,
       options.configPath ?? null,
     );
-    const sessions = new SessionStore(trace.db);
-    const seat = new ClusterSeat(stores.prepared !== null, sessions);
+    const seat = new ClusterSeat(stores.prepared !== null, trace.port.sessions);
     const runtime = startRuntime(config, recovered, stores, seat, logger, options);
     server = await startServiceServer({
       config,
@@ -128,7 +126,7 @@ export async function startService(
         server,
         trace,
         runtime,
-        sessions,
+        sessions: trace.port.sessions,
         token: auth.token,
         recovered: recovered.recoveredEvents,
         pricingVersion: config.runtime.pricing_version,
@@ -212,7 +210,7 @@ function startRuntime(
   const runtime = createRuntime({
     mayResume: (sessionId) => seat.runsHere(sessionId),
     bus: recovered.trace.bus,
-    db: recovered.trace.db,
+    store: recovered.trace.port,
     config: runtimeConfig,
     logger,
     childProcesses: new ChildProcessRecord(recovered.childRecordFile, logger),

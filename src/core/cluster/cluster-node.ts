@@ -14,6 +14,7 @@ import {
   type NodeLag,
   type NodeRecord,
   registerNode,
+  takeRowIdBlock,
 } from '../store/postgres/node-registry.js';
 import { acquireLease, leasedTo, orphanedLeases } from '../store/postgres/session-leases.js';
 import { readStoredSession, type StoredSession } from '../store/postgres/session-pull.js';
@@ -177,10 +178,7 @@ export async function joinCluster(options: {
     );
   };
   try {
-    const block = (
-      await client.query<{ block: number }>("SELECT nextval('metis_row_id_blocks')::bigint AS block")
-    ).rows[0]!.block;
-    options.rowIdBlock(block);
+    options.rowIdBlock(await takeRowIdBlock(client));
     startedAtUs = await registerNode(client, {
       node_id: nodeId,
       url: options.url,

@@ -1,12 +1,10 @@
 import type { Logger } from 'pino';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import type { Db } from '../store/database.js';
-import { eventToParams } from '../store/event-rows.js';
+import { MirrorRows } from '../store/postgres/mirror-rows.js';
 import { type StoredSession, writeStoredSession } from '../store/postgres/session-pull.js';
-import { writePulled } from '../store/postgres/working-copy.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
-import { SessionStore } from '../store/session-store.js';
-import { COPIED_TABLES, copiedRowToEvent, EVENT_ROW_AT } from '../store/store-copy.js';
+import { copiedRowToEvent, EVENT_ROW_AT } from '../store/store-copy.js';
 import type { EventSequencer } from '../stream/event-sequencer.js';
 import type { Broker, BrokerMessage } from './broker.js';
 import { ALL_SESSIONS_SUBJECT, FAMILY_HEADER, NODE_HEADER } from './event-fanout.js';
@@ -22,8 +20,6 @@ export interface SessionMirror {
   /** Stops listening. */
   close(): void;
 }
-
-const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
 
 /**
  * Event types written with rows of other tables (messages, tool calls, the session's own row): their
@@ -56,12 +52,7 @@ export function mirrorSessions(parts: {
   readonly logger: Logger;
 }): SessionMirror {
   const { db, sequencer, logger } = parts;
-  const lastSeq = db.prepare('SELECT max(seq) FROM events WHERE session_id = ?').pluck();
-  const known = db.prepare('SELECT 1 FROM sessions WHERE id = ?').pluck();
-  const insert = db.prepare(
-    `INSERT OR IGNORE INTO events (${EVENTS.columns.join(', ')}) VALUES (${EVENTS.columns.map(() => '?').join(', ')})`,
-  );
-  const markPulled = db.prepare('INSERT OR IGNORE INTO pg_pulled_events (id) VALUES (?)');
+  const rows = new MirrorRows(db);
   /**
    * The work queued: each message and refresh runs after the one before. One queue for every session,
    * not one each: a planner's stream carries its workers' events, which must keep their id order
@@ -81,8 +72,6 @@ export function mirrorSessions(parts: {
     if (event.seq === null && newest !== undefined && event.id <= newest) return;
     sequencer.releaseRemote(event);
   };
-  const lineage = new SessionStore(db);
-  const newestStored = db.prepare('SELECT max(id) FROM events WHERE session_id = ?').pluck();
   let closed = false;
 
   const enqueue = (sessionId: string, work: () => Promise<void> | void): Promise<void> => {
@@ -101,12 +90,11 @@ export function mirrorSessions(parts: {
    * ones after it (and their streaming events, published between them) are on their way in order.
    */
   const bringUp = async (sessionId: string, throughSeq?: number): Promise<void> => {
-    if (closed || !db.open) return;
+    if (closed || !rows.open) return;
     const after = new Map<string, number>();
-    for (const id of selfAndDescendants(lineage, sessionId))
-      after.set(id, (lastSeq.get(id) as number | null) ?? 0);
+    for (const id of selfAndDescendants(rows.lineage, sessionId)) after.set(id, rows.lastSeq(id));
     const read = await parts.read(sessionId, after);
-    if (closed || !db.open) return;
+    if (closed || !rows.open) return;
     const stored =
       throughSeq === undefined
         ? read
@@ -123,29 +111,23 @@ export function mirrorSessions(parts: {
     for (const row of addedEvents) release(copiedRowToEvent(row));
     // Everything the copy holds of these sessions is released: a replay may reach that far.
     for (const id of stored.sessionIds) {
-      const newest = newestStored.get(id) as string | null;
+      const newest = rows.newestEventId(id);
       if (newest !== null && !parts.runsHere(id)) sequencer.markRemote(id, newest);
     }
   };
 
   const receive = async (event: MetisEvent, family: string): Promise<void> => {
-    if (closed || !db.open || parts.runsHere(event.session_id)) return;
+    if (closed || !rows.open || parts.runsHere(event.session_id)) return;
     if (family === 'stream') {
       release(event);
       return;
     }
-    const have = (lastSeq.get(event.session_id) as number | null) ?? 0;
+    const have = rows.lastSeq(event.session_id);
     if (event.seq !== null && event.seq <= have) return;
     // An event that comes with rows (a message, a turn's end, the session's own changes) brings them
     // from the store, where they were shipped with it: snapshots and reads here show them.
-    if (
-      event.seq === have + 1 &&
-      known.get(event.session_id) !== undefined &&
-      !CHANGES_ROWS.test(event.type)
-    ) {
-      writePulled(db, () => {
-        if (insert.run(eventToParams(event)).changes === 1) markPulled.run(event.id);
-      });
+    if (event.seq === have + 1 && rows.hasSession(event.session_id) && !CHANGES_ROWS.test(event.type)) {
+      rows.insertPulled(event);
       following.add(event.session_id);
       release(event);
       return;

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from '../store/database.js';
+import { SqliteOpenWork } from '../store/open-work.js';
 import { SessionStore } from '../store/session-store.js';
 import { usdDecimal } from './pricing.js';
 import { StreamingChannel } from './streaming-channel.js';
@@ -64,15 +65,8 @@ export function recoverCrashedTurns(
 ): RecoveryReport {
   const sessions = new SessionStore(db);
   const streaming = new StreamingChannel();
-  const allOpenTurns = db
-    .prepare(
-      `SELECT s.session_id, s.turn_id, s.id, se.parent_session_id FROM events s
-       JOIN sessions se ON se.id = s.session_id
-       WHERE s.type = 'turn.started' AND s.turn_id IS NOT NULL AND NOT EXISTS (
-         SELECT 1 FROM events e WHERE e.turn_id = s.turn_id AND e.type IN ('turn.completed', 'turn.cancelled'))
-       ORDER BY s.id`,
-    )
-    .all() as { session_id: string; turn_id: string; id: string; parent_session_id: string | null }[];
+  const open = new SqliteOpenWork(db);
+  const allOpenTurns = open.openTurns();
   const only = options.sessions === undefined ? null : new Set(options.sessions);
   /** Whether a session is one recovery was asked for, or a worker of one. */
   const inScope = (row: { session_id: string; parent_session_id: string | null }) =>
@@ -80,9 +74,6 @@ export function recoverCrashedTurns(
     only.has(row.session_id) ||
     (row.parent_session_id !== null && only.has(row.parent_session_id));
   const openTurns = allOpenTurns.filter(inScope);
-  const turnEvents = db.prepare(
-    'SELECT id, type, parent_event_id, timestamp_us, payload_json FROM events WHERE turn_id = ? ORDER BY id',
-  );
   const report = {
     turns: 0,
     modelCalls: 0,
@@ -101,9 +92,8 @@ export function recoverCrashedTurns(
   for (const turn of ordered) {
     // One turn that cannot be closed (a stored payload no schema accepts) must not stop the start.
     try {
-      const stored = (
-        turnEvents.all(turn.turn_id) as (Omit<StoredEvent, 'payload'> & { payload_json: string })[]
-      )
+      const stored = open
+        .turnEvents(turn.turn_id)
         .filter((row) => row.type !== 'bus.gap_detected')
         .map(({ payload_json, ...row }) => ({
           ...row,
@@ -189,12 +179,7 @@ export function recoverCrashedTurns(
     report.workerSessions += 1;
   }
 
-  const withOpenRows = db
-    .prepare(
-      `SELECT DISTINCT t.session_id, s.parent_session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
-        WHERE t.status IN ('pending', 'running')`,
-    )
-    .all() as { session_id: string; parent_session_id: string | null }[];
+  const withOpenRows = open.sessionsWithOpenToolCalls();
   for (const { session_id: sessionId } of withOpenRows.filter(inScope)) {
     report.toolCallRows += sessions.closeOpenToolCalls(sessionId, {
       status: 'failed',

@@ -1,7 +1,7 @@
 import type { EventBus } from '../bus/event-bus.js';
 import { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
-import type { Db } from '../store/database.js';
+import type { TraceLookups } from '../store/trace-lookups.js';
 
 export type Rating = 'thumbs_up' | 'thumbs_down';
 
@@ -13,8 +13,6 @@ export interface ExplicitFeedback {
   readonly comment: string | null;
 }
 
-const TURN_ENDS = "('turn.completed', 'turn.cancelled')";
-
 /**
  * Records the user's rating of a turn or of a session as `feedback.explicit` (bus §6.9). Its parent is
  * what was rated: the turn's end, or `session.ended` (null while the session goes on). A turn is rated
@@ -23,38 +21,27 @@ const TURN_ENDS = "('turn.completed', 'turn.cancelled')";
  * @throws MetisError METIS_ERR_TURN_NOT_FOUND for a turn the session never had,
  *   METIS_ERR_TURN_IN_FLIGHT for one still running.
  */
-export function recordExplicitFeedback(bus: EventBus, db: Db, feedback: ExplicitFeedback): MetisEvent {
+export function recordExplicitFeedback(
+  bus: EventBus,
+  lookups: TraceLookups,
+  feedback: ExplicitFeedback,
+): MetisEvent {
   const { sessionId, turnId } = feedback;
   let parent: string | null;
   if (turnId !== null) {
-    const started = db
-      .prepare("SELECT 1 FROM events WHERE session_id = ? AND turn_id = ? AND type = 'turn.started'")
-      .get(sessionId, turnId);
-    if (started === undefined)
+    if (lookups.turnStartedId(sessionId, turnId) === null)
       throw new MetisError(
         'METIS_ERR_TURN_NOT_FOUND',
         `turn ${turnId} is not a turn of session ${sessionId}`,
       );
-    parent =
-      (db
-        .prepare(
-          `SELECT id FROM events WHERE session_id = ? AND turn_id = ? AND type IN ${TURN_ENDS} LIMIT 1`,
-        )
-        .pluck()
-        .get(sessionId, turnId) as string | undefined) ?? null;
+    parent = lookups.turnEndId(sessionId, turnId);
     if (parent === null)
       throw new MetisError(
         'METIS_ERR_TURN_IN_FLIGHT',
         `turn ${turnId} is still running; rate it once it has ended`,
       );
   } else {
-    parent =
-      (db
-        .prepare(
-          "SELECT id FROM events WHERE session_id = ? AND type = 'session.ended' ORDER BY id DESC LIMIT 1",
-        )
-        .pluck()
-        .get(sessionId) as string | undefined) ?? null;
+    parent = lookups.sessionEndedId(sessionId);
   }
   return bus.emit({
     type: 'feedback.explicit',

@@ -6,7 +6,7 @@ import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 import type { CostAccumulator } from './cost-accumulator.js';
 import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
 import type { StreamingChannel } from './streaming-channel.js';
@@ -61,7 +61,7 @@ export const REMEMBERED_ENDED_TURNS = 16;
 export interface LiveSessionsOptions {
   readonly bus: EventBus;
   readonly streaming: StreamingChannel;
-  readonly sessions: SessionStore;
+  readonly sessions: SessionRows;
   readonly config: RuntimeConfig;
   readonly costs: CostAccumulator;
   readonly logger: Logger;
@@ -240,7 +240,7 @@ export class LiveSessions {
    * count and sticky model come back from the database, so routing and `session.ended.turn_count`
    * carry on where the earlier process left off.
    */
-  private resume(stored: NonNullable<ReturnType<SessionStore['getSession']>>): LiveSession {
+  private resume(stored: NonNullable<ReturnType<SessionRows['getSession']>>): LiveSession {
     const { sessions, config, costs } = this.options;
     const workspacePath = stored.workspace_path ?? process.cwd();
     const session: LiveSession = {

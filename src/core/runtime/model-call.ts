@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { newId } from '../events/ids.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 import { MessageBuilder } from './message-builder.js';
 import {
   type AdapterChunk,
@@ -62,7 +62,7 @@ export class ModelCaller {
   constructor(
     private readonly config: RuntimeConfig,
     private readonly dispatcher: ToolDispatcher,
-    private readonly sessions: SessionStore,
+    private readonly sessions: SessionRows,
     private readonly logger: Logger,
   ) {}
 

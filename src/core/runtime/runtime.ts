@@ -5,10 +5,9 @@ import type { ConfirmationRequest } from '../confirmation-request.js';
 import { MetisError } from '../errors.js';
 import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
-import type { Db } from '../store/database.js';
 import { isSelfOrAncestor, selfAndDescendants } from '../store/session-lineage.js';
-import { SessionStore } from '../store/session-store.js';
-import { DEFAULT_COMMIT_WAIT_MS, writerOf } from '../store/trace-writer.js';
+import type { SessionRows, StorePort } from '../store/store-port.js';
+import { DEFAULT_COMMIT_WAIT_MS } from '../store/trace-writer.js';
 import type { ChildProcessRecord } from './child-process-record.js';
 import { type ClientToolDeclaration, ClientToolResults } from './client-tools.js';
 import { ConfirmationBroker } from './confirmations.js';
@@ -39,7 +38,8 @@ import { type CancelReason, cancelTurnState, type TurnOutcome, type TurnState } 
 
 export interface RuntimeOptions {
   readonly bus: EventBus;
-  readonly db: Db;
+  /** Sessions, lookups and patterns (the store port): the runtime touches no database itself. */
+  readonly store: StorePort;
   readonly config?: RuntimeConfigInput;
   readonly logger?: Logger;
   readonly streaming?: StreamingChannel;
@@ -77,7 +77,7 @@ export type CancelOutcome = 'cancelling' | 'already_cancelling' | 'already_ended
 export class Runtime {
   readonly config: RuntimeConfig;
   readonly streaming: StreamingChannel;
-  readonly sessions: SessionStore;
+  readonly sessions: SessionRows;
   readonly models: ModelRegistry;
   readonly confirmations = new ConfirmationBroker();
   /** Results of the client's own tools (an AG-UI run's frontend tools), which their calls wait for. */
@@ -105,15 +105,12 @@ export class Runtime {
     this.config = runtimeConfig(options.config);
     this.logger = options.logger ?? silentLogger();
     this.streaming = options.streaming ?? new StreamingChannel();
-    this.sessions = new SessionStore(options.db);
+    this.sessions = options.store.sessions;
     this.models = new ModelRegistry(this.config);
     this.health = new ProviderHealth(this.config.provider_health);
     this.models.health = this.health;
     this.beforeToolExecute = options.beforeToolExecute;
-    const writer = writerOf(options.db);
-    if (writer !== undefined) {
-      this.startGate = (id) => writer.whenCommitted(id, DEFAULT_COMMIT_WAIT_MS);
-    }
+    this.startGate = (id) => options.store.whenStored(id, DEFAULT_COMMIT_WAIT_MS);
     this.routing = new RoutingPolicy(this.config, this.bus, {
       logger: this.logger,
       modelProblem: (model) => {
@@ -177,16 +174,18 @@ export class Runtime {
     );
     this.costs.attach(this.bus);
     this.health.attach(this.bus);
-    this.patterns = this.config.patterns.enabled ? new PatternStore(options.db, this.config.patterns) : null;
+    this.patterns = this.config.patterns.enabled
+      ? new PatternStore(options.store.patterns, this.config.patterns)
+      : null;
     this.patternRecorder =
       this.patterns === null
         ? null
-        : new PatternRecorder(this.patterns, this.bus, options.db, this.config.pricing_version);
+        : new PatternRecorder(this.patterns, this.bus, options.store, this.config.pricing_version);
     const recorder = this.patternRecorder;
     this.evaluator = this.config.evaluator.enabled
       ? new Evaluator({
           bus: this.bus,
-          db: options.db,
+          store: options.store,
           logger: this.logger,
           judge:
             options.judge ??

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 import type { ConfirmationBroker } from './confirmations.js';
 import type { ContentBlock } from './model-adapter.js';
 import {
@@ -77,7 +77,7 @@ export class ToolDispatcher {
   constructor(
     tools: readonly Tool[],
     private readonly config: RuntimeConfig,
-    private readonly sessions: SessionStore,
+    private readonly sessions: SessionRows,
     private readonly confirmations: ConfirmationBroker,
     logger?: Logger,
   ) {

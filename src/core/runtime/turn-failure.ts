@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 import type { TurnEvents } from './turn-events.js';
 import type { TurnOutcome, TurnState } from './turn-state.js';
 
@@ -35,7 +35,7 @@ function errorMessage(error: unknown): string {
 export function closeFailedTurn(
   events: TurnEvents,
   state: TurnState,
-  sessions: SessionStore,
+  sessions: SessionRows,
   config: RuntimeConfig,
   logger: Logger,
   error: unknown,

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { RoutingRule, RuntimeConfig } from '../config/runtime-schema.js';
 import { newId } from '../events/ids.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 import {
   type AdapterResult,
   type ConversationMessage,
@@ -79,7 +79,7 @@ export class TurnRunner {
     private readonly config: RuntimeConfig,
     private readonly models: ModelRegistry,
     private readonly dispatcher: ToolDispatcher,
-    private readonly sessions: SessionStore,
+    private readonly sessions: SessionRows,
     private readonly logger: Logger,
     /** The routing rules in effect now (a policy file can change them while the server runs). */
     private readonly routingRules: () => readonly RoutingRule[] = () => config.routing_rules,

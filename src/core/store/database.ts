@@ -146,3 +146,27 @@ function tableCount(db: Db): number {
 export function schemaVersionOf(db: Db): number {
   return userVersion(db);
 }
+
+/** From here the connection serves the event loop: no write may wait long for another process's lock. */
+export function serveTheLoop(db: Db): void {
+  db.pragma(`busy_timeout = ${LOOP_BUSY_TIMEOUT_MS}`);
+}
+
+/**
+ * Takes the file's write lock from a second connection and lets it go after `ms` (the conformance
+ * suite's storage stall); returns a release.
+ */
+export function holdWriteLock(dbPath: string, ms: number): () => void {
+  const holder = new Database(dbPath);
+  holder.pragma('busy_timeout = 1000');
+  holder.exec('BEGIN IMMEDIATE');
+  const release = () => {
+    clearTimeout(timer);
+    if (!holder.open) return;
+    holder.exec('COMMIT');
+    holder.close();
+  };
+  const timer = setTimeout(release, ms);
+  timer.unref();
+  return release;
+}

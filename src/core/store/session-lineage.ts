@@ -1,5 +1,8 @@
 import type { SessionStore } from './session-store.js';
 
+/** What a walk of a delegation tree reads. */
+type Lineage = Pick<SessionStore, 'getSession' | 'childSessionIds'>;
+
 /**
  * The delegation tree of sessions (`parent_session_id`, bus §6.8): a planner's workers, and theirs.
  * A question one of them puts to the user (a tool confirmation) belongs to every session above it too:
@@ -10,7 +13,7 @@ import type { SessionStore } from './session-store.js';
 export const MAX_DELEGATION_DEPTH = 64;
 
 /** `sessionId` followed by every session that descends from it, parents before children. */
-export function selfAndDescendants(sessions: SessionStore, sessionId: string): string[] {
+export function selfAndDescendants(sessions: Lineage, sessionId: string): string[] {
   const found = [sessionId];
   const seen = new Set(found);
   for (let i = 0; i < found.length && i < MAX_DELEGATION_DEPTH * 64; i += 1) {
@@ -24,7 +27,7 @@ export function selfAndDescendants(sessions: SessionStore, sessionId: string): s
 }
 
 /** The session at the top of `sessionId`'s delegation tree (itself when it is no worker). */
-export function rootSession(sessions: SessionStore, sessionId: string): string {
+export function rootSession(sessions: Lineage, sessionId: string): string {
   let current = sessionId;
   for (let depth = 0; depth <= MAX_DELEGATION_DEPTH; depth += 1) {
     const parent = sessions.getSession(current)?.parent_session_id ?? null;
@@ -35,7 +38,7 @@ export function rootSession(sessions: SessionStore, sessionId: string): string {
 }
 
 /** Whether `ancestorId` is `sessionId` itself or a session above it in the delegation tree. */
-export function isSelfOrAncestor(sessions: SessionStore, ancestorId: string, sessionId: string): boolean {
+export function isSelfOrAncestor(sessions: Lineage, ancestorId: string, sessionId: string): boolean {
   let current: string | null = sessionId;
   for (let depth = 0; current !== null && depth <= MAX_DELEGATION_DEPTH; depth += 1) {
     if (current === ancestorId) return true;

@@ -7,6 +7,7 @@ import { type Db, openDatabase } from './database.js';
 import { type DetectedGap, scanForGaps } from './gap-detector.js';
 import { drainHandoffs } from './owner-handoffs.js';
 import { asStorageError } from './storage-errors.js';
+import { type StorePort, sqliteStorePort } from './store-port.js';
 import type { StoreUpstream } from './store-upstream.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
@@ -17,6 +18,8 @@ export interface TraceContext {
   readonly upstream: StoreUpstream | null;
   readonly bus: EventBus;
   readonly store: TraceStore;
+  /** What the runtime reads and writes besides events (one for the database: its sessions share state). */
+  readonly port: StorePort;
   readonly writer: TraceWriter;
   readonly dbPath: string;
   /** Waits until every emitted event is dispatched and committed. */
@@ -80,6 +83,7 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     maxBufferedBytes: options.writerBuffer?.maxBytes,
   });
   const writerSubscription = writer.attach(bus);
+  const port = sqliteStorePort(db, store.lookups);
   const upstream = options.upstream?.(db) ?? null;
   if (upstream !== null) {
     writer.onBatch(() => upstream.kick());
@@ -106,6 +110,7 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     upstream,
     bus,
     store,
+    port,
     writer,
     dbPath: options.dbPath,
     flush,

@@ -8,6 +8,7 @@ import {
   rowToEvent,
   rowToJson,
 } from './event-rows.js';
+import { SqliteTraceLookups, type TraceLookups } from './trace-lookups.js';
 
 export interface ReplayQuery {
   /** One session, or several (a planner and its workers). */
@@ -67,8 +68,11 @@ export class TraceStore {
   private readonly lastIdStatement;
   private readonly eventByIdStatement;
   private readonly chainStatement;
+  /** Point questions about turns, sessions and confirmations (the store port's lookups). */
+  readonly lookups: TraceLookups;
 
   constructor(readonly db: Db) {
+    this.lookups = new SqliteTraceLookups(db);
     this.replayRows = prepareReplay(db, EVENT_COLUMNS);
     this.replayJsonRows = prepareReplay(db, `id, ${EVENT_JSON_SQL}`);
     this.sessionEventsStatement = db
@@ -122,6 +126,16 @@ export class TraceStore {
   /** The causal chain from an event back to its root (bus spec §4.3), starting with the event itself. */
   causalChain(eventId: string): MetisEvent[] {
     return (this.chainStatement.all(eventId) as EventRow[]).map(rowToEvent);
+  }
+
+  /** Every session's events (the system session's aside) committed after `id` (all when null), in id order. */
+  eventsAfter(id: string | null): MetisEvent[] {
+    return (
+      this.db
+        .prepare(`SELECT ${EVENT_COLUMNS} FROM events WHERE id > ? AND session_id <> 'system' ORDER BY id`)
+        .raw()
+        .all(id ?? '') as EventRow[]
+    ).map(rowToEvent);
   }
 
   /** Highest `seq` stored for a session (0 when none): seeds the bus's counter after a restart. */

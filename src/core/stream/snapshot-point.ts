@@ -1,6 +1,6 @@
 import type { Runtime } from '../runtime/runtime.js';
-import type { Db } from '../store/database.js';
 import { storedEventBefore } from '../store/session-as-of.js';
+import type { TraceStore } from '../store/trace-store.js';
 import type { FaultSwitches } from './faults.js';
 import type { RecentStreams } from './recent-streams.js';
 import { pendingConfirmations } from './snapshot.js';
@@ -10,7 +10,7 @@ const MAX_STEPS = 8;
 
 export interface SnapshotPointInput {
   readonly runtime: Runtime;
-  readonly db: Db;
+  readonly store: TraceStore;
   readonly recent: RecentStreams;
   /** The attached session. */
   readonly sessionId: string;
@@ -32,7 +32,7 @@ export interface SnapshotPointInput {
  * reach the client as ordinary events after the snapshot, ids increasing (issue 14 obs. 2 and 4).
  */
 export function snapshotPoint(input: SnapshotPointInput): string | null {
-  const { runtime, db, recent, sessionId, sessionIds, faults } = input;
+  const { runtime, store, recent, sessionId, sessionIds, faults } = input;
   // The snapshot-live-state fault: the last released event, as before issue 14.
   if (faults.snapshotLiveState) return input.released;
   let point = input.released;
@@ -51,13 +51,13 @@ export function snapshotPoint(input: SnapshotPointInput): string | null {
     }
     const questionSessions = new Set(sessionIds);
     if (!faults.snapshotHidesConfirmation) {
-      for (const pending of pendingConfirmations(runtime, db, sessionId, at)) {
+      for (const pending of pendingConfirmations(runtime, store, sessionId, at)) {
         consider(pending.requested_event_id);
         questionSessions.add(pending.session_id);
       }
     }
     if (earliest === null) return at;
-    const before = eventBefore(db, recent, [...questionSessions], earliest);
+    const before = eventBefore(store, recent, [...questionSessions], earliest);
     // Nothing before it (cannot happen: `session.created` comes first): keep the point, and with it the
     // additive fields that describe what is in progress.
     if (before === null || before >= at) return at;
@@ -68,12 +68,12 @@ export function snapshotPoint(input: SnapshotPointInput): string | null {
 
 /** The newest event of these sessions, stored or streamed, before `beforeId`. */
 function eventBefore(
-  db: Db,
+  store: TraceStore,
   recent: RecentStreams,
   sessionIds: readonly string[],
   beforeId: string,
 ): string | null {
-  let newest = storedEventBefore(db, sessionIds, beforeId);
+  let newest = storedEventBefore(store.db, sessionIds, beforeId);
   for (const event of recent.inMemoryAfter(new Set(sessionIds), newest)) {
     if (event.id >= beforeId) break;
     newest = event.id;

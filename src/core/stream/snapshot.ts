@@ -1,8 +1,8 @@
 import { microsToIso } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
-import type { Db } from '../store/database.js';
 import { sessionAsOf } from '../store/session-as-of.js';
+import type { TraceStore } from '../store/trace-store.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
 import type { RecentStreams } from './recent-streams.js';
 
@@ -36,7 +36,7 @@ export interface PendingConfirmation {
  */
 export function buildSnapshot(
   runtime: Runtime,
-  db: Db,
+  store: TraceStore,
   recent: RecentStreams,
   sessionId: string,
   snapshotAt: string | null,
@@ -50,7 +50,7 @@ export function buildSnapshot(
           currentTurnId: info.current_turn_id,
           costUsd: info.cost_so_far_usd,
         }
-      : sessionAsOf(db, sessionId, snapshotAt, runtime.costs.counted(sessionId));
+      : sessionAsOf(store.db, sessionId, snapshotAt, runtime.costs.counted(sessionId));
   const messages =
     snapshotAt === null || faults.snapshotLiveState
       ? runtime.sessions.messages(sessionId, { limit: SNAPSHOT_MESSAGE_LIMIT })
@@ -59,7 +59,7 @@ export function buildSnapshot(
     asOf.currentTurnId === null
       ? []
       : recent.inFlight(sessionId).filter((e) => snapshotAt === null || e.id <= snapshotAt);
-  const pending = pendingConfirmations(runtime, db, sessionId, snapshotAt);
+  const pending = pendingConfirmations(runtime, store, sessionId, snapshotAt);
   return JSON.stringify({
     type: 'snapshot',
     session: {
@@ -100,7 +100,7 @@ interface RequestedPayload {
  */
 export function pendingConfirmations(
   runtime: Runtime,
-  db: Db,
+  store: TraceStore,
   sessionId: string,
   snapshotAt: string | null,
 ): PendingConfirmation[] {
@@ -109,17 +109,16 @@ export function pendingConfirmations(
   const waiting = new Set(requests.map((r) => r.confirmation_request_id));
   if (waiting.size === 0 || snapshotAt === null) return [];
   const sessionIds = [...new Set(requests.map((r) => r.session_id))];
-  const rows = db
-    .prepare(
-      `SELECT id, session_id, timestamp_us, turn_id, type, payload_json FROM events
-       WHERE session_id IN (${sessionIds.map(() => '?').join(', ')}) AND id <= ?
-         AND type IN ('tool.confirmation_requested', 'tool.confirmation_resolved')
-       ORDER BY id`,
-    )
-    .raw()
-    .all(...sessionIds, snapshotAt) as [string, string, number, string | null, string, string][];
+  const rows = store.lookups.confirmationEventsThrough(sessionIds, snapshotAt);
   const pending = new Map<string, PendingConfirmation>();
-  for (const [id, owner, timestampUs, turnId, type, payloadJson] of rows) {
+  for (const {
+    id,
+    session_id: owner,
+    timestamp_us: timestampUs,
+    turn_id: turnId,
+    type,
+    payload_json: payloadJson,
+  } of rows) {
     const p = JSON.parse(payloadJson) as RequestedPayload;
     const requestId = p.confirmation_request_id;
     if (!waiting.has(requestId)) continue;

@@ -1,8 +1,6 @@
-import { isoToMicros, nowMicros } from '../events/clock.js';
+import { nowMicros } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
-import { eventJson } from '../events/event-json.js';
-import type { Db } from '../store/database.js';
-import { writerOf } from '../store/trace-writer.js';
+import type { StreamArchiveRows } from '../store/stream-archive-rows.js';
 
 export interface StreamWindow {
   /** Keep every streaming event of a session newer than this… */
@@ -49,35 +47,15 @@ export class StreamArchive {
   private lastPrune = nowMicros();
   /** Per session, the newest event not archived for want of room: a replay from before it is short. */
   private readonly skippedUpTo = new Map<string, string>();
-  private readonly statements;
   private closed = false;
 
   constructor(
-    private readonly db: Db,
+    private readonly rows: StreamArchiveRows,
     readonly window: StreamWindow = DEFAULT_STREAM_WINDOW,
   ) {
     // Sessions untouched since a restart are pruned once too, at the first flush.
-    for (const sessionId of db.prepare('SELECT DISTINCT session_id FROM stream_events').pluck().all())
-      this.touched.add(sessionId as string);
+    for (const sessionId of rows.archivedSessions()) this.touched.add(sessionId);
     this.lastPrune = 0;
-    this.statements = {
-      insert: db.prepare(
-        'INSERT OR IGNORE INTO stream_events (session_id, id, timestamp_us, event_json) VALUES (?, ?, ?, ?)',
-      ),
-      after: db
-        .prepare('SELECT event_json FROM stream_events WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?')
-        .pluck(),
-      horizon: db.prepare('SELECT before_id FROM stream_horizon WHERE session_id = ?').pluck(),
-      raiseHorizon: db.prepare(
-        `INSERT INTO stream_horizon (session_id, before_id)
-           SELECT ?, min(id) FROM stream_events WHERE session_id = ? HAVING min(id) IS NOT NULL
-         ON CONFLICT (session_id) DO UPDATE SET before_id = max(before_id, excluded.before_id)`,
-      ),
-      prune: db.prepare(
-        `DELETE FROM stream_events WHERE session_id = ? AND timestamp_us < ? AND id < coalesce(
-           (SELECT id FROM stream_events WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?), '')`,
-      ),
-    };
   }
 
   /** Archives a streaming event (released to clients already); its row is written at the next tick. */
@@ -103,8 +81,7 @@ export class StreamArchive {
   after(sessionIds: Iterable<string>, afterId: string | null, limit = Number.MAX_SAFE_INTEGER): MetisEvent[] {
     const byId = new Map<string, MetisEvent>();
     for (const sessionId of sessionIds) {
-      const rows = this.statements.after.all(sessionId, afterId ?? '', limit) as string[];
-      for (const json of rows) {
+      for (const json of this.rows.after(sessionId, afterId ?? '', limit)) {
         const event = JSON.parse(json) as MetisEvent;
         byId.set(event.id, event);
       }
@@ -123,7 +100,7 @@ export class StreamArchive {
   missingAfter(sessionId: string, afterId: string): boolean {
     const skipped = this.skippedUpTo.get(sessionId);
     if (skipped !== undefined && skipped > afterId) return true;
-    const horizon = this.statements.horizon.get(sessionId) as string | undefined;
+    const horizon = this.rows.horizon(sessionId);
     return horizon !== undefined && horizon > afterId;
   }
 
@@ -145,17 +122,6 @@ export class StreamArchive {
     this.queued = [];
     if (batch.length === 0) return;
     this.handed.add(batch);
-    const writer = writerOf(this.db);
-    const insert = () => {
-      for (const event of batch) {
-        this.statements.insert.run(
-          event.session_id,
-          event.id,
-          isoToMicros(event.timestamp),
-          eventJson(event),
-        );
-      }
-    };
     this.unsettled += batch.length;
     const settled = (committed: boolean) => {
       this.unsettled -= batch.length;
@@ -163,10 +129,7 @@ export class StreamArchive {
       // Refused for good (not a busy or full disk, which the writer waits out): a replay says so.
       if (!committed) for (const event of batch) this.skippedUpTo.set(event.session_id, event.id);
     };
-    if (writer === undefined) {
-      insert();
-      settled(true);
-    } else writer.writeRow({ what: `${batch.length} streaming events`, run: insert, settled });
+    this.rows.write(batch, settled);
     if (nowMicros() - this.lastPrune >= this.window.pruneEveryMs * 1000) this.prune();
   }
 
@@ -178,19 +141,6 @@ export class StreamArchive {
     for (const sessionId of sessions) this.touched.delete(sessionId);
     if (this.touched.size === 0) this.lastPrune = nowMicros();
     const cutoffUs = nowMicros() - this.window.minAgeMs * 1000;
-    const run = () => {
-      for (const sessionId of sessions) {
-        const { changes } = this.statements.prune.run(
-          sessionId,
-          cutoffUs,
-          sessionId,
-          this.window.minEvents - 1,
-        );
-        if (changes > 0) this.statements.raiseHorizon.run(sessionId, sessionId);
-      }
-    };
-    const writer = writerOf(this.db);
-    if (writer === undefined) run();
-    else writer.writeRow({ what: 'pruning streaming events', run });
+    this.rows.prune(sessions, cutoffUs, this.window.minEvents);
   }
 }

@@ -1,6 +1,6 @@
 import type { MetisEvent } from '../events/envelope.js';
 import { MAX_DELEGATION_DEPTH } from '../store/session-lineage.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionRows } from '../store/store-port.js';
 import { EventFrames } from './event-frames.js';
 import type { EventSequencer } from './event-sequencer.js';
 import { RecentStreams } from './recent-streams.js';
@@ -39,7 +39,7 @@ export class StreamHub {
 
   constructor(
     readonly sequencer: EventSequencer,
-    private readonly sessions: SessionStore,
+    private readonly sessions: SessionRows,
     archive: StreamArchive | null = null,
   ) {
     this.recent = new RecentStreams(archive);

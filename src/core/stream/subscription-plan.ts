@@ -130,7 +130,7 @@ export function planSubscription(
       hub.sequencer.releasedThrough(sessionIds) ?? storedEventBefore(store.db, [...sessionIds], '~');
     let point = snapshotPoint({
       runtime,
-      db: store.db,
+      store,
       recent: hub.recent,
       sessionId,
       sessionIds,
@@ -147,7 +147,7 @@ export function planSubscription(
     }
     return accepted(
       'snapshot',
-      buildSnapshot(runtime, store.db, hub.recent, sessionId, point, faults),
+      buildSnapshot(runtime, store, hub.recent, sessionId, point, faults),
       replay,
       point,
     );

@@ -69,12 +69,9 @@ export function rejoinTurn(
   onStart: (turnId: string) => void,
 ): void {
   const connection = new ClientConnection(transport, sessionId, deps);
-  const started = deps.store.db
-    .prepare("SELECT id FROM events WHERE session_id = ? AND turn_id = ? AND type = 'turn.started' LIMIT 1")
-    .pluck()
-    .get(sessionId, turnId) as string | undefined;
+  const started = deps.store.lookups.turnStartedId(sessionId, turnId);
   // Not stored yet: nothing of the turn was released either, and all of it arrives live.
-  openTurnStream(connection, transport, turnId, started ?? null, onStart);
+  openTurnStream(connection, transport, turnId, started, onStart);
 }
 
 function openTurnStream(

@@ -4,8 +4,7 @@ import type { SubscriptionHandle } from '../../bus/subscription.js';
 import type { EventType, PayloadOf } from '../../events/catalog/index.js';
 import type { MetisEvent } from '../../events/envelope.js';
 import { newId } from '../../events/ids.js';
-import type { Db } from '../../store/database.js';
-import { writerOf } from '../../store/trace-writer.js';
+import type { StorePort } from '../../store/store-port.js';
 import { usdDecimal } from '../pricing.js';
 import { type SessionEvidence, sessionEvidence } from './evidence.js';
 import { HeuristicJudge, type Judge, JudgeError, type Verdict } from './judge.js';
@@ -20,7 +19,7 @@ export interface ScoredSession {
 
 export interface EvaluatorOptions {
   readonly bus: EventBus;
-  readonly db: Db;
+  readonly store: Pick<StorePort, 'sessions' | 'lookups' | 'whenStored'>;
   readonly logger: Logger;
   readonly judge?: Judge;
   /** Called once a session's verdicts are out (pattern recording). */
@@ -80,8 +79,8 @@ export class Evaluator {
 
   private async react(event: MetisEvent): Promise<void> {
     if (event.session_id === 'system' || this.isWorker(event.session_id)) return;
-    await writerOf(this.options.db)?.whenCommitted(event.id);
-    const evidence = sessionEvidence(this.options.db, event.session_id);
+    await this.options.store.whenStored(event.id);
+    const evidence = sessionEvidence(this.options.store.lookups, event.session_id);
     if (event.type === 'session.ended') {
       await this.scoreSession(evidence, event.id, 'batch');
       return;
@@ -216,10 +215,8 @@ export class Evaluator {
   }
 
   private isWorker(sessionId: string): boolean {
-    const row = this.options.db
-      .prepare('SELECT parent_session_id FROM sessions WHERE id = ?')
-      .get(sessionId) as { parent_session_id: string | null } | undefined;
-    return row !== undefined && row.parent_session_id !== null;
+    const session = this.options.store.sessions.getSession(sessionId);
+    return session !== null && session.parent_session_id !== null;
   }
 }
 

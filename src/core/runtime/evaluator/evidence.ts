@@ -1,4 +1,4 @@
-import type { Db } from '../../store/database.js';
+import type { TraceLookups } from '../../store/trace-lookups.js';
 
 /** What the stored events of one turn say about how it went; what a judge scores. */
 export interface TurnEvidence {
@@ -64,13 +64,8 @@ const EVIDENCE_TYPES = [
  * Reads the evidence of a session from its stored events (a batch reader: the caller waits until the
  * events it reacts to are committed). Turns come in the order they started.
  */
-export function sessionEvidence(db: Db, sessionId: string): SessionEvidence {
-  const rows = db
-    .prepare(
-      `SELECT id, type, turn_id, payload_json FROM events
-       WHERE session_id = ? AND type IN (${EVIDENCE_TYPES.map(() => '?').join(', ')}) ORDER BY id`,
-    )
-    .all(sessionId, ...EVIDENCE_TYPES) as Row[];
+export function sessionEvidence(lookups: TraceLookups, sessionId: string): SessionEvidence {
+  const rows = lookups.eventsOfTypes(sessionId, EVIDENCE_TYPES);
   const turns = new Map<string, MutableTurn>();
   const sessionImplicit: { type: string; confidence: number }[] = [];
   let sessionRating: SessionEvidence['rating'] = null;
@@ -119,8 +114,8 @@ export function sessionEvidence(db: Db, sessionId: string): SessionEvidence {
 }
 
 /** The evidence of one turn, or null when the session has no such turn. */
-export function turnEvidence(db: Db, sessionId: string, turnId: string): TurnEvidence | null {
-  return sessionEvidence(db, sessionId).turns.find((t) => t.turnId === turnId) ?? null;
+export function turnEvidence(lookups: TraceLookups, sessionId: string, turnId: string): TurnEvidence | null {
+  return sessionEvidence(lookups, sessionId).turns.find((t) => t.turnId === turnId) ?? null;
 }
 
 function newTurn(sessionId: string, turnId: string, toolsInHistory: boolean): MutableTurn {

@@ -1,5 +1,5 @@
 import type { EventBus } from '../../bus/event-bus.js';
-import type { Db } from '../../store/database.js';
+import type { StorePort } from '../../store/store-port.js';
 import type { ScoredSession } from '../evaluator/evaluator.js';
 import { usdDecimal } from '../pricing.js';
 import { type Fingerprint, fingerprintOf } from './fingerprint.js';
@@ -20,16 +20,16 @@ interface Group {
  */
 export class PatternRecorder {
   constructor(
-    private readonly store: PatternStore,
+    private readonly patterns: PatternStore,
     private readonly bus: EventBus,
-    private readonly db: Db,
+    private readonly store: Pick<StorePort, 'sessions' | 'lookups'>,
     private readonly pricingVersion: string,
   ) {}
 
   record(scored: ScoredSession): void {
     const { evidence } = scored;
     if (evidence.endEventId === null) return;
-    const trimmed = this.store.trimAged();
+    const trimmed = this.patterns.trimAged();
     if (trimmed !== null) this.evicted('system', trimmed, null);
     const workspaceHash = this.workspaceHashOf(evidence.sessionId);
     const groups = new Map<string, Group>();
@@ -37,7 +37,7 @@ export class PatternRecorder {
       const score = scored.turnScores.get(turn.turnId);
       if (turn.model === null || score === undefined) continue;
       if (turn.outcome !== 'completed' && turn.outcome !== 'failed') continue;
-      const message = this.userMessageOf(evidence.sessionId, turn.turnId);
+      const message = this.store.lookups.userTextOfTurn(evidence.sessionId, turn.turnId);
       if (message === null) continue;
       const fingerprint = fingerprintOf(message, turn.toolsInHistory, workspaceHash);
       const id = `${fingerprint.key}\n${turn.model}`;
@@ -49,7 +49,7 @@ export class PatternRecorder {
     }
     for (const group of groups.values()) {
       const score = group.scores.reduce((a, b) => a + b, 0) / group.scores.length;
-      const recorded = this.store.record({
+      const recorded = this.patterns.record({
         fingerprint: group.fingerprint,
         model: group.model,
         sessionId: evidence.sessionId,
@@ -92,24 +92,7 @@ export class PatternRecorder {
     });
   }
 
-  private userMessageOf(sessionId: string, turnId: string): string | null {
-    const row = this.db
-      .prepare(
-        "SELECT content_json FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' ORDER BY id LIMIT 1",
-      )
-      .get(sessionId, turnId) as { content_json: string } | undefined;
-    if (row === undefined) return null;
-    const content = JSON.parse(row.content_json) as { type: string; text?: string }[];
-    return content
-      .filter((b) => b.type === 'text')
-      .map((b) => b.text ?? '')
-      .join('');
-  }
-
   private workspaceHashOf(sessionId: string): string {
-    const row = this.db.prepare('SELECT workspace_hash FROM sessions WHERE id = ?').get(sessionId) as
-      | { workspace_hash: string | null }
-      | undefined;
-    return row?.workspace_hash ?? '';
+    return this.store.sessions.getSession(sessionId)?.workspace_hash ?? '';
   }
 }

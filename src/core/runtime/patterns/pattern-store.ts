@@ -1,9 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { RuntimeConfig } from '../../config/runtime-schema.js';
 import { nowMicros } from '../../events/clock.js';
-import type { Db } from '../../store/database.js';
-import { nextRowId } from '../../store/row-ids.js';
-import { writerOf } from '../../store/trace-writer.js';
+import type { PatternRows } from '../../store/pattern-rows.js';
 import type { Fingerprint, FingerprintFeatures } from './fingerprint.js';
 
 export type PatternOptions = RuntimeConfig['patterns'];
@@ -93,7 +91,7 @@ export class PatternStore {
   private nextOrder = 1;
 
   constructor(
-    private readonly db: Db,
+    private readonly rows: PatternRows,
     private readonly options: PatternOptions,
     private readonly now: () => number = nowMicros,
   ) {
@@ -128,28 +126,16 @@ export class PatternStore {
     this.outcomeCount += 1;
     const fingerprintId = entry.id;
     const { key, features } = input.fingerprint;
-    this.write(`pattern outcome ${fingerprintId}`, () => {
-      this.db
-        .prepare(
-          `INSERT OR IGNORE INTO pattern_fingerprints (id, key, kind, features_json, created_at_us)
-           VALUES (?, ?, 'structural', ?, ?)`,
-        )
-        .run(fingerprintId, key, JSON.stringify(features), atUs);
-      this.db
-        .prepare(
-          `INSERT INTO pattern_outcomes (id, fingerprint_id, model, session_id, score, cost_usd, turns, recorded_at_us)
-           VALUES (?, (SELECT id FROM pattern_fingerprints WHERE key = ?), ?, ?, ?, ?, ?, ?)`,
-        )
-        .run(
-          nextRowId(this.db),
-          key,
-          input.model,
-          input.sessionId,
-          input.score,
-          input.costUsd,
-          input.turns,
-          atUs,
-        );
+    this.rows.insertOutcome({
+      fingerprintId,
+      key,
+      featuresJson: JSON.stringify(features),
+      model: input.model,
+      sessionId: input.sessionId,
+      score: input.score,
+      costUsd: input.costUsd,
+      turns: input.turns,
+      atUs,
     });
     const overSoftCap = this.outcomeCount > this.options.soft_cap_rows;
     let eviction: Eviction | null = null;
@@ -180,10 +166,7 @@ export class PatternStore {
     }
     if (removed === 0) return null;
     this.outcomeCount -= removed;
-    this.write('pattern age trim', () => {
-      this.db.prepare('DELETE FROM pattern_outcomes WHERE recorded_at_us < ?').run(cutoff);
-      this.deleteEmptyFingerprints();
-    });
+    this.rows.deleteRecordedBefore(cutoff);
     return this.summary('age_trim', before, removed, this.ageDays(oldest));
   }
 
@@ -192,10 +175,7 @@ export class PatternStore {
     const before = this.counts();
     this.byKey.clear();
     this.outcomeCount = 0;
-    this.write('pattern clear', () => {
-      this.db.prepare('DELETE FROM pattern_outcomes').run();
-      this.db.prepare('DELETE FROM pattern_fingerprints').run();
-    });
+    this.rows.deleteAll();
     return this.summary('manual_clear', before, before.outcomes, null);
   }
 
@@ -259,14 +239,7 @@ export class PatternStore {
       if (entry.outcomes.length === 0) this.byKey.delete(key);
     }
     this.outcomeCount -= evicted.length;
-    this.write('pattern cap eviction', () => {
-      this.db
-        .prepare(
-          'DELETE FROM pattern_outcomes WHERE id IN (SELECT id FROM pattern_outcomes ORDER BY id LIMIT ?)',
-        )
-        .run(evicted.length);
-      this.deleteEmptyFingerprints();
-    });
+    this.rows.deleteOldest(evicted.length);
     return this.summary('hard_cap_evict', before, evicted.length, this.ageDays(evicted[0]!.atUs));
   }
 
@@ -294,44 +267,14 @@ export class PatternStore {
     return Math.round(((this.now() - atUs) / US_PER_DAY) * 1000) / 1000;
   }
 
-  private deleteEmptyFingerprints(): void {
-    this.db
-      .prepare(
-        'DELETE FROM pattern_fingerprints WHERE id NOT IN (SELECT DISTINCT fingerprint_id FROM pattern_outcomes)',
-      )
-      .run();
-  }
-
-  private write(what: string, run: () => void): void {
-    const writer = writerOf(this.db);
-    if (writer === undefined) run();
-    else writer.writeRow({ what, run });
-  }
-
   private load(): void {
-    const fingerprints = this.db.prepare('SELECT id, key, features_json FROM pattern_fingerprints').all() as {
-      id: string;
-      key: string;
-      features_json: string;
-    }[];
+    const { fingerprints, outcomes } = this.rows.load();
     const byId = new Map<string, Entry>();
     for (const row of fingerprints) {
       const entry: Entry = { id: row.id, features: JSON.parse(row.features_json), outcomes: [] };
       this.byKey.set(row.key, entry);
       byId.set(row.id, entry);
     }
-    const outcomes = this.db
-      .prepare(
-        'SELECT id, fingerprint_id, model, score, cost_usd, recorded_at_us FROM pattern_outcomes ORDER BY id',
-      )
-      .all() as {
-      id: number;
-      fingerprint_id: string;
-      model: string;
-      score: number | null;
-      cost_usd: number;
-      recorded_at_us: number;
-    }[];
     for (const row of outcomes) {
       byId.get(row.fingerprint_id)?.outcomes.push({
         model: row.model,

@@ -107,3 +107,11 @@ export function describeNode(node: NodeRecord): string {
   const since = new Date(node.started_at_us / 1000).toISOString();
   return `${node.node_id} (${node.url}, pid ${node.pid} on ${node.host}, since ${since})`;
 }
+
+/** A block of row ids no other start of any node gets (metis_row_id_blocks, migration 6). */
+export async function takeRowIdBlock(client: pg.ClientBase | pg.Pool): Promise<number> {
+  const result = await client.query<{ block: number }>(
+    "SELECT nextval('metis_row_id_blocks')::bigint AS block",
+  );
+  return result.rows[0]!.block;
+}

@@ -8,6 +8,7 @@ import type { TraceStats } from '../stats.js';
 import { redactUrl } from '../store-copy.js';
 import { postgresClient } from './connect.js';
 import { assertReadableStore } from './pg-util.js';
+import { SERVE_LOCK_SQL } from './schema.js';
 
 /** Rows read per round trip of an export. */
 const PAGE = 5_000;
@@ -122,4 +123,28 @@ export async function postgresTraceStats(url: string): Promise<TraceStats> {
   } finally {
     await client.end().catch(() => {});
   }
+}
+
+/**
+ * What `metis doctor` says of a PostgreSQL store, changing nothing: its schema version (0 when none),
+ * whether this user may create the schema, and whether a server holds it (read from pg_locks: taking
+ * the lock, even for a moment, could turn a server starting then away).
+ */
+export async function storeStateOf(
+  client: pg.ClientBase,
+): Promise<{ version: number; mayCreate: boolean; held: boolean }> {
+  const state = (
+    await client.query<{ present: boolean; create: boolean; held: boolean }>(
+      `SELECT to_regclass('metis_schema') IS NOT NULL AS present,
+              has_schema_privilege(current_schema(), 'CREATE') AS create,
+              EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                        AND ((classid::bigint << 32) | objid::bigint) = ${SERVE_LOCK_SQL}::bigint) AS held`,
+    )
+  ).rows[0]!;
+  // A schema table without its row is what an interrupted first start leaves: the next start repairs it.
+  const version = state.present
+    ? ((await client.query<{ version: number }>('SELECT version FROM metis_schema')).rows[0]?.version ?? 0)
+    : 0;
+  return { version, mayCreate: state.create, held: state.held };
 }

@@ -1,0 +1,36 @@
+import type { Db } from './database.js';
+import { type PatternRows, SqlitePatternRows } from './pattern-rows.js';
+import { SessionStore } from './session-store.js';
+import { SqliteTraceLookups, type TraceLookups } from './trace-lookups.js';
+import { writerOf } from './trace-writer.js';
+
+/** The sessions, messages and tool calls of the store, as the runtime reads and writes them. */
+export type SessionRows = Pick<SessionStore, keyof SessionStore>;
+
+/**
+ * What the runtime needs of a store (issue 35): no SQL and no driver above this line. Events reach the
+ * store through the bus and the trace writer; everything else the runtime reads or changes goes through
+ * these parts. The SQLite adapter answers reads synchronously; a backend over the network will serve the
+ * runtime's synchronous reads from the owner's memory of its live sessions.
+ */
+export interface StorePort {
+  readonly sessions: SessionRows;
+  readonly lookups: TraceLookups;
+  readonly patterns: PatternRows;
+  /**
+   * Resolves once an event the bus took is stored (at once when the store commits before `emit` returns:
+   * no writer attached); rejects with the storage error after `timeoutMs` when one is given.
+   */
+  whenStored(eventId: string, timeoutMs?: number): Promise<void>;
+}
+
+/** The store port over a SQLite file, with its trace writer when one is attached to the connection. */
+export function sqliteStorePort(db: Db, lookups: TraceLookups = new SqliteTraceLookups(db)): StorePort {
+  return {
+    sessions: new SessionStore(db),
+    lookups,
+    patterns: new SqlitePatternRows(db),
+    // Looked up at each call: a writer may be attached after the port is made.
+    whenStored: (id, timeoutMs) => writerOf(db)?.whenCommitted(id, timeoutMs) ?? Promise.resolve(),
+  };
+}

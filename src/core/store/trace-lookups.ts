@@ -1,0 +1,102 @@
+import type { Db } from './database.js';
+
+/** A stored event as the readers of its payload need it: the JSON is parsed by the caller. */
+export interface PayloadRow {
+  readonly id: string;
+  readonly session_id: string;
+  readonly timestamp_us: number;
+  readonly type: string;
+  readonly turn_id: string | null;
+  readonly payload_json: string;
+}
+
+/**
+ * Point questions the runtime and the stream layer ask of stored events and messages (where a turn
+ * started and ended, what a session's evidence is, which confirmations a snapshot covers). Part of the
+ * store port: this SQLite adapter answers synchronously from the local file; each answer is one indexed
+ * statement.
+ */
+export interface TraceLookups {
+  /** The id of a turn's `turn.started`, or null when it is not stored (never ran here, or not yet). */
+  turnStartedId(sessionId: string, turnId: string): string | null;
+  /** The id of a turn's end (`turn.completed` or `turn.cancelled`), null while it runs. */
+  turnEndId(sessionId: string, turnId: string): string | null;
+  /** The id of the session's newest `session.ended`, null while it goes on. */
+  sessionEndedId(sessionId: string): string | null;
+  /** A session's events of these types, in id order. */
+  eventsOfTypes(sessionId: string, types: readonly string[]): PayloadRow[];
+  /** Confirmation requests and resolutions of these sessions up to and including `throughId`. */
+  confirmationEventsThrough(sessionIds: readonly string[], throughId: string): PayloadRow[];
+  /** The text of the user's message that began a turn, or null when none is stored. */
+  userTextOfTurn(sessionId: string, turnId: string): string | null;
+}
+
+const TURN_ENDS = "('turn.completed', 'turn.cancelled')";
+
+export class SqliteTraceLookups implements TraceLookups {
+  private readonly turnStarted;
+  private readonly turnEnd;
+  private readonly sessionEnded;
+  private readonly userMessage;
+
+  constructor(private readonly db: Db) {
+    this.turnStarted = db
+      .prepare("SELECT id FROM events WHERE session_id = ? AND turn_id = ? AND type = 'turn.started' LIMIT 1")
+      .pluck();
+    this.turnEnd = db
+      .prepare(`SELECT id FROM events WHERE session_id = ? AND turn_id = ? AND type IN ${TURN_ENDS} LIMIT 1`)
+      .pluck();
+    this.sessionEnded = db
+      .prepare(
+        "SELECT id FROM events WHERE session_id = ? AND type = 'session.ended' ORDER BY id DESC LIMIT 1",
+      )
+      .pluck();
+    this.userMessage = db
+      .prepare(
+        "SELECT content_json FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' ORDER BY id LIMIT 1",
+      )
+      .pluck();
+  }
+
+  turnStartedId(sessionId: string, turnId: string): string | null {
+    return (this.turnStarted.get(sessionId, turnId) as string | undefined) ?? null;
+  }
+
+  turnEndId(sessionId: string, turnId: string): string | null {
+    return (this.turnEnd.get(sessionId, turnId) as string | undefined) ?? null;
+  }
+
+  sessionEndedId(sessionId: string): string | null {
+    return (this.sessionEnded.get(sessionId) as string | undefined) ?? null;
+  }
+
+  eventsOfTypes(sessionId: string, types: readonly string[]): PayloadRow[] {
+    return this.db
+      .prepare(
+        `SELECT id, session_id, timestamp_us, type, turn_id, payload_json FROM events
+         WHERE session_id = ? AND type IN (SELECT value FROM json_each(?)) ORDER BY id`,
+      )
+      .all(sessionId, JSON.stringify(types)) as PayloadRow[];
+  }
+
+  confirmationEventsThrough(sessionIds: readonly string[], throughId: string): PayloadRow[] {
+    return this.db
+      .prepare(
+        `SELECT id, session_id, timestamp_us, type, turn_id, payload_json FROM events
+         WHERE session_id IN (SELECT value FROM json_each(?)) AND id <= ?
+           AND type IN ('tool.confirmation_requested', 'tool.confirmation_resolved')
+         ORDER BY id`,
+      )
+      .all(JSON.stringify(sessionIds), throughId) as PayloadRow[];
+  }
+
+  userTextOfTurn(sessionId: string, turnId: string): string | null {
+    const json = this.userMessage.get(sessionId, turnId) as string | undefined;
+    if (json === undefined) return null;
+    const content = JSON.parse(json) as { type: string; text?: string }[];
+    return content
+      .filter((block) => block.type === 'text')
+      .map((block) => block.text ?? '')
+      .join('');
+  }
+}
