@@ -1,10 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { CLUSTER_TOKEN, type ClusterTestNode, clusterRequest, startClusterNode } from '../helpers/cluster.js';
+import { type ClusterTestNode, clusterRequest, startClusterNode } from '../helpers/cluster.js';
+import { accountFor, FollowingClient, seeded, turnEnd } from '../helpers/following-client.js';
 import { natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
-import { subscribeOn } from '../helpers/protocol.js';
 import { runCli } from '../helpers/run-cli.js';
-import { openClient, type TestClient } from '../helpers/server.js';
 
 /**
  * Issue 20 point 3 and 5: three nodes, a turn running on one while a client follows it on another, and
@@ -18,91 +17,6 @@ import { openClient, type TestClient } from '../helpers/server.js';
 
 const pg = postgresForFile();
 const inCluster = describe.skipIf(!postgresTestsRun || !natsTestsRun);
-
-/** A small seeded generator (mulberry32): a failing round can be replayed from its seed. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** A client of one session that follows it across nodes: on its node's death it resumes on another. */
-class FollowingClient {
-  readonly events: any[] = [];
-  snapshotAt: string | null = null;
-  reconnects = 0;
-  private client: TestClient | null = null;
-
-  constructor(
-    private readonly sessionId: string,
-    private readonly alive: () => ClusterTestNode[],
-  ) {}
-
-  async attach(node: ClusterTestNode, since: string | null): Promise<void> {
-    const handshake = await clusterRequest(node.url, 'GET', `/sessions/${this.sessionId}`);
-    if (handshake.status !== 200) throw new Error(`handshake on ${node.nodeId}: ${handshake.status}`);
-    const client = await openClient(handshake.body.ws_url as string, {
-      headers: { authorization: `Bearer ${CLUSTER_TOKEN}` },
-    });
-    const from = client.frames.length;
-    const subscribed = await subscribeOn(client, { filter: 'preset:full', since, snapshot: since === null });
-    if (since === null) this.snapshotAt = subscribed.snapshot.snapshot_at_event_id as string;
-    this.client = client;
-    // Frames are read as they come; on a close the client resumes from its cursor on a live node.
-    let seen = from;
-    const take = () => {
-      for (; seen < client.frames.length; seen += 1) {
-        const frame = client.frames[seen];
-        if (frame.type === 'event') this.events.push(frame.event);
-      }
-    };
-    client.ws.on('message', () => setImmediate(take));
-    take();
-    void client.closed.then(() => {
-      take();
-      if (this.client === client && !this.stopped) void this.resume();
-    });
-  }
-
-  private stopped = false;
-
-  private async resume(): Promise<void> {
-    this.reconnects += 1;
-    for (let attempt = 0; attempt < 50; attempt += 1) {
-      const nodes = this.alive();
-      const node = nodes[attempt % nodes.length]!;
-      try {
-        await this.attach(node, this.events.at(-1)?.id ?? this.snapshotAt);
-        return;
-      } catch {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-    }
-  }
-
-  async waitFor(predicate: (event: any) => boolean, what: string, timeoutMs = 30_000): Promise<any> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.events.find(predicate);
-      if (found !== undefined) return found;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-  }
-
-  close(): void {
-    this.stopped = true;
-    this.client?.close();
-  }
-}
-
-const turnEnd = (turnId: string) => (event: any) =>
-  event.turn_id === turnId && (event.type === 'turn.completed' || event.type === 'turn.cancelled');
 
 inCluster('a node killed at a random moment of a turn', () => {
   it('loses, repeats and invents no stored event for a client on another node; the session goes on elsewhere', async () => {
@@ -167,14 +81,9 @@ inCluster('a node killed at a random moment of a turn', () => {
           .trim()
           .split('\n')
           .map((line) => JSON.parse(line) as { id: string; seq: number });
-        const expected = stored.filter((event) => event.id > client.snapshotAt!).map((event) => event.id);
-        const received = client.events
-          .filter((event) => event.seq !== null)
-          .map((event) => event.id as string);
-        const storedIds = new Set(stored.map((event) => event.id));
-        const lost = expected.filter((id) => !received.includes(id));
-        const duplicated = received.filter((id, index) => received.indexOf(id) !== index);
-        const unexpected = received.filter((id) => !storedIds.has(id));
+        const expected = stored.filter((event) => event.id > client.snapshotAt!);
+        const received = client.events.filter((event) => event.seq !== null);
+        const { lost, duplicated, unexpected } = accountFor(client, stored);
         expect({ lost, duplicated, unexpected }, what).toEqual({ lost: [], duplicated: [], unexpected: [] });
         console.log(
           `${what}: ${expected.length} stored events after the snapshot, ${received.length} received, ` +

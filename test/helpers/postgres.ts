@@ -62,8 +62,11 @@ export interface PostgresServer {
   urlOf(database: string): string;
   /** Runs SQL through psql as the superuser (creating databases, roles, breaking things on purpose). */
   psql(sql: string, database?: string): string;
-  /** Stops the server (fast shutdown); `start` brings it back on the same port and data. */
-  stop(): Promise<void>;
+  /**
+   * Stops the server: `fast` disconnects clients and leaves the data consistent; `immediate` is a crash
+   * (no checkpoint; the next start recovers from the WAL). `start` brings it back on the same port and data.
+   */
+  stop(mode?: 'fast' | 'immediate'): Promise<void>;
   start(): Promise<void>;
   /** Stops the server and removes its folder. */
   destroy(): Promise<void>;
@@ -107,12 +110,12 @@ export async function startPostgres(): Promise<PostgresServer> {
       }
     }
   };
-  const stop = async () => {
+  const stop = async (mode: 'fast' | 'immediate' = 'fast') => {
     const running = child;
     child = null;
     if (running === null || running.exitCode !== null) return;
     const exited = new Promise((resolve) => running.once('exit', resolve));
-    running.kill('SIGINT'); // fast shutdown: clients are disconnected, the data is consistent
+    running.kill(mode === 'fast' ? 'SIGINT' : 'SIGQUIT');
     await exited;
   };
   await start();

@@ -46,6 +46,16 @@ export interface Broker extends BrokerLifecycle {
   ): () => void;
 }
 
+/**
+ * A request no one was subscribed to receive (the broker says so at once): it was delivered to nobody,
+ * so sending it again cannot run it twice.
+ */
+export class NoResponderError extends Error {
+  constructor(readonly subject: string) {
+    super(`no one answers on ${subject}`);
+  }
+}
+
 /** A message as a subscriber gets it. */
 export interface BrokerMessage {
   readonly subject: string;
@@ -206,7 +216,13 @@ export async function connectBroker(options: {
       return () => subscription.unsubscribe();
     },
     async request(subject, data, timeoutMs) {
-      return (await connection.request(subject, data, { timeout: timeoutMs })).data;
+      try {
+        return (await connection.request(subject, data, { timeout: timeoutMs })).data;
+      } catch (error) {
+        if ((error as { isNoResponders?: () => boolean }).isNoResponders?.() === true)
+          throw new NoResponderError(subject);
+        throw error;
+      }
     },
     respond(subject, answer) {
       const subscription = connection.subscribe(subject, {

@@ -170,12 +170,21 @@ export async function joinCluster(options: {
   // A node whose beats have failed for half the timeout may be taken for gone by the others: it asks
   // the store again before it runs anything.
   const trusted = () => Date.now() - lastBeatAt < timing.nodeTimeoutMs / 2;
+  /** When beats went through again after failing, and how long they had failed. */
+  let outage = { backAt: 0, lengthMs: 0 };
+  let failing = false;
+  /**
+   * How old a peer's last beat must be for it to count as gone. When the store itself was away (a
+   * restart), no node could beat: every peer looks gone the moment it is back, and a session taken from
+   * a live owner then runs on two nodes until a fence stops one. So for a node timeout after this node's
+   * own outage, the outage is added: a peer counts as gone only once it had that long to beat again.
+   */
+  const goneAfterMs = () =>
+    timing.nodeTimeoutMs + (Date.now() - outage.backAt < timing.nodeTimeoutMs ? outage.lengthMs : 0);
   let startedAtUs = 0;
   let peers: NodeRecord[] = [];
   const refreshPeers = async () => {
-    peers = aliveNodes(await listNodes(client), timing.nodeTimeoutMs).filter(
-      (node) => node.node_id !== nodeId,
-    );
+    peers = aliveNodes(await listNodes(client), goneAfterMs()).filter((node) => node.node_id !== nodeId);
   };
   try {
     options.rowIdBlock(await takeRowIdBlock(client));
@@ -214,7 +223,7 @@ export async function joinCluster(options: {
   };
   const acquire = async (sessionId: string): Promise<void> => {
     const outcome = await withConnection(sessionId, (connection) =>
-      acquireLease(connection, sessionId, nodeId, timing.nodeTimeoutMs),
+      acquireLease(connection, sessionId, nodeId, goneAfterMs()),
     );
     if (!outcome.held) throw new SessionElsewhere(sessionId, outcome.owner);
     // Another node ran it since this node did: the copy is brought up to the store's first (the
@@ -231,7 +240,7 @@ export async function joinCluster(options: {
   /** Takes the sessions a gone node left with a turn open: the turn is closed as crash recovery does. */
   const adoptOrphans = async (adoptable: (sessionId: string) => boolean) => {
     let taken = 0;
-    for (const sessionId of await orphanedLeases(client, timing.nodeTimeoutMs)) {
+    for (const sessionId of await orphanedLeases(client, goneAfterMs())) {
       // A few per beat: many sessions of a gone node are shared out among the nodes beat by beat.
       if (taken >= ADOPT_PER_BEAT) break;
       if (!adoptable(sessionId)) continue;
@@ -264,6 +273,8 @@ export async function joinCluster(options: {
       const sentAt = Date.now();
       try {
         if (await beat(client, nodeId, startedAtUs, options.lag())) {
+          if (failing) outage = { backAt: Date.now(), lengthMs: Date.now() - lastBeatAt };
+          failing = false;
           // Back from a silence long enough for others to count this node gone: what it held, it
           // asks the store for again (another node may have taken a session meanwhile).
           if (!trusted()) held.clear();
@@ -281,6 +292,7 @@ export async function joinCluster(options: {
             adopting = null;
           });
       } catch (error) {
+        failing = true;
         logger.warn({ err: (error as Error).message }, 'could not record this node as alive; trying again');
       } finally {
         beating = null;
@@ -329,7 +341,7 @@ const ADOPT_PER_BEAT = 8;
 /** A session another live node runs: the request goes there (forwarded), or the client is told where. */
 export class SessionElsewhere extends MetisError {
   constructor(
-    sessionId: string,
+    readonly sessionId: string,
     readonly owner: NodeRecord,
   ) {
     super(

@@ -219,6 +219,14 @@ export async function prepareCluster(
         forwardRefused: async (refusal, request) => {
           if (!(refusal instanceof SessionElsewhere) || request.headers[FORWARDED_HEADER] !== undefined)
             return null;
+          // A request sent while the broker is away may be lost on the way, unanswered until the reply
+          // timeout: refused at once instead, as a moment to wait out.
+          if (broker.state !== 'connected')
+            throw new MetisError(
+              'METIS_ERR_BROKER_UNREACHABLE',
+              `this node has lost its NATS broker, so it cannot pass the request to node ${refusal.owner.node_id}, which runs session ${refusal.sessionId}; try again in a moment`,
+              { hint: 'The node rejoins by itself when the broker is back.' },
+            );
           try {
             return await forwardToOwner({
               broker,

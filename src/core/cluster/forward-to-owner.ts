@@ -1,4 +1,4 @@
-import type { Broker } from './broker.js';
+import { type Broker, NoResponderError } from './broker.js';
 import {
   FORWARDED_HEADER,
   type ForwardedAnswer,
@@ -27,7 +27,7 @@ export async function forwardToOwner(parts: {
   readonly runInProcess: RunInProcess;
 }): Promise<ForwardedAnswer> {
   const { request } = parts;
-  const forwarded = forwardRequest(parts.broker, parts.from, parts.owner, request);
+  const forwarded = deliver(parts);
   // Once the owner went silent its late failure is nobody's to handle.
   forwarded.catch(() => {});
   let timer: NodeJS.Timeout | undefined;
@@ -55,4 +55,23 @@ export async function forwardToOwner(parts: {
     body: request.body === null ? null : JSON.stringify(request.body),
   });
   return { ...answer, node: parts.from.nodeId };
+}
+
+/** How many times a request no one was subscribed to receive is sent again, a beat apart. */
+const NO_RESPONDER_TRIES = 10;
+
+/**
+ * Sends the request to the owner. Just after the broker came back the owner may not have subscribed
+ * again yet: the broker says no one answers, the request went nowhere, and it is sent again a beat later
+ * (at most NO_RESPONDER_TRIES times) rather than failing a request whose owner is alive.
+ */
+async function deliver(parts: Parameters<typeof forwardToOwner>[0]): Promise<ForwardedAnswer> {
+  for (let tries = 1; ; tries += 1) {
+    try {
+      return await forwardRequest(parts.broker, parts.from, parts.owner, parts.request);
+    } catch (error) {
+      if (!(error instanceof NoResponderError) || tries >= NO_RESPONDER_TRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, parts.checkEveryMs));
+    }
+  }
 }
