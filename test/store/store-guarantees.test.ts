@@ -39,7 +39,8 @@ type TraceStoreStatements = Record<
   | 'lookups.turnStarted'
   | 'lookups.turnEnd'
   | 'lookups.sessionEnded'
-  | 'lookups.userMessage',
+  | 'lookups.userMessage'
+  | 'lookups.routedModel',
   Statement
 >;
 
@@ -208,6 +209,7 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
       ['lookups.turnStarted', ['sess_2', 'turn_5'], { access: 'search', tempSort: false }],
       ['lookups.turnEnd', ['sess_2', 'turn_5'], { access: 'search', tempSort: false }],
       ['lookups.sessionEnded', ['sess_2'], { access: 'search', tempSort: false }],
+      ['lookups.routedModel', ['sess_2'], { access: 'search', tempSort: false }],
     ];
     // The one statement on another table: a turn's user message, found in its session's messages.
     const messagePlan = queryPlan(context.db, statements['lookups.userMessage'].source, ['sess_2', 'turn_5']);

@@ -29,6 +29,8 @@ export interface TraceLookups {
   confirmationEventsThrough(sessionIds: readonly string[], throughId: string): PayloadRow[];
   /** The text of the user's message that began a turn, or null when none is stored. */
   userTextOfTurn(sessionId: string, turnId: string): string | null;
+  /** The model the session's last turn was routed to (or moved to by an override), null before any. */
+  lastRoutedModel(sessionId: string): string | null;
 }
 
 const TURN_ENDS = "('turn.completed', 'turn.cancelled')";
@@ -38,6 +40,7 @@ export class SqliteTraceLookups implements TraceLookups {
   private readonly turnEnd;
   private readonly sessionEnded;
   private readonly userMessage;
+  private readonly routedModel;
 
   constructor(private readonly db: Db) {
     this.turnStarted = db
@@ -54,6 +57,12 @@ export class SqliteTraceLookups implements TraceLookups {
     this.userMessage = db
       .prepare(
         "SELECT content_json FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' ORDER BY id LIMIT 1",
+      )
+      .pluck();
+    this.routedModel = db
+      .prepare(
+        `SELECT coalesce(json_extract(payload_json, '$.chosen_model'), json_extract(payload_json, '$.new_chosen_model'))
+         FROM events WHERE session_id = ? AND type IN ('route.decided', 'route.overridden') ORDER BY id DESC LIMIT 1`,
       )
       .pluck();
   }
@@ -98,5 +107,9 @@ export class SqliteTraceLookups implements TraceLookups {
       .filter((block) => block.type === 'text')
       .map((block) => block.text ?? '')
       .join('');
+  }
+
+  lastRoutedModel(sessionId: string): string | null {
+    return (this.routedModel.get(sessionId) as string | null | undefined) ?? null;
   }
 }

@@ -6,8 +6,8 @@ import { STORAGE_ERRORS } from '../../../http/openapi.js';
 import { type RawRoute, rawRoute } from '../../../http/routes.js';
 import type { SessionGate } from '../../../http/session-router.js';
 import type { Runtime } from '../../../runtime/runtime.js';
-import type { Db } from '../../../store/database.js';
 import type { TraceContext } from '../../../store/trace-context.js';
+import type { TraceLookups } from '../../../store/trace-lookups.js';
 import { assertStorageWritable } from '../../commit-ack.js';
 import type { ConnectionDeps } from '../../connection-deps.js';
 import { storedToolResult } from '../../stored-conversation.js';
@@ -84,7 +84,7 @@ export function agUiRoutes(
     const clientTools = continuation === null ? clientToolsOf(input) : [];
     if (!runtime.hasSession(sessionId)) runtime.createSession({ sessionId });
     const data = new SseData();
-    const context = runContext(runtime, deps().store.db, sessionId, input, continuation, clientTools);
+    const context = runContext(runtime, deps().store.lookups, sessionId, input, continuation, clientTools);
     const mapper = new AgUiMapper(data.write, context);
     const transport = new TurnTransport(response, AG_UI_STREAM, mapper, data, sessionId);
     const start = (): string => {
@@ -126,7 +126,7 @@ export function agUiRoutes(
 /** What the mapper reads of the run and the thread. */
 function runContext(
   runtime: Runtime,
-  db: Db,
+  lookups: TraceLookups,
   sessionId: string,
   input: AgUiInput,
   continuation: Continuation | null,
@@ -141,7 +141,7 @@ function runContext(
       return result === null ? '' : result.isError ? `error: ${result.text}` : result.text;
     },
     thread: () => agUiThread(runtime, sessionId, clientIds),
-    state: () => sessionState(runtime, db, sessionId),
+    state: () => sessionState(runtime, lookups, sessionId),
     clientTools: continuation?.clientTools ?? new Set(clientTools.map((tool) => tool.name)),
     answered: continuation?.answered ?? new Set(),
     batch: continuation?.batch,

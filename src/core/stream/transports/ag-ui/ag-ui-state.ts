@@ -1,5 +1,5 @@
 import type { Runtime } from '../../../runtime/runtime.js';
-import type { Db } from '../../../store/database.js';
+import type { TraceLookups } from '../../../store/trace-lookups.js';
 
 /** One approval the thread waits for, as the state shows it. */
 export interface PendingApproval {
@@ -33,9 +33,9 @@ export type JsonPatch = { op: 'replace'; path: string; value: unknown }[];
  * The state as stored now. The model is the one the session's last turn was routed to (or moved to by
  * an override), else the session's active model: the one that answers, not only the one pinned.
  */
-export function sessionState(runtime: Runtime, db: Db, sessionId: string): AgUiState {
+export function sessionState(runtime: Runtime, lookups: TraceLookups, sessionId: string): AgUiState {
   const session = runtime.getSession(sessionId);
-  const routed = routedModelQuery(db).get(sessionId) as string | undefined;
+  const routed = lookups.lastRoutedModel(sessionId);
   return {
     model: routed ?? session.active_model,
     pending_approvals: runtime.pendingConfirmations(sessionId).map((request) => ({
@@ -49,23 +49,6 @@ export function sessionState(runtime: Runtime, db: Db, sessionId: string): AgUiS
     })),
     cost_usd: session.cost_so_far_usd,
   };
-}
-
-const routedModelQueries = new WeakMap<Db, ReturnType<Db['prepare']>>();
-
-/** The last routed model of a session, prepared once per database. */
-function routedModelQuery(db: Db): ReturnType<Db['prepare']> {
-  let query = routedModelQueries.get(db);
-  if (query === undefined) {
-    query = db
-      .prepare(
-        `SELECT coalesce(json_extract(payload_json, '$.chosen_model'), json_extract(payload_json, '$.new_chosen_model'))
-         FROM events WHERE session_id = ? AND type IN ('route.decided', 'route.overridden') ORDER BY id DESC LIMIT 1`,
-      )
-      .pluck();
-    routedModelQueries.set(db, query);
-  }
-  return query;
 }
 
 /** The patch from `before` to `after`: one `replace` per field that changed (empty when none did). */
