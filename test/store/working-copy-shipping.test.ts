@@ -3,6 +3,7 @@ import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { silentLogger } from '../../src/core/logger.js';
 import { openDatabase } from '../../src/core/store/database.js';
+import { SqlitePatternRows } from '../../src/core/store/pattern-rows.js';
 import { PgShipper } from '../../src/core/store/postgres/pg-shipper.js';
 import { openPostgresStore } from '../../src/core/store/postgres/serve-store.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
@@ -61,6 +62,43 @@ describe.skipIf(!postgresTestsRun)('the working copy shipper', () => {
     })();
     expect(await context.upstream!.whenShipped(10_000)).toBe(true);
     expect(psqlIn(url, 'SELECT id FROM pattern_fingerprints')).toBe('fp_new');
+  }, 60_000);
+
+  it("a node's eviction of a shared fingerprint leaves the outcomes other nodes recorded for it", async () => {
+    const url = freshDatabase(server);
+    const { context } = await workingCopy(url);
+    // This node learns a pattern; another node, sharing the store, learns the same one afterwards.
+    const rows = new SqlitePatternRows(context.db);
+    const outcome = {
+      fingerprintId: 'fp_shared',
+      key: 'k-shared',
+      featuresJson: '{}',
+      model: 'scripted:a',
+      sessionId: 'sess_here',
+      score: 1,
+      costUsd: 0,
+      turns: 1,
+      atUs: 1,
+    };
+    rows.insertOutcome(outcome);
+    expect(await context.upstream!.whenShipped(10_000)).toBe(true);
+    psqlIn(
+      url,
+      `INSERT INTO pattern_outcomes (id, fingerprint_id, model, session_id, score, cost_usd, turns, recorded_at_us)
+       VALUES (9000000001, 'fp_shared', 'scripted:b', 'sess_there', 0.5, 0, 1, 2)`,
+    );
+    // This node evicts its only outcome of the fingerprint, and with it (here) the fingerprint.
+    rows.deleteOldest(1);
+    expect(context.db.prepare('SELECT count(*) FROM pattern_fingerprints').pluck().get()).toBe(0);
+    expect(await context.upstream!.whenShipped(10_000)).toBe(true);
+    expect(psqlIn(url, 'SELECT session_id FROM pattern_outcomes')).toBe('sess_there');
+    expect(psqlIn(url, 'SELECT id FROM pattern_fingerprints')).toBe('fp_shared');
+    // Once no node has an outcome of it left, the fingerprint goes from the store too.
+    psqlIn(url, 'DELETE FROM pattern_outcomes');
+    rows.insertOutcome({ ...outcome, atUs: 3 });
+    rows.deleteOldest(1);
+    expect(await context.upstream!.whenShipped(10_000)).toBe(true);
+    expect(psqlIn(url, 'SELECT count(*) FROM pattern_fingerprints')).toBe('0');
   }, 60_000);
 
   it('a commit whose answer is lost is not shipped again', async () => {

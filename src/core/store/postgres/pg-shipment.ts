@@ -54,6 +54,16 @@ const SESSION_COLUMN: Readonly<Record<string, string>> = {
 const NUMERIC_KEYS = new Set(['tool_calls', 'pattern_outcomes']);
 
 /**
+ * Rows several nodes add children to: a node deletes one when it has no children left in its own copy,
+ * but other nodes may have added some to the store since, which the cascade would take with it. In the
+ * store it goes only once no child is left there.
+ */
+const SHARED_PARENTS: Readonly<Record<string, string>> = {
+  pattern_fingerprints:
+    ' AND NOT EXISTS (SELECT 1 FROM pattern_outcomes o WHERE o.fingerprint_id = pattern_fingerprints.id)',
+};
+
+/**
  * One transaction: the new events (COPY: each is shipped once, the position committed with it), the
  * outbox's deletes (children first), its rows' current state (parents first), and the positions.
  * Returns the sessions left out because another node runs them now (always none without `fenceFor`).
@@ -86,7 +96,7 @@ export async function ship(
         .map(([key]) => key);
       if (keys.length > 0)
         await client.query(
-          `DELETE FROM ${table.name} WHERE ${table.pk} = ANY($1::${NUMERIC_KEYS.has(table.name) ? 'bigint' : 'text'}[])`,
+          `DELETE FROM ${table.name} WHERE ${table.pk} = ANY($1::${NUMERIC_KEYS.has(table.name) ? 'bigint' : 'text'}[])${SHARED_PARENTS[table.name] ?? ''}`,
           [keys],
         );
     }
