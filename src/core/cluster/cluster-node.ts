@@ -187,7 +187,7 @@ export async function joinCluster(options: {
     peers = aliveNodes(await listNodes(client), goneAfterMs()).filter((node) => node.node_id !== nodeId);
   };
   try {
-    options.rowIdBlock(await takeRowIdBlock(client));
+    options.rowIdBlock(await takeRowIdBlock(client, nodeId));
     startedAtUs = await registerNode(client, {
       node_id: nodeId,
       url: options.url,

@@ -108,10 +108,22 @@ export function describeNode(node: NodeRecord): string {
   return `${node.node_id} (${node.url}, pid ${node.pid} on ${node.host}, since ${since})`;
 }
 
-/** A block of row ids no other start of any node gets (metis_row_id_blocks, migration 6). */
-export async function takeRowIdBlock(client: pg.ClientBase | pg.Pool): Promise<number> {
-  const result = await client.query<{ block: number }>(
-    "SELECT nextval('metis_row_id_blocks')::bigint AS block",
+/**
+ * The node's block of row ids (metis_node_row_blocks, migration 7): the one it had before, else a new
+ * one no other node has. A node name runs on one live node at a time (a second start under it is
+ * refused), so two live nodes never hand out keys from one block.
+ */
+export async function takeRowIdBlock(client: pg.ClientBase | pg.Pool, nodeId: string): Promise<number> {
+  const kept = await client.query<{ block: number }>(
+    'SELECT block FROM metis_node_row_blocks WHERE node_id = $1',
+    [nodeId],
   );
-  return result.rows[0]!.block;
+  if (kept.rows[0] !== undefined) return kept.rows[0].block;
+  const taken = await client.query<{ block: number }>(
+    `INSERT INTO metis_node_row_blocks (node_id, block) VALUES ($1, nextval('metis_row_id_blocks'))
+     ON CONFLICT (node_id) DO UPDATE SET block = metis_node_row_blocks.block
+     RETURNING block`,
+    [nodeId],
+  );
+  return taken.rows[0]!.block;
 }

@@ -145,6 +145,14 @@ export const PG_MIGRATIONS: readonly string[] = [
   `
   CREATE SEQUENCE metis_row_id_blocks MINVALUE 1 MAXVALUE 2097151 NO CYCLE;
   `,
+  // 7: a node keeps its block from start to start (a crash-looping node took one per start and could
+  // use up the 2^21); it continues after the highest key it handed out.
+  `
+  CREATE TABLE metis_node_row_blocks (
+    node_id text COLLATE "C" PRIMARY KEY,
+    block bigint NOT NULL UNIQUE
+  );
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
