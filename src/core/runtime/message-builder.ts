@@ -1,4 +1,5 @@
 import type { AdapterChunk, ContentBlock } from './model-adapter.js';
+import { parseToolInput } from './models/conversation.js';
 
 interface OpenToolUse {
   id: string;
@@ -64,7 +65,7 @@ export class MessageBuilder {
     const open: { index: number; tool_use_id: string; final_input: Record<string, unknown> }[] = [];
     for (const [index, toolUse] of this.toolUses) {
       if (toolUse.finalInput !== null) continue;
-      open.push({ index, tool_use_id: toolUse.id, final_input: parsePartial(toolUse.partialJson) });
+      open.push({ index, tool_use_id: toolUse.id, final_input: parseToolInput(toolUse.partialJson) });
     }
     return open;
   }
@@ -79,7 +80,7 @@ export class MessageBuilder {
           type: 'tool_use',
           id: toolUse.id,
           name: toolUse.name,
-          input: toolUse.finalInput ?? parsePartial(toolUse.partialJson),
+          input: toolUse.finalInput ?? parseToolInput(toolUse.partialJson),
         };
       }
       return this.blocks.get(index)!;
@@ -90,16 +91,5 @@ export class MessageBuilder {
     return this.content().filter(
       (b): b is Extract<ContentBlock, { type: 'tool_use' }> => b.type === 'tool_use',
     );
-  }
-}
-
-function parsePartial(json: string): Record<string, unknown> {
-  try {
-    const value: unknown = JSON.parse(json);
-    return value !== null && typeof value === 'object' && !Array.isArray(value)
-      ? (value as Record<string, unknown>)
-      : {};
-  } catch {
-    return {};
   }
 }

@@ -1,6 +1,7 @@
 import type { Runtime } from '../runtime/runtime.js';
 
-interface Block {
+/** A content block of a stored message, as its JSON holds it. */
+export interface StoredBlock {
   readonly type: string;
   readonly text?: string;
   readonly id?: string;
@@ -19,7 +20,7 @@ export function storedToolResult(
   toolUseId: string,
 ): { text: string; isError: boolean } | null {
   for (const message of runtime.sessions.messages(sessionId, { limit: 10 }).reverse()) {
-    for (const block of message.content as Block[]) {
+    for (const block of message.content as StoredBlock[]) {
       if (block.type === 'tool_result' && block.tool_use_id === toolUseId)
         return { text: block.content ?? '', isError: block.is_error === true };
     }

@@ -11,6 +11,7 @@ import {
   type ModelAdapter,
   type ModelRequest,
 } from '../model-adapter.js';
+import { parseToolInput } from './conversation.js';
 
 export interface ScriptedOptions {
   /** Delay between streamed tokens; 0 streams as fast as the loop goes (tests). */
@@ -182,7 +183,7 @@ function planFor(messages: readonly ConversationMessage[], offered: ReadonlySet<
       const [, name = '', json = ''] = /^(\S*)\s*(.*)$/s.exec(rest) ?? [];
       // As a real model would: a tool it was not offered is not called.
       if (!offered.has(name)) return { kind: 'text', text: `No tool named ${name} is offered.` };
-      return { kind: 'tool', name, input: objectOf(json), preface: `Asking your ${name}.` };
+      return { kind: 'tool', name, input: parseToolInput(json), preface: `Asking your ${name}.` };
     }
     case 'slow':
       return { kind: 'slow', text: rest };
@@ -194,18 +195,6 @@ function planFor(messages: readonly ConversationMessage[], offered: ReadonlySet<
     }
     default:
       return { kind: 'text', text: text.length > 0 ? `You said: ${text}` : 'Hello.' };
-  }
-}
-
-/** The JSON object a `client:` command gives as the tool's input; `{}` for anything else. */
-function objectOf(json: string): Record<string, unknown> {
-  try {
-    const value: unknown = JSON.parse(json);
-    return value !== null && typeof value === 'object' && !Array.isArray(value)
-      ? (value as Record<string, unknown>)
-      : {};
-  } catch {
-    return {};
   }
 }
 

@@ -1,17 +1,6 @@
 import type { Runtime } from '../../../runtime/runtime.js';
+import type { StoredBlock } from '../../stored-conversation.js';
 import { type AgUiInput, textOf } from './ag-ui-input.js';
-
-interface Block {
-  readonly type: string;
-  readonly text?: string;
-  readonly id?: string;
-  readonly name?: string;
-  readonly input?: unknown;
-  readonly tool_use_id?: string;
-  readonly content?: string;
-  readonly is_error?: boolean;
-  readonly thinking?: string;
-}
 
 interface ToolCall {
   readonly id: string;
@@ -82,12 +71,12 @@ export function agUiThread(
   const userIds = pairUsers(
     stored
       .filter((m) => m.role === 'user')
-      .map((m) => ({ id: m.id, text: textOfBlocks(m.content as Block[]) })),
+      .map((m) => ({ id: m.id, text: textOfBlocks(m.content as StoredBlock[]) })),
     client.users,
   );
   const out: AgUiMessage[] = [];
   for (const message of stored) {
-    const blocks = message.content as Block[];
+    const blocks = message.content as StoredBlock[];
     if (message.role === 'user')
       out.push({ id: userIds.get(message.id) ?? message.id, role: 'user', content: textOfBlocks(blocks) });
     else if (message.role === 'assistant') out.push(...assistantMessages(message.id, blocks));
@@ -105,7 +94,7 @@ export function agUiThread(
   return out;
 }
 
-function assistantMessages(messageId: string, blocks: readonly Block[]): AgUiMessage[] {
+function assistantMessages(messageId: string, blocks: readonly StoredBlock[]): AgUiMessage[] {
   const out: AgUiMessage[] = [];
   let carrier: AgUiMessage | null = null;
   blocks.forEach((block, position) => {
@@ -145,7 +134,7 @@ function pairUsers(
   return pairs;
 }
 
-function textOfBlocks(blocks: readonly Block[]): string {
+function textOfBlocks(blocks: readonly StoredBlock[]): string {
   return blocks
     .filter((b) => b.type === 'text')
     .map((b) => b.text ?? '')
