@@ -29,6 +29,7 @@ import {
   SessionListAnswer,
   TurnStartedAnswer,
 } from './response-schemas.js';
+import { streamComponentSchemas } from './stream-schemas.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
 
@@ -192,7 +193,11 @@ export function apiRoutes(context: ApiContext): Route[] {
       },
       async () => [
         200,
-        openApiDocument([...routes, ...(context.otherRoutes?.() ?? [])], context.version ?? '0.0.0'),
+        openApiDocument(
+          [...routes, ...(context.otherRoutes?.() ?? [])],
+          context.version ?? '0.0.0',
+          streamComponentSchemas(),
+        ),
       ],
     ),
     jsonRoute(

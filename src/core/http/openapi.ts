@@ -24,6 +24,8 @@ export interface RouteDoc {
      * so declaring one cannot change what a client receives.
      */
     readonly schema?: z.ZodType;
+    /** A stream's answer: the component (in `#/components/schemas`) each of its events' data is. */
+    readonly frames?: string;
   };
   /** The error codes of this route (METIS_ERR_*); the ones every route shares are added. */
   readonly errors: readonly string[];
@@ -116,6 +118,8 @@ export const OpenApiDocumentSchema = z.object({
 export function openApiDocument(
   routes: readonly RouteDoc[],
   version: string,
+  /** Components beside `Error`: what the streams carry (api/stream-schemas.ts). */
+  schemas: Readonly<Record<string, unknown>> = {},
 ): z.output<typeof OpenApiDocumentSchema> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const route of routes) {
@@ -139,7 +143,11 @@ export function openApiDocument(
           : {
               content: {
                 [route.success.contentType ?? 'application/json']: {
-                  schema: route.success.schema ? jsonSchemaOf(route.success.schema) : {},
+                  schema: route.success.frames
+                    ? streamSchema(route.success.contentType ?? 'text/event-stream', route.success.frames)
+                    : route.success.schema
+                      ? jsonSchemaOf(route.success.schema)
+                      : {},
                 },
               },
             }),
@@ -185,16 +193,32 @@ export function openApiDocument(
         'The HTTP API of metis serve (docs/http-api.md). The WebSocket stream is GET /sessions/{session_id}/stream?attach=<token> (an upgrade), described in docs/http-api.md.',
     },
     servers: [{ url: 'http://127.0.0.1:8421' }],
-    security: [{ bearer: [] }, { cookie: [] }, { query: [] }],
+    security: [{ bearer: [] }, { query: [] }],
     paths,
     components: {
-      schemas: { Error: ErrorBody },
+      schemas: { Error: ErrorBody, ...schemas },
       securitySchemes: {
-        bearer: { type: 'http', scheme: 'bearer' },
-        cookie: { type: 'apiKey', in: 'cookie', name: 'metis_token_<port>' },
+        bearer: {
+          type: 'http',
+          scheme: 'bearer',
+          description: "The server's token, or the dashboard's access key (mdk_…). No cookie authenticates.",
+        },
         query: { type: 'apiKey', in: 'query', name: 'token', description: 'GET requests only' },
       },
     },
+  };
+}
+
+/**
+ * A streamed answer is one string in JSON Schema's terms; `contentSchema` says what each event's data
+ * is (OpenAPI 3.1 has no item schema for a stream; 3.2's `itemSchema` says the same).
+ */
+function streamSchema(contentType: string, component: string): Record<string, unknown> {
+  return {
+    type: 'string',
+    contentMediaType: contentType,
+    description: `A stream of events; the data of each is a ${component}.`,
+    contentSchema: { $ref: `#/components/schemas/${component}` },
   };
 }
 

@@ -94,7 +94,12 @@ export function agUiRoutes(
     };
     followTurnFrom(deps(), transport, sessionId, start, () => mapper.start());
   };
-  const success = { status: 200, description: 'AG-UI events over SSE', contentType: 'text/event-stream' };
+  const success = {
+    status: 200,
+    description: 'AG-UI events over SSE',
+    contentType: 'text/event-stream',
+    frames: 'AgUiEvent',
+  };
   return [
     rawRoute(
       {

@@ -65,6 +65,7 @@ export function chatRoutes(
         status: 200,
         description: 'UI message chunks over SSE, then [DONE]',
         contentType: 'text/event-stream',
+        frames: 'UiMessageChunk',
       },
       errors: [
         'METIS_ERR_TURN_IN_FLIGHT',
@@ -106,6 +107,7 @@ export function chatRoutes(
         status: 200,
         description: 'the turn as UI message chunks over SSE, then [DONE]; 204 when no turn is running',
         contentType: 'text/event-stream',
+        frames: 'UiMessageChunk',
       },
       errors: [],
     },

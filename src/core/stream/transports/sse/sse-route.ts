@@ -34,6 +34,7 @@ const SSE_ROUTE_DOC = {
     status: 200,
     description: 'text/event-stream of protocol frames',
     contentType: 'text/event-stream',
+    frames: 'ServerFrame',
   },
   errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_INVALID_FILTER'],
 } as const;
