@@ -57,13 +57,18 @@ export async function forwardToOwner(parts: {
   return { ...answer, node: parts.from.nodeId };
 }
 
-/** How many times a request no one was subscribed to receive is sent again, a beat apart. */
+/**
+ * A request no one was subscribed to receive is sent again this often, this many times (a second in
+ * all): long enough for an owner to subscribe again once its broker is back (milliseconds), short enough
+ * that an owner that never answers is told apart from a slow one by the caller, not by this wait.
+ */
+const NO_RESPONDER_RETRY_MS = 100;
 const NO_RESPONDER_TRIES = 10;
 
 /**
  * Sends the request to the owner. Just after the broker came back the owner may not have subscribed
- * again yet: the broker says no one answers, the request went nowhere, and it is sent again a beat later
- * (at most NO_RESPONDER_TRIES times) rather than failing a request whose owner is alive.
+ * again yet: the broker says no one answers, the request went nowhere, and it is sent again shortly
+ * (see NO_RESPONDER_TRIES) rather than failing a request whose owner is alive.
  */
 async function deliver(parts: Parameters<typeof forwardToOwner>[0]): Promise<ForwardedAnswer> {
   for (let tries = 1; ; tries += 1) {
@@ -71,7 +76,7 @@ async function deliver(parts: Parameters<typeof forwardToOwner>[0]): Promise<For
       return await forwardRequest(parts.broker, parts.from, parts.owner, parts.request);
     } catch (error) {
       if (!(error instanceof NoResponderError) || tries >= NO_RESPONDER_TRIES) throw error;
-      await new Promise((resolve) => setTimeout(resolve, parts.checkEveryMs));
+      await new Promise((resolve) => setTimeout(resolve, NO_RESPONDER_RETRY_MS));
     }
   }
 }
