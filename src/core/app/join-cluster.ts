@@ -36,6 +36,8 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
   const upstream = trace.upstream;
   if (upstream === null) throw new Error('a cluster node runs on a PostgreSQL store');
   const runsHere = (sessionId: string) => seat.runsHere(sessionId);
+  // As the fan-out publishes: a streaming event of a session this node may have lost is nobody's.
+  server.hub.sequencer.admitStreaming((event) => runsHere(event.session_id));
   let lastLag = { backlog: 0, shippedAtUs: null as number | null };
   const node = await parts.prepared.join({
     url: server.url,

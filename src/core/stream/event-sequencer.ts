@@ -34,6 +34,8 @@ export class EventSequencer {
   lastReleasedId: string | null = null;
   /** Per session another node runs, the newest of its events released here (releaseRemote). */
   private readonly remoteReleased = new Map<string, string>();
+  /** Whether a streaming event is shown at all (a cluster node: only of the sessions it runs). */
+  private admitsStreaming: (event: MetisEvent) => boolean = () => true;
 
   constructor(bus: EventBus, writer: Pick<TraceWriter, 'onCommit' | 'onDrop'>, streaming: StreamingChannel) {
     this.detachers.push(
@@ -47,6 +49,7 @@ export class EventSequencer {
     writer.onDrop((batch) => this.settle(batch, true));
     this.detachers.push(
       streaming.subscribe((event) => {
+        if (!this.admitsStreaming(event)) return;
         this.slots.push({ event, ready: true, dropped: false });
         this.release();
       }),
@@ -63,6 +66,15 @@ export class EventSequencer {
     // `lastReleasedId`, this node's horizon for its own sessions, is not moved by another node's ids.
     this.markRemote(event.session_id, event.id);
     for (const listener of this.listeners) listener(event);
+  }
+
+  /**
+   * Shows only the streaming events `admits` lets through. A cluster node frozen past the node timeout
+   * runs its turn on when it thaws, in a session another node has taken meanwhile: its deltas would reach
+   * its own clients amid the new owner's events, ids out of order, text that never happened.
+   */
+  admitStreaming(admits: (event: MetisEvent) => boolean): void {
+    this.admitsStreaming = admits;
   }
 
   /** A session another node runs, whose events up to `id` this node's copy holds (all released). */
