@@ -35,11 +35,20 @@ export interface TraceLookups {
 
 const TURN_ENDS = "('turn.completed', 'turn.cancelled')";
 
+function prepareUserMessage(db: Db) {
+  return db
+    .prepare(
+      "SELECT content_json FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' ORDER BY id LIMIT 1",
+    )
+    .pluck();
+}
+
 export class SqliteTraceLookups implements TraceLookups {
   private readonly turnStarted;
   private readonly turnEnd;
   private readonly sessionEnded;
-  private readonly userMessage;
+  /** Prepared on first use: the bench reads the trace store of a file that has only the events table. */
+  private userMessage: ReturnType<typeof prepareUserMessage> | undefined;
   private readonly routedModel;
 
   constructor(private readonly db: Db) {
@@ -52,11 +61,6 @@ export class SqliteTraceLookups implements TraceLookups {
     this.sessionEnded = db
       .prepare(
         "SELECT id FROM events WHERE session_id = ? AND type = 'session.ended' ORDER BY id DESC LIMIT 1",
-      )
-      .pluck();
-    this.userMessage = db
-      .prepare(
-        "SELECT content_json FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' ORDER BY id LIMIT 1",
       )
       .pluck();
     this.routedModel = db
@@ -100,6 +104,7 @@ export class SqliteTraceLookups implements TraceLookups {
   }
 
   userTextOfTurn(sessionId: string, turnId: string): string | null {
+    this.userMessage ??= prepareUserMessage(this.db);
     const json = this.userMessage.get(sessionId, turnId) as string | undefined;
     if (json === undefined) return null;
     const content = JSON.parse(json) as { type: string; text?: string }[];
