@@ -140,6 +140,7 @@ export function registerCommands(program: Command): void {
     .command('sessions')
     .description('list sessions of a running server')
     .option('--json', 'print JSON')
+    .option('--all', 'include the sessions `metis conformance run` made')
     .addOption(urlOption())
     .addOption(tokenOption())
     .addOption(clientConfigOption())
@@ -245,6 +246,34 @@ export function registerCommands(program: Command): void {
     .addOption(tokenOption())
     .addOption(clientConfigOption())
     .action(async (options) => (await import('./route.js')).patternsClearCommand(options));
+
+  const memoryFileOption = () =>
+    new Option('--file <file>', 'only MEMORY.md (memory) or USER.md (user); default both').choices([
+      'memory',
+      'user',
+    ]);
+  const memory = program
+    .command('memory')
+    .description("a workspace's memory: .metis/MEMORY.md (the agent's notes) and .metis/USER.md");
+  memory
+    .command('show')
+    .description('print the memory files as the model gets them (read here, no server needed)')
+    .option('--workspace <dir>', 'the workspace (default: the current folder)')
+    .addOption(memoryFileOption())
+    .option('--config <file>', 'config file giving runtime.memory.max_bytes (default: found from here up)')
+    .option('--json', 'print { workspace, max_bytes, files }')
+    .action(async (options) => (await import('./memory.js')).memoryShowCommand(options));
+  memory
+    .command('clear')
+    .description('empty the memory files through the server (memory.eviction, manual)')
+    .option('--workspace <dir>', 'the workspace (default: the current folder)')
+    .addOption(memoryFileOption())
+    .option('--yes', 'clear without asking (required: every entry goes)')
+    .option('--json', 'print { cleared }')
+    .addOption(urlOption())
+    .addOption(tokenOption())
+    .addOption(clientConfigOption())
+    .action(async (options) => (await import('./memory.js')).memoryClearCommand(options));
 
   program
     .command('confirm <session> [request] [decision]')

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { dashboardAuthRoutes } from '../api/dashboard-auth-routes.js';
 import { apiRoutes } from '../api/http-api.js';
 import { inspectRoutes } from '../api/inspect-routes.js';
+import { memoryRoutes } from '../api/memory-routes.js';
 import { metricsRoute, ServerMetrics } from '../api/metrics.js';
 import type { PluginMetricsSource } from '../api/metrics-series.js';
 import { MetisError } from '../errors.js';
@@ -183,6 +184,7 @@ export async function startServer(
     ...agUiRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
     metricsRoute(metrics),
     ...inspectRoutes(runtime, trace, streamOptions.retentionDays),
+    ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...dashboardAuthRoutes(gate, signInLink),
     ...(options.staticRoot === undefined ? [] : staticRoutes(options.staticRoot)),
     ...(options.extraRoutes?.({ hub, trace }) ?? []),

@@ -185,6 +185,13 @@ export const RuntimeConfigSchema = z.strictObject({
       path: ['hard_cap_rows'],
     })
     .prefault({}),
+  /** Workspace memory, `.metis/MEMORY.md` and `.metis/USER.md` (docs/memory.md). */
+  memory: z
+    .strictObject({
+      /** Most bytes each memory file may hold: past it the oldest entries are dropped. */
+      max_bytes: z.number().int().min(256).max(1_048_576).default(4096),
+    })
+    .prefault({}),
   scripted: z
     .strictObject({
       token_delay_ms: z.number().int().nonnegative().default(15),

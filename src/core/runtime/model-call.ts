@@ -31,6 +31,8 @@ export interface CallingTurn {
   readonly excludedTools: ReadonlySet<string> | undefined;
   /** The client's own tools for this turn (AG-UI frontend tools), offered beside metis's. */
   readonly clientTools?: readonly Tool[];
+  /** The system prompt of each call (the workspace memory), read just before it; null: none. */
+  readonly systemPrompt?: () => Promise<string | null>;
 }
 
 export type CallResult =
@@ -79,6 +81,7 @@ export class ModelCaller {
     const callAbort = new AbortController();
     state.callAbort = callAbort;
     const callSignal = AbortSignal.any([signal, callAbort.signal]);
+    const system = (await turn.systemPrompt?.()) ?? null;
     const started = performance.now();
     const callStarted = events.emit('llm.call_started', parent, {
       model,
@@ -108,6 +111,7 @@ export class ModelCaller {
           model,
           messages: conversation,
           tools: this.dispatcher.available(turn.excludedTools, turn.clientTools).map(toolSpecOf),
+          ...(system === null ? {} : { system }),
         },
         callSignal,
       );

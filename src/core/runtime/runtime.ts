@@ -18,6 +18,7 @@ import type { Judge } from './evaluator/judge.js';
 import { LlmJudge } from './evaluator/llm-judge.js';
 import { emitSignal } from './implicit-feedback.js';
 import { type LiveSession, LiveSessions, REMEMBERED_ENDED_TURNS, type SessionInfo } from './live-sessions.js';
+import { MemoryStore } from './memory/memory-store.js';
 import type { ConversationMessage } from './model-adapter.js';
 import { assertConfiguredModel, assertModelId } from './models/model-id.js';
 import { ModelRegistry } from './models/model-registry.js';
@@ -158,6 +159,7 @@ export class Runtime {
             protectedPaths: options.protectedPaths,
           }),
         },
+        memory: { store: new MemoryStore(this.bus, this.config.memory.max_bytes) },
       }),
       createDelegateTool((input, context) => delegations.run(input, context)),
       ...(options.tools ?? []),

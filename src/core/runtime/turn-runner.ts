@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { RoutingRule, RuntimeConfig } from '../config/runtime-schema.js';
 import { newId } from '../events/ids.js';
 import type { SessionRows } from '../store/store-port.js';
+import { memoryPrompt } from './memory/memory-prompt.js';
 import {
   type AdapterResult,
   type ConversationMessage,
@@ -229,6 +230,10 @@ export class TurnRunner {
       isWorker: request.isWorker,
       excludedTools: excludedFor(request),
       clientTools: request.clientTools,
+      // A worker works on its task alone: the workspace memory is its planner's.
+      systemPrompt: request.isWorker
+        ? undefined
+        : () => memoryPrompt(request.workspacePath, this.config.memory.max_bytes, this.logger),
     };
     let adapter = routedAdapter;
     let parent = turnStartedId;

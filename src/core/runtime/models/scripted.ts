@@ -41,6 +41,9 @@ type Plan =
  *   `delegate: <task>`→ calls `delegate` (tier `fast`)
  *   `client: <tool> [json]` → calls the client's tool of that name (an AG-UI frontend tool) with the
  *                       JSON object as input (`{}` without one); says so when no such tool is offered
+ *   `remember: <text>` → calls `memory` to add an entry to MEMORY.md (`remember user: <text>`: USER.md)
+ *   `consolidate: a | b` → calls `memory` to make MEMORY.md's entries `a`, `b`
+ *   `recall`          → answers with the system prompt it was given (the workspace memory)
  *   `slow: X`         → streams slowly, so a cancel lands mid-message
  *   `fail: <class>`   → fails with that `error_class` (rate_limit, auth, server_error, ...)
  *
@@ -62,7 +65,7 @@ export class ScriptedModel implements ModelAdapter {
     request: ModelRequest,
     signal: AbortSignal,
   ): AsyncGenerator<AdapterChunk, AdapterResult, void> {
-    const plan = planFor(request.messages, new Set(request.tools.map((tool) => tool.name)));
+    const plan = planFor(request.messages, new Set(request.tools.map((tool) => tool.name)), request.system);
     const inputTokens = estimateTokens(request.messages);
     const requestId = newId('req');
     let outputTokens = 0;
@@ -151,7 +154,11 @@ function lastUserText(messages: readonly ConversationMessage[]): {
   return { text: '', afterTool: null };
 }
 
-function planFor(messages: readonly ConversationMessage[], offered: ReadonlySet<string>): Plan {
+function planFor(
+  messages: readonly ConversationMessage[],
+  offered: ReadonlySet<string>,
+  system?: string,
+): Plan {
   const { text, afterTool } = lastUserText(messages);
   if (afterTool) {
     const results = afterTool.content.filter((b) => b.type === 'tool_result');
@@ -162,9 +169,13 @@ function planFor(messages: readonly ConversationMessage[], offered: ReadonlySet<
       .join('; ');
     return { kind: 'text', text: `The tool returned ${summary}` };
   }
-  const [, trigger, rest = ''] = /^(think|run|read|delegate|client|slow|fail):\s*(.*)$/s.exec(text) ?? [];
+  const [, trigger, rest = ''] =
+    /^(think|run|read|delegate|client|remember user|remember|consolidate|slow|fail):\s*(.*)$/s.exec(text) ??
+    [];
   if (text === 'time')
     return { kind: 'tool', name: 'current_time', input: {}, preface: 'Let me check the time.' };
+  if (text === 'recall')
+    return { kind: 'text', text: system ? `My memory: ${system}` : 'I remember nothing.' };
   switch (trigger) {
     case 'think': {
       // `think: time` thinks, then does what `time` does.
@@ -184,6 +195,20 @@ function planFor(messages: readonly ConversationMessage[], offered: ReadonlySet<
       // As a real model would: a tool it was not offered is not called.
       if (!offered.has(name)) return { kind: 'text', text: `No tool named ${name} is offered.` };
       return { kind: 'tool', name, input: parseToolInput(json), preface: `Asking your ${name}.` };
+    }
+    case 'remember':
+    case 'remember user': {
+      const file = trigger === 'remember' ? 'memory' : 'user';
+      return { kind: 'tool', name: 'memory', input: { action: 'add', file, text: rest }, preface: 'Noted.' };
+    }
+    case 'consolidate': {
+      const entries = rest.split('|').map((entry) => entry.trim());
+      return {
+        kind: 'tool',
+        name: 'memory',
+        input: { action: 'consolidate', entries },
+        preface: 'Tidying up.',
+      };
     }
     case 'slow':
       return { kind: 'slow', text: rest };

@@ -1,4 +1,5 @@
 import { currentTimeTool } from './current-time.js';
+import { createMemoryTool, type MemoryToolOptions } from './memory-tool.js';
 import { createReadFileTool, type ReadFileToolOptions } from './read-file.js';
 import { createShellTool, type ShellToolOptions } from './shell.js';
 import type { Tool } from './tool.js';
@@ -6,9 +7,16 @@ import type { Tool } from './tool.js';
 export interface BuiltinToolsOptions {
   readonly readFile?: ReadFileToolOptions;
   readonly shell?: ShellToolOptions;
+  /** The workspace memory; without it there is no `memory` tool. */
+  readonly memory?: MemoryToolOptions;
 }
 
-/** The tools every session gets: `current_time`, `read_file` and `shell`. */
+/** The tools every session gets: `current_time`, `read_file` and `shell`, and `memory` when given its store. */
 export function builtinTools(options: BuiltinToolsOptions = {}): Tool[] {
-  return [currentTimeTool, createReadFileTool(options.readFile), createShellTool(options.shell)];
+  return [
+    currentTimeTool,
+    createReadFileTool(options.readFile),
+    createShellTool(options.shell),
+    ...(options.memory ? [createMemoryTool(options.memory)] : []),
+  ];
 }

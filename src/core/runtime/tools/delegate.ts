@@ -13,8 +13,8 @@ export const DelegateInputSchema = z.strictObject({
 
 export type DelegateInput = z.output<typeof DelegateInputSchema>;
 
-/** Tools a worker never gets: recursive delegation is out of scope (bus §6.8). */
-export const WORKER_FORBIDDEN_TOOLS: ReadonlySet<string> = new Set(['delegate']);
+/** Tools a worker never gets: recursive delegation is out of scope (bus §6.8); memory is its planner's. */
+export const WORKER_FORBIDDEN_TOOLS: ReadonlySet<string> = new Set(['delegate', 'memory']);
 
 /** Runs a worker session for a delegated task and returns its answer; supplied by the runtime. */
 export type RunDelegation = (input: DelegateInput, context: ToolContext) => Promise<ToolOutput>;
