@@ -1,21 +1,10 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import {
-  type ClientFailure,
-  type ConversationState,
-  initialState,
-  MetisClient,
-  reduce,
-} from '../../src/client/browser.js';
+import { type ClientFailure, type ConversationState, MetisClient } from '../../src/client/browser.js';
 import { accessKey } from './access-key.js';
 import { eventIdMillis } from './format.js';
+import { EMPTY_MODEL, fromSnapshot, type SessionModel, step, type TurnFigures } from './session-model.js';
 
 export type Link = 'connecting' | 'connected' | 'reconnecting' | 'stopped';
-
-export interface TurnFigures {
-  input_tokens: number;
-  output_tokens: number;
-  wall_time_seconds: number | null;
-}
 
 export interface LiveSession {
   readonly state: ConversationState;
@@ -31,8 +20,9 @@ export interface LiveSession {
 
 /**
  * A session's conversation, live: metis's browser client (reconnect, resume from the cursor, duplicate
- * and seq checks) feeding its reducer, as the CLI's `tail` does. A reload starts from a snapshot; a
- * dropped connection resumes from the last event id, and the note says how many events the resume
+ * and seq checks) feeding its reducer, as the CLI's `tail` does. A reload starts from a snapshot, laid
+ * over the session's stored events up to it (session-model.ts), so earlier turns read as they did live;
+ * a dropped connection resumes from the last event id, and the note says how many events the resume
  * replayed (those made before it reconnected).
  */
 export function useLiveSession(sessionId: string): LiveSession {
@@ -49,8 +39,7 @@ export function useLiveSession(sessionId: string): LiveSession {
       snapshot: true,
       backoff: { minMs: 250, maxMs: 4000 },
     });
-    let state: ConversationState = initialState;
-    let figures: Record<string, TurnFigures> = {};
+    let model: SessionModel = EMPTY_MODEL;
     let confirmationsSeen = 0;
     let resumedAt: number | null = null;
     let replayed = 0;
@@ -90,24 +79,23 @@ export function useLiveSession(sessionId: string): LiveSession {
         }
         if (item.kind !== 'frame') continue;
         const frame = item.frame;
-        state = reduce(state, frame);
-        const change: { -readonly [K in keyof LiveSession]?: LiveSession[K] } = { state };
+        if (frame.type === 'snapshot') {
+          // What the snapshot's messages do not say (tool statuses, footers) comes from the store.
+          // Frames that arrive meanwhile wait in the client's queue.
+          model = await fromSnapshot(sessionId, frame).catch(() => step(model, frame));
+          if (closed.current) break;
+          publish(model);
+          continue;
+        }
+        const before = model.figures;
+        model = step(model, frame);
+        const change: { -readonly [K in keyof LiveSession]?: LiveSession[K] } = { state: model.state };
+        if (model.figures !== before) change.figures = model.figures;
         if (frame.type === 'event') {
-          const event = frame.event as { id: string; type: string; turn_id: string | null; payload: any };
+          const event = frame.event as { id: string; type: string };
           if (resumedAt !== null && eventIdMillis(event.id) <= resumedAt) {
             replayed += 1;
             change.note = `resumed, ${replayed} event${replayed === 1 ? '' : 's'} replayed`;
-          }
-          if (event.type === 'turn.completed' && event.turn_id !== null) {
-            figures = {
-              ...figures,
-              [event.turn_id]: {
-                input_tokens: event.payload.total_input_tokens,
-                output_tokens: event.payload.total_output_tokens,
-                wall_time_seconds: event.payload.wall_time_seconds,
-              },
-            };
-            change.figures = figures;
           }
           if (event.type.startsWith('tool.confirmation_')) {
             confirmationsSeen += 1;
@@ -128,11 +116,10 @@ export function useLiveSession(sessionId: string): LiveSession {
 
 function blank(): LiveSession {
   return {
-    state: initialState,
+    ...EMPTY_MODEL,
     link: 'connecting',
     note: null,
     failure: null,
-    figures: {},
     confirmationsSeen: 0,
   };
 }

@@ -1,6 +1,6 @@
 import type { ConversationState } from '../../../src/client/browser.js';
 import { duration, usd } from '../format.js';
-import type { TurnFigures } from '../live-session.js';
+import type { TurnFigures } from '../session-model.js';
 
 export type Message = ConversationState['messages'][number];
 type Block = Message['blocks'][number];
@@ -172,10 +172,16 @@ function ToolCard({
   );
 }
 
+/** A turn whose last model call failed ends with `turn.completed` all the same: it reads as failed. */
+function turnBadge(turn: Turn): string {
+  return turn.status === 'completed' && turn.last_call_failed ? 'failed' : turn.status;
+}
+
 function TurnFooter({ turn, figures }: { turn: Turn; figures: TurnFigures | undefined }) {
+  const badge = turnBadge(turn);
   return (
-    <footer class="turn-footer" data-turn={turn.turn_id} data-turn-status={turn.status}>
-      <span class={`pill ${turn.status}`}>{turn.status === 'in_flight' ? 'in flight' : turn.status}</span>
+    <footer class="turn-footer" data-turn={turn.turn_id} data-turn-status={badge}>
+      <span class={`pill ${badge}`}>{badge === 'in_flight' ? 'in flight' : badge}</span>
       {turn.chosen_model && (
         <span title="routing decision">
           routed to <strong>{turn.chosen_model}</strong>
