@@ -45,6 +45,8 @@ export function liveTextWriter(
     readonly env?: NodeJS.ProcessEnv;
     /** The detailed view (RenderOptions.detailed). */
     readonly detailed?: boolean;
+    /** How to pick another model where the text is shown (RenderOptions.modelChoice). */
+    readonly modelChoice?: string;
   } = {},
 ): (item: ClientItem, state: ConversationState) => void {
   const { out = process.stdout, env = process.env } = options;
@@ -68,6 +70,7 @@ export function liveTextWriter(
       color,
       serverUrl,
       detailed: options.detailed === true,
+      ...(options.modelChoice === undefined ? {} : { modelChoice: options.modelChoice }),
     });
     if (text === '' && !waitOver) return;
     const erase = wait.before(waitOver);

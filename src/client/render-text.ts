@@ -22,6 +22,11 @@ export interface RenderOptions {
    * invalid tool input. The chat view leaves those out even when its subscription carries them.
    */
   readonly detailed?: boolean;
+  /**
+   * How the user picks another model where the text is shown, for the advice after a failed turn:
+   * `--model` on the command line (the default), `/model` inside `metis chat`.
+   */
+  readonly modelChoice?: string;
 }
 
 const codes = {
@@ -223,7 +228,10 @@ export function renderItem(
       const failure = turn?.last_call_failed ? turn.errors.at(-1) : undefined;
       if (failure !== undefined) {
         const retries = failure.retry_count > 0 ? `, after ${plural(failure.retry_count, 'retry')}` : '';
-        const advice = FAILURE_ADVICE[failure.error_class];
+        const advice = FAILURE_ADVICE[failure.error_class]?.replace(
+          '{model}',
+          options.modelChoice ?? '--model',
+        );
         return `${worker}${paint(options, 'red', `■ turn failed (${v(failure.error_class)}${retries})`)}\n${advice ? `  ${paint(options, 'dim', advice)}\n` : ''}`;
       }
       return `${worker}${paint(options, 'dim', `■ turn done: ${plural(p.llm_call_count, 'model call')}, ${plural(p.tool_call_count, 'tool')}, $${Number(p.total_cost_usd).toFixed(6)}`)}\n`;
@@ -306,13 +314,14 @@ function shorten(text: string): string {
 
 /**
  * What to do about a turn whose last model call failed, by `error_class` (bus §6.3). The failure line
- * above it names the key's variable or the URL where the server knows them.
+ * above it names the key's variable or the URL where the server knows them. `{model}` is how to pick
+ * another model there (RenderOptions.modelChoice).
  */
 const FAILURE_ADVICE: Readonly<Record<string, string>> = {
   auth: 'the provider refused the API key: set the variable named above, then send again',
   network: 'the provider did not answer: check that the URL above is reachable (a local server running?)',
-  rate_limit: 'the provider is rate limiting: wait and send again, or pick another model with --model',
-  server_error: 'the provider failed: send again later, or pick another model with --model',
+  rate_limit: 'the provider is rate limiting: wait and send again, or pick another model with {model}',
+  server_error: 'the provider failed: send again later, or pick another model with {model}',
   context_overflow: 'the conversation is too long for this model: start a new session (metis send --new)',
   invalid_request: 'the provider refused the request: the message above says what it objected to',
 };

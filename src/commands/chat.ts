@@ -16,7 +16,7 @@ export interface ChatOptions extends TargetOptions {
 }
 
 const HELP = [
-  '/model          show the session model',
+  '/model          show the session model and the models the server can serve',
   '/model <model>  pin a model for the session (provider:name)',
   '/cancel         cancel the turn in flight (one started elsewhere)',
   '/help           this list',
@@ -70,10 +70,8 @@ async function runCommand(target: ServerTarget, sessionId: string, line: string)
       log.info(HELP);
       return false;
     case '/model': {
-      if (args[0] === undefined) {
-        const { session } = await apiRequest(target, 'GET', `/sessions/${encodeURIComponent(sessionId)}`);
-        log.info(`model: ${visibleText(String(session.active_model))}`);
-      } else await pinModel(target, sessionId, args[0]);
+      if (args[0] === undefined) log.info(await modelsText(target, sessionId));
+      else await pinModel(target, sessionId, args[0]);
       return false;
     }
     case '/cancel': {
@@ -90,6 +88,23 @@ async function runCommand(target: ServerTarget, sessionId: string, line: string)
       log.warn(`unknown command ${visibleText(name ?? '')}; /help lists them`);
       return false;
   }
+}
+
+/** `/model`: the session's model, then the models the server can serve now (`GET /models`). */
+async function modelsText(target: ServerTarget, sessionId: string): Promise<string> {
+  const { session } = await apiRequest(target, 'GET', `/sessions/${encodeURIComponent(sessionId)}`);
+  const lines = [`model: ${visibleText(String(session.active_model))}`];
+  try {
+    const { default_model: fallback, models } = await apiRequest(target, 'GET', '/models');
+    lines.push('the server can serve:');
+    for (const model of models as string[])
+      lines.push(`  ${visibleText(model)}${model === fallback ? '  (default)' : ''}`);
+    lines.push('/model <model> pins one for this session');
+  } catch (error) {
+    if (!(error instanceof MetisError)) throw error;
+    lines.push(`(no list of models: ${visibleText(error.message)})`);
+  }
+  return lines.join('\n');
 }
 
 async function pinModel(target: ServerTarget, sessionId: string, model: string): Promise<void> {
@@ -114,7 +129,8 @@ function cancelTurn(target: ServerTarget, sessionId: string, turnId: string) {
  * its end; a second Ctrl-C leaves metis chat (the cancel goes on on the server).
  */
 async function runTurn(target: ServerTarget, sessionId: string, message: string): Promise<void> {
-  const write = liveTextWriter(sessionId, { serverUrl: target.url });
+  // Inside chat another model is picked with /model, not the command line's --model.
+  const write = liveTextWriter(sessionId, { serverUrl: target.url, modelChoice: '/model' });
   const approvals = answeringInPlace(write, target, sessionId);
   let turnId: string | null = null;
   let cancelling = false;

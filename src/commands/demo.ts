@@ -8,6 +8,7 @@ import { startService } from '../core/app/start-service.js';
 import { MetisConfigSchema } from '../core/config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { apiRequest } from './api-request.js';
+import { type Invocation, invocation } from './invocation.js';
 
 export interface DemoOptions {
   message?: string;
@@ -59,17 +60,30 @@ export async function demoCommand(options: DemoOptions): Promise<void> {
       },
     });
     if (options.json) return;
-    console.log(`
-Try next:
-  metis serve                                  # a server on 127.0.0.1:8421 with the scripted model
-  metis send --new "think: time" --follow      # a turn that thinks, calls a tool and answers
-  metis tail <session> --preset full           # follow a session live in a second terminal
-  metis send <session> "slow: a long story"    # then: metis cancel <session>
-  metis trace stats                            # what the trace store holds
-Scripted triggers: plain text, think:, time, run: <cmd>, read: <path>, delegate: <task>, slow:, fail: <class>.`);
+    console.log(tryNext(invocation()));
   } finally {
     process.off('SIGINT', onInterrupt);
     process.off('exit', removeOnExit);
     await cleanUp();
   }
+}
+
+/** What to try next, as commands that run where the user is (`metis`, `npx metis` or `node …`). */
+export function tryNext({ prefix, hint }: Invocation): string {
+  const lines: [string, string][] = [
+    ['serve', 'a server on 127.0.0.1:8421 with the scripted model'],
+    ['send --new "think: time" --follow', 'a turn that thinks, calls a tool and answers'],
+    ['tail <session> --preset full', 'follow a session live in a second terminal'],
+    ['send <session> "slow: a long story"', `then: ${prefix} cancel <session>`],
+    ['trace stats', 'what the trace store holds'],
+  ];
+  const commands = lines.map(([args, what]) => [`${prefix} ${args}`, what] as const);
+  const width = Math.max(...commands.map(([command]) => command.length)) + 2;
+  return [
+    '',
+    'Try next:',
+    ...commands.map(([command, what]) => `  ${command.padEnd(width)} # ${what}`),
+    ...(hint === null ? [] : [`(${hint})`]),
+    'Scripted triggers: plain text, think:, time, run: <cmd>, read: <path>, delegate: <task>, slow:, fail: <class>.',
+  ].join('\n');
 }

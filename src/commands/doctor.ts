@@ -5,6 +5,7 @@ import type { MetisConfig } from '../core/config/schema.js';
 import { isMetisError } from '../core/errors.js';
 import { type Check, checkDatabase, checkPort, checkProviders, checkStore } from './doctor-checks.js';
 import { checkCluster } from './doctor-cluster.js';
+import { checkOtlp } from './doctor-otel.js';
 import { ExitError } from './exit-error.js';
 
 export interface DoctorOptions {
@@ -16,7 +17,7 @@ const MARK = { ok: '✓', warn: '!', problem: '✗' } as const;
 
 /**
  * `metis doctor`: is this machine ready for `metis serve`? The config, the database, the port, each
- * provider's key and address, the plugins. Exit 1 when something would stop it; warnings do not.
+ * provider's key and address, the plugins and the otel plugin's OTLP endpoint. Exit 1 when something would stop it; warnings do not.
  */
 export async function doctorCommand(options: DoctorOptions): Promise<void> {
   const live = !options.json && process.stdout.isTTY === true ? spinner() : null;
@@ -52,6 +53,8 @@ export async function doctorCommand(options: DoctorOptions): Promise<void> {
     checks.push(...(await checkProviders(config)));
     live?.message('loading the plugins');
     checks.push(...(await checkPlugins(config, options.config ?? null)));
+    const otlp = await checkOtlp(config);
+    if (otlp !== null) checks.push(otlp);
   }
   const problems = checks.filter((c) => c.status === 'problem').length;
   live?.stop(problems === 0 ? 'ready for metis serve' : `${problems} problem${problems === 1 ? '' : 's'}`);

@@ -47,6 +47,29 @@ export const PROVIDER_DEFAULTS: Record<
   },
 };
 
+/** USD per million tokens, as `runtime.pricing` takes it. */
+interface Price {
+  readonly input_per_mtok: number;
+  readonly output_per_mtok: number;
+  readonly cached_input_per_mtok?: number;
+  readonly cache_creation_per_mtok?: number;
+}
+
+/**
+ * The list prices of the models `metis init` proposes (checked 2026-11), written into the config so
+ * the costs metis reports are not 0: an unpriced model costs nothing in its figures. A model of the
+ * user's own choosing gets a commented entry to fill in instead.
+ */
+export const PROPOSED_PRICES: Readonly<Record<string, Price>> = {
+  'anthropic:claude-sonnet-4-6': {
+    input_per_mtok: 3,
+    output_per_mtok: 15,
+    cached_input_per_mtok: 0.3,
+    cache_creation_per_mtok: 3.75,
+  },
+  'openai:gpt-4.1-mini': { input_per_mtok: 0.4, output_per_mtok: 1.6, cached_input_per_mtok: 0.1 },
+};
+
 /** The provider's name in the config: the built-ins keep theirs, a compatible server is `local`. */
 export function providerName(provider: ProviderChoice): string {
   return provider === 'openai-compatible' ? 'local' : provider;
@@ -60,8 +83,12 @@ export function configOf(answers: InitAnswers): Record<string, unknown> {
     entry.kind = 'openai-compatible';
   if (answers.baseUrl !== null) entry.base_url = answers.baseUrl;
   if (answers.keyEnv !== null) entry.api_key_env = answers.keyEnv;
-  const runtime: Record<string, unknown> = { default_model: `${name}:${answers.model}` };
+  const model = `${name}:${answers.model}`;
+  const runtime: Record<string, unknown> = { default_model: model };
   if (answers.provider !== 'scripted') runtime.providers = { [name]: entry };
+  const price = PROPOSED_PRICES[model];
+  // The scripted models keep their default price beside it: a pricing map replaces the default one.
+  if (price !== undefined) runtime.pricing = { [model]: price, ...SCRIPTED_PRICE };
   const config = { runtime, plugins: [...answers.plugins] };
   const checked = MetisConfigSchema.safeParse(config);
   if (!checked.success) {
@@ -72,6 +99,33 @@ export function configOf(answers: InitAnswers): Record<string, unknown> {
     );
   }
   return config;
+}
+
+const SCRIPTED_PRICE = { 'scripted:*': { input_per_mtok: 1, output_per_mtok: 2 } } as const;
+
+/** A price as a YAML flow mapping on one line. */
+function priceLine(price: Price): string {
+  return `{ ${Object.entries(price)
+    .map(([key, value]) => `${key}: ${value}`)
+    .join(', ')} }`;
+}
+
+/** The pricing lines: the proposed model's list price, or an entry to fill in for any other model. */
+function pricingLines(model: string): string[] {
+  const price = PROPOSED_PRICES[model];
+  if (price !== undefined)
+    return [
+      "  # USD per million tokens, for the costs metis reports (your provider's price list may differ).",
+      '  pricing:',
+      `    ${q(model)}: ${priceLine(price)}`,
+      `    ${q('scripted:*')}: ${priceLine(SCRIPTED_PRICE['scripted:*'])}`,
+    ];
+  return [
+    "  # An unpriced model costs 0 in metis's figures: its price, USD per million tokens, counts it.",
+    '  # pricing:',
+    `  #   ${q(model)}: { input_per_mtok: 0, output_per_mtok: 0 }`,
+    `  #   ${q('scripted:*')}: ${priceLine(SCRIPTED_PRICE['scripted:*'])}`,
+  ];
 }
 
 /** JSON strings are YAML double-quoted scalars: no value can break the file. */
@@ -106,6 +160,7 @@ export function renderConfig(answers: InitAnswers): string {
       lines.push('      # The key is read from this variable when metis starts; it is never written here.');
       lines.push(`      api_key_env: ${q(answers.keyEnv)}`);
     }
+    lines.push(...pricingLines(`${name}:${answers.model}`));
   }
   lines.push(
     '  # Ask before a tool writes files, runs a command or reaches the network (ask | allow | deny).',

@@ -10,8 +10,14 @@ import {
 } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  type ReadableSpan,
+  type SpanExporter,
+} from '@opentelemetry/sdk-trace-base';
 import { ATTR_ERROR_TYPE, ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
+import type { Logger } from 'pino';
 import { z } from 'zod';
 import { isoToMicros } from '../core/events/clock.js';
 import type { MetisEvent } from '../core/events/envelope.js';
@@ -313,6 +319,63 @@ export class SpanBuilder {
   }
 }
 
+type ExportDone = Parameters<SpanExporter['export']>[1];
+
+/** `ExportResultCode.SUCCESS` of @opentelemetry/core (not a dependency of ours). */
+const EXPORT_SUCCESS = 0;
+
+/**
+ * The OTLP exporter, reporting its failures: the SDK drops a batch it could not export without a word.
+ * The first failure of an episode is a warning naming the endpoint (later ones only count); the first
+ * success after it says how many spans were dropped meanwhile.
+ */
+export class ReportingExporter implements SpanExporter {
+  private failing = false;
+  readonly counters = { export_failures: 0, spans_dropped: 0 };
+  private droppedThisEpisode = 0;
+
+  constructor(
+    private readonly inner: SpanExporter,
+    private readonly endpoint: string,
+    private readonly logger: Logger,
+  ) {}
+
+  export(spans: ReadableSpan[], done: ExportDone): void {
+    this.inner.export(spans, (result) => {
+      if (result.code === EXPORT_SUCCESS) {
+        if (this.failing) {
+          this.failing = false;
+          this.logger.info(
+            { endpoint: this.endpoint, spans_dropped: this.droppedThisEpisode },
+            'otel export works again',
+          );
+        }
+      } else {
+        this.counters.export_failures += 1;
+        this.counters.spans_dropped += spans.length;
+        if (!this.failing) {
+          this.failing = true;
+          this.droppedThisEpisode = 0;
+          this.logger.warn(
+            { endpoint: this.endpoint, spans: spans.length, err: result.error?.message ?? 'unknown' },
+            'otel export failed: spans are dropped until the endpoint takes them (said once until it does)',
+          );
+        }
+        this.droppedThisEpisode += spans.length;
+      }
+      done(result);
+    });
+  }
+
+  shutdown(): Promise<void> {
+    return this.inner.shutdown();
+  }
+
+  forceFlush(): Promise<void> {
+    return this.inner.forceFlush?.() ?? Promise.resolve();
+  }
+}
+
 /** `otel`: turns, LLM calls and tool calls as OpenTelemetry spans over OTLP/HTTP (JSON). */
 export default definePlugin({
   name: 'otel',
@@ -320,16 +383,21 @@ export default definePlugin({
   create(options, ctx) {
     let provider: BasicTracerProvider | null = null;
     let builder: SpanBuilder | null = null;
+    let exporter: ReportingExporter | null = null;
     return {
       filter: { session_ids: options.session_ids, event_types: [...OTEL_EVENT_TYPES] },
       fastPath: false,
       handle: (event) => builder?.handle(event),
       start() {
-        const exporter = new OTLPTraceExporter({
-          url: options.endpoint,
-          headers: options.headers,
-          timeoutMillis: options.timeout_ms,
-        });
+        exporter = new ReportingExporter(
+          new OTLPTraceExporter({
+            url: options.endpoint,
+            headers: options.headers,
+            timeoutMillis: options.timeout_ms,
+          }),
+          options.endpoint,
+          ctx.logger,
+        );
         // A provider of our own, never registered globally: metis does not touch an embedder's OTel setup.
         provider = new BasicTracerProvider({
           resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: options.service_name }),
@@ -348,7 +416,11 @@ export default definePlugin({
         await provider?.forceFlush();
         await provider?.shutdown();
       },
-      stats: () => ({ ...(builder?.counters ?? {}), open_spans: builder?.openSpans ?? 0 }),
+      stats: () => ({
+        ...(builder?.counters ?? {}),
+        open_spans: builder?.openSpans ?? 0,
+        ...(exporter?.counters ?? {}),
+      }),
     };
   },
 });

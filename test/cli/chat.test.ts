@@ -48,6 +48,33 @@ describe('metis chat (issue 17)', () => {
     60_000,
   );
 
+  it.skipIf(!HAS_SCRIPT)(
+    '/model lists the models the server can serve (GET /models); a failed turn advises /model, not --model (issue 29)',
+    async () => {
+      const t = await startTestServer({
+        pricing: { 'scripted:priced': { input_per_mtok: 1, output_per_mtok: 2 } },
+      });
+      const chat = metisInPty(['chat', '--url', t.url]);
+      let at = await chat.waitFor('◆  you');
+      chat.type(`/model${KEY.enter}`);
+      at = await chat.waitFor('/model <model> pins one', at);
+      const listed = chat.screen().slice(0, at);
+      expect(listed).toContain('the server can serve:');
+      expect(listed).toMatch(/scripted:demo {2}\(default\)/);
+      expect(listed).toContain('scripted:priced');
+
+      at = await chat.waitFor('◆  you', at);
+      chat.type(`fail: rate_limit${KEY.enter}`);
+      at = await chat.waitFor('■ turn failed (rate_limit)', at);
+      await chat.waitFor('pick another model with', at);
+      const advice = chat.screen().slice(at);
+      expect(advice).toContain('pick another model with /model');
+      expect(advice).not.toContain('--model');
+      chat.type(KEY.ctrlD);
+    },
+    60_000,
+  );
+
   it('without a terminal it says to use send --follow, exit 2', async () => {
     const { runCli } = await import('../helpers/run-cli.js');
     const result = await runCli(['chat', '--url', 'http://127.0.0.1:9'], tempDir());

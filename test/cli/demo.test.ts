@@ -1,5 +1,5 @@
 import { existsSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { cliNodeArgs } from '../helpers/cli-command.js';
@@ -41,6 +41,7 @@ function expectInOrder(text: string, parts: readonly (string | RegExp)[]): void 
 describe('metis demo', () => {
   it('runs one scripted turn live: route, thinking, current_time running → ok, the answer, the cost, then "Try next"', async () => {
     const { tmp, home, exitCode, stdout, stderr } = await runDemo();
+    const launcher = `node ${relative(ROOT, cliNodeArgs().at(-1)!)}`;
     expect(stderr).toBe('');
     expect(exitCode).toBe(0);
     expect(stdout.includes('\u001b[')).toBe(false); // NO_COLOR
@@ -56,11 +57,13 @@ describe('metis demo', () => {
       /\nassistant: The tool returned utc: \d{4}-\d\d-\d\dT[\d:.]+Z$/m,
       /\n■ turn done: 2 model calls, 1 tool, \$\d+\.\d{6}$/m,
       '\n\nTry next:',
-      '\n  metis serve ',
-      '\n  metis send --new "think: time" --follow ',
-      '\n  metis tail <session> --preset full ',
-      '\n  metis send <session> "slow: a long story" ',
-      '\n  metis trace stats ',
+      // metis is not on the PATH here: the commands run this same CLI with node, and say how to install it.
+      `\n  ${launcher} serve `,
+      `\n  ${launcher} send --new "think: time" --follow `,
+      `\n  ${launcher} tail <session> --preset full `,
+      `\n  ${launcher} send <session> "slow: a long story" `,
+      `\n  ${launcher} trace stats `,
+      '\n(metis is not on your PATH; to put it there: npm pack, then npm install -g ./metis-',
       '\nScripted triggers: ',
     ]);
     // Nothing failed or was cancelled on the way.

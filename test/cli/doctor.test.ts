@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
+import { type AddressInfo, createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -85,4 +86,53 @@ describe('metis doctor (issue 17)', () => {
       detail: expect.stringContaining('prot'),
     });
   }, 30_000);
+
+  it("probes the otel plugin's OTLP endpoint with an empty export: ok when it takes it, a warning naming it when it does not (issue 29)", async () => {
+    const exports: string[] = [];
+    const collector = createHttpServer((request, response) => {
+      let body = '';
+      request.on('data', (chunk: Buffer) => {
+        body += chunk.toString();
+      });
+      request.on('end', () => {
+        exports.push(`${request.method} ${request.url} ${request.headers.authorization} ${body}`);
+        response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    });
+    await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve));
+    onTestFinished(() => new Promise<void>((resolve) => collector.close(() => resolve())));
+    const endpoint = `http://127.0.0.1:${(collector.address() as AddressInfo).port}/v1/traces`;
+    const plugin = (url: string) =>
+      `server:\n  port: 0\nplugins:\n  - [otel, { endpoint: "${url}", headers: { authorization: "Bearer k" } }]\n`;
+
+    const up = await doctorIn(tempDir(), plugin(endpoint));
+    expect(up.byName['otel endpoint']).toMatchObject({
+      status: 'ok',
+      detail: expect.stringContaining(endpoint),
+    });
+    expect(exports).toEqual([`POST /v1/traces Bearer k {"resourceSpans":[]}`]);
+    expect(up.exitCode).toBe(0);
+
+    const closed = `http://127.0.0.1:${await closedPort()}/v1/traces`;
+    const down = await doctorIn(tempDir(), plugin(closed));
+    expect(down.byName['otel endpoint']).toMatchObject({
+      status: 'warn',
+      detail: expect.stringMatching(
+        new RegExp(`^${closed.replaceAll('.', '\\.')} does not answer \\(ECONNREFUSED\\)`),
+      ),
+    });
+
+    // Without the plugin there is nothing to probe.
+    const none = await doctorIn(tempDir(), 'server:\n  port: 0\n');
+    expect(none.byName['otel endpoint']).toBeUndefined();
+  }, 30_000);
 });
+
+/** A port nothing listens on: taken, then given back. */
+async function closedPort(): Promise<number> {
+  const server: Server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}

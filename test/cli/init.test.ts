@@ -61,6 +61,33 @@ describe('metis init', () => {
     expect(config.runtime.providers.ollama!.api_key_env).toBeUndefined();
   }, 30_000);
 
+  it('prices the model it proposes, so its costs are not 0; a model of your own gets an entry to fill in (issue 29)', async () => {
+    for (const [provider, model] of [
+      ['anthropic', 'anthropic:claude-sonnet-4-6'],
+      ['openai', 'openai:gpt-4.1-mini'],
+    ] as const) {
+      const out = join(tempDir(), 'metis.config.yaml');
+      const result = await runCli(['init', '--yes', '--provider', provider, '--out', out], tempDir());
+      expect(result.exitCode, result.stderr).toBe(0);
+      const { config } = await loadConfig({ explicitPath: out });
+      expect(config.runtime.default_model).toBe(model);
+      expect(config.runtime.pricing[model]!.input_per_mtok).toBeGreaterThan(0);
+      expect(config.runtime.pricing[model]!.output_per_mtok).toBeGreaterThan(0);
+      // The scripted models keep their price beside it.
+      expect(config.runtime.pricing['scripted:*']).toMatchObject({ input_per_mtok: 1, output_per_mtok: 2 });
+    }
+    const out = join(tempDir(), 'metis.config.yaml');
+    const own = await runCli(
+      ['init', '--yes', '--provider', 'openai-compatible', '--model', 'qwen-x', '--out', out],
+      tempDir(),
+    );
+    expect(own.exitCode, own.stderr).toBe(0);
+    expect(readFileSync(out, 'utf8')).toContain(
+      '  #   "local:qwen-x": { input_per_mtok: 0, output_per_mtok: 0 }',
+    );
+    expect((await loadConfig({ explicitPath: out })).config.runtime.default_model).toBe('local:qwen-x');
+  }, 30_000);
+
   it('refuses to replace a file without --force (exit 1, file unchanged) and replaces it with it', async () => {
     const out = join(tempDir(), 'metis.config.yaml');
     writeFileSync(out, '# mine\n');

@@ -3,10 +3,11 @@ import { isoToMicros } from '../../src/core/events/clock.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { loadPlugins } from '../../src/plugins/load-plugins.js';
 import { startPlugins } from '../../src/plugins/plugin-host.js';
+import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
 import { startRuntime } from '../helpers/runtime.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 import { emitTurn } from './plugin-harness.js';
-import { otlpReceiver } from './receivers.js';
+import { otlpReceiver, receiver, until } from './receivers.js';
 
 const nanos = (iso: string) => BigInt(isoToMicros(iso)) * 1000n;
 
@@ -180,4 +181,34 @@ describe('otel', () => {
     const workerChats = spans.filter((s) => s.name.startsWith('chat ') && s.parentSpanId === worker.spanId);
     expect(workerChats.length).toBeGreaterThan(0);
   });
+
+  it('warns once, naming the endpoint, when exports fail, and says when they work again (issue 29)', async () => {
+    const collector = await receiver([500, 500]); // two failed exports, then 200
+    const logs = captureLogs('info');
+    const context = tempTraceContext();
+    const loaded = await loadPlugins(
+      [['otel', { endpoint: collector.url, scheduled_delay_ms: 20, timeout_ms: 2000 }]],
+      { configPath: null },
+    );
+    const host = await startPlugins(loaded, {
+      bus: context.bus,
+      store: context.store,
+      logger: logs.logger,
+      dataDir: tempDir(),
+    });
+    // One export per turn: each waits for the one before to be answered.
+    for (const [n, session] of ['sess_a', 'sess_b', 'sess_c'].entries()) {
+      emitTurn(context.bus, session);
+      await context.flush();
+      await until(() => collector.requests.length > n);
+    }
+    await host.stop();
+    await settleLogs();
+    const failed = logs.records.filter((r) => r.msg.startsWith('otel export failed'));
+    expect(failed).toHaveLength(1);
+    expect(failed[0]).toMatchObject({ level: LEVEL.warn, endpoint: collector.url, plugin: 'otel' });
+    const back = logs.records.filter((r) => r.msg === 'otel export works again');
+    expect(back).toHaveLength(1);
+    expect(back[0]).toMatchObject({ level: LEVEL.info, spans_dropped: 8 });
+  }, 30_000);
 });

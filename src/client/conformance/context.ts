@@ -39,9 +39,18 @@ export function expectTrue(what: string, condition: boolean, seen?: unknown): vo
   if (!condition) throw new CheckFailure(what, undefined, seen);
 }
 
+/**
+ * The model every session made by the checks is created with: the scripted model the checks drive (any
+ * `scripted:*` name serves), under a name that marks the session as a conformance run's, so `metis
+ * sessions` can leave it out (session-commands.ts) and it never passes for one of the user's own.
+ */
+export const CONFORMANCE_MODEL = 'scripted:conformance';
+
 /** What a check may use: the server under test, its hooks when present, and cleanup. */
 export class CheckContext {
   private readonly clients: WireClient[] = [];
+  /** Every session the checks made, ended when the run is over (endSessions). */
+  readonly sessions: string[] = [];
   /** Every full-filter stream recorded, for the invariant checks. */
   readonly recorded: any[][] = [];
 
@@ -73,9 +82,26 @@ export class CheckContext {
   }
 
   async newSession(): Promise<string> {
-    const created = await this.api('POST', '/sessions', {}, this.sessionsUrl);
+    const created = await this.api('POST', '/sessions', { model: CONFORMANCE_MODEL }, this.sessionsUrl);
     expectEqual('POST /sessions answers 201', 201, created.status);
+    this.sessions.push(created.body.session_id as string);
     return created.body.session_id as string;
+  }
+
+  /**
+   * Ends every session the checks made (`abandoned`: a check is not a conversation), so a run against
+   * a server of the user's leaves no session open; best effort, as a failed check may leave a turn in
+   * flight (409) that the server ends on its own.
+   */
+  async endSessions(): Promise<void> {
+    for (const session of this.sessions.splice(0)) {
+      await this.api(
+        'POST',
+        `/sessions/${encodeURIComponent(session)}/end`,
+        { disposition: 'abandoned' },
+        this.sessionsUrl,
+      ).catch(() => {});
+    }
   }
 
   /**

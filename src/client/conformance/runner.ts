@@ -66,25 +66,29 @@ export async function runConformance(options: RunOptions): Promise<CheckResult[]
   const transport = options.transport ?? 'websocket';
   const ctx = new CheckContext(options.url, info, options.token, transport, options.sessionsUrl);
   const results: CheckResult[] = [];
-  for (const [index, check] of checks.entries()) {
-    options.onProgress?.({ phase: 'start', index, total: checks.length, name: check.name });
-    const started = performance.now();
-    const outcome =
-      transport === 'sse' && check.sse !== true
-        ? ({
-            status: 'skip',
-            reason: 'WebSocket only: client frames, pings or a subscribe on an open socket',
-          } as const)
-        : await runOne(check, ctx, info);
-    ctx.closeAll();
-    const result = {
-      name: check.name,
-      covers: check.covers,
-      outcome,
-      durationMs: Math.round(performance.now() - started),
-    };
-    results.push(result);
-    options.onProgress?.({ phase: 'end', index, total: checks.length, name: check.name, result });
+  try {
+    for (const [index, check] of checks.entries()) {
+      options.onProgress?.({ phase: 'start', index, total: checks.length, name: check.name });
+      const started = performance.now();
+      const outcome =
+        transport === 'sse' && check.sse !== true
+          ? ({
+              status: 'skip',
+              reason: 'WebSocket only: client frames, pings or a subscribe on an open socket',
+            } as const)
+          : await runOne(check, ctx, info);
+      ctx.closeAll();
+      const result = {
+        name: check.name,
+        covers: check.covers,
+        outcome,
+        durationMs: Math.round(performance.now() - started),
+      };
+      results.push(result);
+      options.onProgress?.({ phase: 'end', index, total: checks.length, name: check.name, result });
+    }
+  } finally {
+    await ctx.endSessions();
   }
   return results;
 }
