@@ -192,6 +192,15 @@ export const RuntimeConfigSchema = z.strictObject({
       max_bytes: z.number().int().min(256).max(1_048_576).default(4096),
     })
     .prefault({}),
+  /** Skills, `$METIS_HOME/skills` and `<workspace>/.metis/skills` (docs/skills.md). */
+  skills: z
+    .strictObject({
+      /** Most tokens of skills one session may load, `always` ones included: a load past it fails. */
+      budget_tokens: z.number().int().min(0).max(1_000_000).default(8000),
+      /** The global skills folder; default `$METIS_HOME/skills`. */
+      global_dir: z.string().min(1).nullable().default(null),
+    })
+    .prefault({}),
   scripted: z
     .strictObject({
       token_delay_ms: z.number().int().nonnegative().default(15),

@@ -14,6 +14,7 @@ import { type CallingTurn, type CallResult, ModelCaller } from './model-call.js'
 import type { ModelRegistry } from './models/model-registry.js';
 import type { PatternAdvice } from './patterns/pattern-store.js';
 import { decideRoute, type NoRoute, type RouteDecision } from './router.js';
+import { joinPrompts, type SkillSessions } from './skills/skill-sessions.js';
 import type { DispatchRequest, DispatchResult, ToolDispatcher } from './tool-dispatcher.js';
 import { WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
 import type { Tool } from './tools/tool.js';
@@ -84,6 +85,8 @@ export class TurnRunner {
     private readonly logger: Logger,
     /** The routing rules in effect now (a policy file can change them while the server runs). */
     private readonly routingRules: () => readonly RoutingRule[] = () => config.routing_rules,
+    /** The sessions' skills, whose section leads the system prompt (none: no skills). */
+    private readonly skills: SkillSessions | null = null,
   ) {
     this.caller = new ModelCaller(config, dispatcher, sessions, logger);
   }
@@ -230,10 +233,14 @@ export class TurnRunner {
       isWorker: request.isWorker,
       excludedTools: excludedFor(request),
       clientTools: request.clientTools,
-      // A worker works on its task alone: the workspace memory is its planner's.
+      // A worker works on its task alone: the workspace memory and skills are its planner's.
       systemPrompt: request.isWorker
         ? undefined
-        : () => memoryPrompt(request.workspacePath, this.config.memory.max_bytes, this.logger),
+        : async () =>
+            joinPrompts([
+              await this.skills?.systemSection(events.sessionId, state.turnId, request.workspacePath),
+              await memoryPrompt(request.workspacePath, this.config.memory.max_bytes, this.logger),
+            ]),
     };
     let adapter = routedAdapter;
     let parent = turnStartedId;

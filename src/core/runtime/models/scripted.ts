@@ -43,7 +43,8 @@ type Plan =
  *                       JSON object as input (`{}` without one); says so when no such tool is offered
  *   `remember: <text>` → calls `memory` to add an entry to MEMORY.md (`remember user: <text>`: USER.md)
  *   `consolidate: a | b` → calls `memory` to make MEMORY.md's entries `a`, `b`
- *   `recall`          → answers with the system prompt it was given (the workspace memory)
+ *   `recall`          → answers with the system prompt it was given (the workspace memory, skills)
+ *   `skill: <name>`   → calls `skill_load` with that name; `skills? <query>` → calls `skill_search`
  *   `slow: X`         → streams slowly, so a cancel lands mid-message
  *   `fail: <class>`   → fails with that `error_class` (rate_limit, auth, server_error, ...)
  *
@@ -170,10 +171,19 @@ function planFor(
     return { kind: 'text', text: `The tool returned ${summary}` };
   }
   const [, trigger, rest = ''] =
-    /^(think|run|read|delegate|client|remember user|remember|consolidate|slow|fail):\s*(.*)$/s.exec(text) ??
-    [];
+    /^(think|run|read|delegate|client|remember user|remember|consolidate|skill|slow|fail):\s*(.*)$/s.exec(
+      text,
+    ) ?? [];
   if (text === 'time')
     return { kind: 'tool', name: 'current_time', input: {}, preface: 'Let me check the time.' };
+  const search = /^skills\?\s*(.*)$/s.exec(text);
+  if (search)
+    return {
+      kind: 'tool',
+      name: 'skill_search',
+      input: { query: search[1]! },
+      preface: 'Looking for a skill.',
+    };
   if (text === 'recall')
     return { kind: 'text', text: system ? `My memory: ${system}` : 'I remember nothing.' };
   switch (trigger) {
@@ -210,6 +220,13 @@ function planFor(
         preface: 'Tidying up.',
       };
     }
+    case 'skill':
+      return {
+        kind: 'tool',
+        name: 'skill_load',
+        input: { name: rest.trim() },
+        preface: 'Loading the skill.',
+      };
     case 'slow':
       return { kind: 'slow', text: rest };
     case 'fail': {

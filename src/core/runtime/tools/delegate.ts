@@ -13,8 +13,13 @@ export const DelegateInputSchema = z.strictObject({
 
 export type DelegateInput = z.output<typeof DelegateInputSchema>;
 
-/** Tools a worker never gets: recursive delegation is out of scope (bus §6.8); memory is its planner's. */
-export const WORKER_FORBIDDEN_TOOLS: ReadonlySet<string> = new Set(['delegate', 'memory']);
+/** Tools a worker never gets: recursive delegation is out of scope (bus §6.8); memory and skills are its planner's. */
+export const WORKER_FORBIDDEN_TOOLS: ReadonlySet<string> = new Set([
+  'delegate',
+  'memory',
+  'skill_load',
+  'skill_search',
+]);
 
 /** Runs a worker session for a delegated task and returns its answer; supplied by the runtime. */
 export type RunDelegation = (input: DelegateInput, context: ToolContext) => Promise<ToolOutput>;
