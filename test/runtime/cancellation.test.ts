@@ -425,6 +425,8 @@ describe('cancellation (streaming spec §6.2)', () => {
       if (event.type === 'text.delta' && results.length === 0) {
         results.push(runtime.cancelTurn(session.id, turnId));
         results.push(runtime.cancelTurn(session.id, turnId, 'timeout'));
+        // A third, and a fourth: logged too, at debug (a client repeating a cancel floods no log).
+        results.push(runtime.cancelTurn(session.id, turnId, 'client_disconnect'));
       }
     });
     const submitted = runtime.submitTurn(session.id, 'slow: twice');
@@ -432,7 +434,9 @@ describe('cancellation (streaming spec §6.2)', () => {
     expect((await submitted.done).status).toBe('cancelled');
     await context.flush();
     await settleLogs();
-    expect(results).toEqual(['cancelling', 'already_cancelling']);
+    results.push(runtime.cancelTurn(session.id, turnId));
+    await settleLogs();
+    expect(results).toEqual(['cancelling', 'already_cancelling', 'already_cancelling', 'already_ended']);
     const events = committed.filter((e) => e.session_id === session.id);
     expect(byType(events, 'turn.cancelled')).toHaveLength(1);
     expect(byType(events, 'turn.cancelled')[0]!.payload.reason).toBe('user_cancel');
@@ -442,6 +446,8 @@ describe('cancellation (streaming spec §6.2)', () => {
     const warnings = at(LEVEL.warn).filter((r) => r.diagnostic === 'bus.handler_warning');
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatchObject({ session_id: session.id, turn_id: turnId, reason: 'timeout' });
+    const later = at(LEVEL.debug).filter((r) => r.diagnostic === 'bus.handler_warning');
+    expect(later.map((r) => r.outcome)).toEqual(['already_cancelling', 'already_ended']);
     expect(at(LEVEL.error)).toEqual([]);
   });
 

@@ -47,6 +47,8 @@ export interface LiveSession {
    * before its events are in the store, where older turns and those of earlier processes are found.
    */
   readonly endedTurnIds: string[];
+  /** Whether a redundant cancel of this session was logged at warn already (later ones go at debug). */
+  redundantCancelLogged?: boolean;
   /** A pattern recommendation deferred in the latest turn, until applied, dismissed or the next turn. */
   recommendation: (DeferredPattern & { readonly turnId: string }) | null;
   /** What the implicit feedback heuristics remember of the session (none for workers). */

@@ -27,6 +27,7 @@ import { PatternRecorder } from './patterns/pattern-recorder.js';
 import { PatternStore } from './patterns/pattern-store.js';
 import { ProviderHealth } from './provider-health.js';
 import { RoutingPolicy } from './routing-policy.js';
+import { attachedSkillSessions, type SkillSessions } from './skills/skill-sessions.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { ToolDispatcher } from './tool-dispatcher.js';
 import { builtinTools } from './tools/builtin.js';
@@ -94,6 +95,7 @@ export class Runtime {
   private readonly logger: Logger;
   private readonly runner: TurnRunner;
   private readonly live: LiveSessions;
+  private readonly skills: SkillSessions;
   /** The routing rules in effect and their version (runtime.routing_policy_file, re-read on change). */
   readonly routing: RoutingPolicy;
   private readonly beforeToolExecute?: () => Promise<void>;
@@ -112,6 +114,7 @@ export class Runtime {
     this.models.health = this.health;
     this.beforeToolExecute = options.beforeToolExecute;
     this.startGate = (id) => options.store.whenStored(id, DEFAULT_COMMIT_WAIT_MS);
+    this.skills = attachedSkillSessions(this.bus, this.config, this.logger);
     this.routing = new RoutingPolicy(this.config, this.bus, {
       logger: this.logger,
       modelProblem: (model) => {
@@ -160,6 +163,7 @@ export class Runtime {
           }),
         },
         memory: { store: new MemoryStore(this.bus, this.config.memory.max_bytes) },
+        skills: { skills: this.skills },
       }),
       createDelegateTool((input, context) => delegations.run(input, context)),
       ...(options.tools ?? []),
@@ -173,6 +177,7 @@ export class Runtime {
       this.sessions,
       this.logger,
       () => this.routing.rules,
+      this.skills,
     );
     this.costs.attach(this.bus);
     this.health.attach(this.bus);
@@ -272,8 +277,11 @@ export class Runtime {
     else if (session.endedTurnIds.includes(turnId) || this.sessions.hasTurn(sessionId, turnId))
       outcome = 'already_ended';
     else throw new MetisError('METIS_ERR_TURN_NOT_FOUND', `session ${sessionId} has no turn ${turnId}`);
-    // Streaming §6.5: a no-op with no canonical event; the server logs bus.handler_warning.
-    this.logger.warn(
+    // Streaming §6.5: a no-op with no canonical event; the server logs bus.handler_warning, once per
+    // session at warn (a client that cancels twice, or a suite that does on purpose, floods no log).
+    const level = session.redundantCancelLogged ? 'debug' : 'warn';
+    session.redundantCancelLogged = true;
+    this.logger[level](
       {
         diagnostic: 'bus.handler_warning',
         session_id: sessionId,
@@ -381,6 +389,7 @@ export class Runtime {
     this.costs.detach(this.bus);
     this.routing.close();
     this.health.detach(this.bus);
+    this.skills.close();
   }
 
   /**
