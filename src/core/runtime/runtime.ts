@@ -26,6 +26,7 @@ import { adviserFor, applyRecommendation, dismissRecommendation } from './patter
 import { PatternRecorder } from './patterns/pattern-recorder.js';
 import { PatternStore } from './patterns/pattern-store.js';
 import { ProviderHealth } from './provider-health.js';
+import { logRedundantCancel } from './redundant-cancel.js';
 import { RoutingPolicy } from './routing-policy.js';
 import { attachedSkillSessions, type SkillSessions } from './skills/skill-sessions.js';
 import { StreamingChannel } from './streaming-channel.js';
@@ -277,23 +278,13 @@ export class Runtime {
     else if (session.endedTurnIds.includes(turnId) || this.sessions.hasTurn(sessionId, turnId))
       outcome = 'already_ended';
     else throw new MetisError('METIS_ERR_TURN_NOT_FOUND', `session ${sessionId} has no turn ${turnId}`);
-    // Streaming §6.5: a no-op with no canonical event; the server logs bus.handler_warning, once per
-    // session at warn (a client that cancels twice, or a suite that does on purpose, floods no log).
-    const level = session.redundantCancelLogged ? 'debug' : 'warn';
-    session.redundantCancelLogged = true;
-    this.logger[level](
-      {
-        diagnostic: 'bus.handler_warning',
-        session_id: sessionId,
-        turn_id: turnId,
-        reason,
-        cancelling_reason: turn?.state.turnId === turnId ? turn.state.cancelReason : null,
-        outcome,
-      },
-      outcome === 'already_cancelling'
-        ? 'redundant cancel ignored: the turn is already cancelling'
-        : 'redundant cancel ignored: the turn has already ended',
-    );
+    logRedundantCancel(this.logger, session, {
+      sessionId,
+      turnId,
+      reason,
+      cancellingReason: turn?.state.turnId === turnId ? turn.state.cancelReason : null,
+      outcome,
+    });
     return outcome;
   }
 
