@@ -4,41 +4,19 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CATALOG } from '../../src/core/events/catalog/index.js';
-import { eventually } from '../helpers/protocol.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { expectCatalogShape, storedTurn } from '../helpers/scripted-turn.js';
+import { startTestServer } from '../helpers/server.js';
 
 /** Issue 33 (memory): the `memory` tool, driven by the scripted model, against a real server. */
 
 const sha = (text: string) => createHash('sha256').update(text).digest('hex');
 
-async function turn(t: TestServer, sessionId: string, message: string) {
-  const turnId = await t.submit(sessionId, message);
-  let events: any[] = [];
-  const ended = await eventually(() => {
-    void t.request('GET', `/sessions/${sessionId}/trace`).then((r) => {
-      events = r.body.events;
-    });
-    return events.some((e) => e.turn_id === turnId && e.type === 'turn.completed');
-  }, 15_000);
-  expect(ended).toBe(true);
-  const mine = events.filter((e) => e.turn_id === turnId);
-  const messages = (await t.request('GET', `/sessions/${sessionId}/messages`)).body.messages as any[];
-  const last = messages.filter((m) => m.turn_id === turnId && m.role === 'assistant').at(-1);
-  const text = (last?.content ?? []).map((b: any) => (b.type === 'text' ? b.text : '')).join('');
-  return { events: mine, all: events, text };
-}
-
 const ofType = (events: any[], type: string) => events.filter((e) => e.type === type);
 
 /** The catalog's rules for the event, checked on what was stored. */
 function followsCatalog(event: any, events: any[]) {
-  const entry = CATALOG.get(event.type)!;
-  expect(entry.schema.safeParse(event.payload).success).toBe(true);
-  expect(Object.keys(event.payload).sort()).toEqual(Object.keys((entry.schema as any).shape).sort());
-  expect(event.sensitivity).toBe(entry.sensitivity);
-  expect(entry.actors).toContain(event.actor);
-  const parent = events.find((e) => e.id === event.parent_event_id);
-  expect(parent?.type).toBe(entry.parent);
+  const parent = expectCatalogShape(event, events);
+  expect(parent?.type).toBe(CATALOG.get(event.type)!.parent);
 }
 
 describe('memory tool (MEMORY.md, USER.md)', () => {
@@ -48,7 +26,7 @@ describe('memory tool (MEMORY.md, USER.md)', () => {
     const path = join(t.workspace, '.metis', 'MEMORY.md');
     expect(existsSync(path)).toBe(false);
 
-    const first = await turn(t, session, 'remember: the build uses pnpm');
+    const first = await storedTurn(t, session, 'remember: the build uses pnpm');
     const text = readFileSync(path, 'utf8');
     expect(text).toContain('- the build uses pnpm\n');
     expect(text).toMatch(/^# Memory\n/);
@@ -70,13 +48,13 @@ describe('memory tool (MEMORY.md, USER.md)', () => {
     expect(ofType(first.events, 'memory.eviction')).toEqual([]);
     expect(ofType(first.events, 'tool.completed')[0].payload.files_modified).toEqual(['.metis/MEMORY.md']);
 
-    await turn(t, session, 'remember user: prefers short answers');
+    await storedTurn(t, session, 'remember user: prefers short answers');
     expect(readFileSync(join(t.workspace, '.metis', 'USER.md'), 'utf8')).toContain(
       '- prefers short answers\n',
     );
 
     // The next turn's model call gets both files in its system prompt; `recall` says it back.
-    const recall = await turn(t, session, 'recall');
+    const recall = await storedTurn(t, session, 'recall');
     expect(recall.text).toContain('- the build uses pnpm');
     expect(recall.text).toContain('- prefers short answers');
     expect(recall.text).toContain('.metis/MEMORY.md');
@@ -86,10 +64,11 @@ describe('memory tool (MEMORY.md, USER.md)', () => {
     const t = await startTestServer({ memory: { max_bytes: 420 } });
     const session = await t.createSession();
     const path = join(t.workspace, '.metis', 'MEMORY.md');
-    for (let i = 1; i <= 3; i += 1) await turn(t, session, `remember: fact number ${i} ${'x'.repeat(60)}`);
-    expect(ofType((await turn(t, session, 'recall')).all, 'memory.eviction')).toEqual([]);
+    for (let i = 1; i <= 3; i += 1)
+      await storedTurn(t, session, `remember: fact number ${i} ${'x'.repeat(60)}`);
+    expect(ofType((await storedTurn(t, session, 'recall')).all, 'memory.eviction')).toEqual([]);
 
-    const over = await turn(t, session, `remember: fact number 4 ${'y'.repeat(60)}`);
+    const over = await storedTurn(t, session, `remember: fact number 4 ${'y'.repeat(60)}`);
     const text = readFileSync(path, 'utf8');
     expect(Buffer.byteLength(text)).toBeLessThanOrEqual(420);
     expect(text).not.toContain('fact number 1 ');
@@ -112,9 +91,9 @@ describe('memory tool (MEMORY.md, USER.md)', () => {
   it('consolidate replaces the entries (operation consolidate)', async () => {
     const t = await startTestServer();
     const session = await t.createSession();
-    await turn(t, session, 'remember: uses pnpm');
-    await turn(t, session, 'remember: uses pnpm 9');
-    const done = await turn(t, session, 'consolidate: uses pnpm 9 | tests run with vitest');
+    await storedTurn(t, session, 'remember: uses pnpm');
+    await storedTurn(t, session, 'remember: uses pnpm 9');
+    const done = await storedTurn(t, session, 'consolidate: uses pnpm 9 | tests run with vitest');
     const text = readFileSync(join(t.workspace, '.metis', 'MEMORY.md'), 'utf8');
     expect(text.split('\n').filter((l) => l.startsWith('- '))).toEqual([
       '- uses pnpm 9',
@@ -132,21 +111,21 @@ describe('memory tool (MEMORY.md, USER.md)', () => {
     writeFileSync(memoryPath, `# Memory\n\n${'- a long entry\n'.repeat(40)}`);
     writeFileSync(userPath, '# User\n\n- likes tea\nnot an entry\n');
 
-    const tool = await turn(t, session, 'remember: more');
+    const tool = await storedTurn(t, session, 'remember: more');
     const [failed] = ofType(tool.events, 'tool.failed');
     expect(failed.payload.error_class).toBe('validation_error');
     expect(failed.payload.error_message).toContain(memoryPath);
     expect(failed.payload.error_message).toContain('over the cap of 300');
     expect(ofType(tool.events, 'memory.updated')).toEqual([]);
 
-    const user = await turn(t, session, 'remember user: more');
+    const user = await storedTurn(t, session, 'remember user: more');
     const [userFailed] = ofType(user.events, 'tool.failed');
     expect(userFailed.payload.error_message).toContain(userPath);
     expect(userFailed.payload.error_message).toContain('line 4 is not an entry');
     expect(readFileSync(userPath, 'utf8')).toBe('# User\n\n- likes tea\nnot an entry\n');
 
     // The turn goes on without them; the model is told why each was left out.
-    const recall = await turn(t, session, 'recall');
+    const recall = await storedTurn(t, session, 'recall');
     expect(recall.text).toContain(`Not loaded: memory file ${memoryPath}`);
     expect(recall.text).toContain(`Not loaded: memory file ${userPath}`);
   });

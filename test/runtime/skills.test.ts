@@ -2,42 +2,22 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CATALOG } from '../../src/core/events/catalog/index.js';
-import { eventually } from '../helpers/protocol.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { expectCatalogShape, storedTurn } from '../helpers/scripted-turn.js';
+import { startTestServer } from '../helpers/server.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /** Issue 33 (skills): skill_load, skill_search and `always` skills, driven by the scripted model. */
-
-async function turn(t: TestServer, sessionId: string, message: string) {
-  const turnId = await t.submit(sessionId, message);
-  let events: any[] = [];
-  const ended = await eventually(() => {
-    void t.request('GET', `/sessions/${sessionId}/trace`).then((r) => {
-      events = r.body.events;
-    });
-    return events.some((e) => e.turn_id === turnId && e.type === 'turn.completed');
-  }, 15_000);
-  expect(ended).toBe(true);
-  const mine = events.filter((e) => e.turn_id === turnId);
-  const messages = (await t.request('GET', `/sessions/${sessionId}/messages`)).body.messages as any[];
-  const last = messages.filter((m) => m.turn_id === turnId && m.role === 'assistant').at(-1);
-  const text = (last?.content ?? []).map((b: any) => (b.type === 'text' ? b.text : '')).join('');
-  return { events: mine, all: events, text };
-}
 
 const ofType = (events: any[], type: string) => events.filter((e) => e.type === type);
 
 /** The catalog's rules for the event, checked on what was stored: payload keys, sensitivity, actor, parent. */
 function followsCatalog(event: any, events: any[], parentType: string) {
-  const entry = CATALOG.get(event.type)!;
-  expect(entry.schema.safeParse(event.payload).success).toBe(true);
-  expect(Object.keys(event.payload).sort()).toEqual(Object.keys((entry.schema as any).shape).sort());
-  expect(event.sensitivity).toBe(entry.sensitivity);
-  expect(entry.actors).toContain(event.actor);
-  const parent = events.find((e) => e.id === event.parent_event_id);
+  const parent = expectCatalogShape(event, events);
   expect(parent?.type).toBe(parentType);
   // The catalog's parent rule names that type (for skill.loaded: one of its two cases).
-  expect(entry.parent).toContain(parentType === 'session.created' ? 'session.' : parentType);
+  expect(CATALOG.get(event.type)!.parent).toContain(
+    parentType === 'session.created' ? 'session.' : parentType,
+  );
 }
 
 function writeSkill(root: string, name: string, front: string, body: string): string {
@@ -67,7 +47,7 @@ describe('skills', () => {
     writeSkill(global, 'pdf-forms', 'name: pdf-forms\ndescription: fill PDF forms', 'Use pdftk.');
     const session = await t.createSession();
 
-    const first = await turn(t, session, 'recall');
+    const first = await storedTurn(t, session, 'recall');
     const loaded = ofType(first.events, 'skill.loaded');
     expect(loaded).toHaveLength(1);
     followsCatalog(loaded[0], first.all, 'session.created');
@@ -91,7 +71,7 @@ describe('skills', () => {
     expect(first.text).not.toContain('Use pdftk.');
 
     // Once per session: the next turn has it in its prompt without loading it again.
-    const second = await turn(t, session, 'recall');
+    const second = await storedTurn(t, session, 'recall');
     expect(ofType(second.events, 'skill.loaded')).toEqual([]);
     expect(second.text).toContain('WORKSPACE STYLE');
   });
@@ -118,7 +98,7 @@ describe('skills', () => {
     );
     const session = await t.createSession();
 
-    const load = await turn(t, session, 'skill: release');
+    const load = await storedTurn(t, session, 'skill: release');
     const [loaded] = ofType(load.events, 'skill.loaded');
     followsCatalog(loaded, load.events, 'llm.call_completed');
     const [called] = ofType(load.events, 'tool.called');
@@ -130,7 +110,7 @@ describe('skills', () => {
     });
     expect(load.text).toContain('Tag, then push.');
 
-    const search = await turn(t, session, 'skills? fill a PDF form');
+    const search = await storedTurn(t, session, 'skills? fill a PDF form');
     const [searched] = ofType(search.events, 'skill.search');
     followsCatalog(searched, search.events, 'llm.call_completed');
     expect(searched.actor).toBe('agent');
@@ -141,7 +121,7 @@ describe('skills', () => {
     });
     expect(search.text).toContain('pdf-forms: Fill in PDF forms with pdftk');
 
-    const suggested = await turn(t, session, 'skill: pdf-forms');
+    const suggested = await storedTurn(t, session, 'skill: pdf-forms');
     const [auto] = ofType(suggested.events, 'skill.loaded');
     followsCatalog(auto, suggested.events, 'llm.call_completed');
     expect(auto.payload).toMatchObject({
@@ -151,7 +131,7 @@ describe('skills', () => {
     });
 
     // Loading it again gives it again, with no second load against the budget.
-    const again = await turn(t, session, 'skill: pdf-forms');
+    const again = await storedTurn(t, session, 'skill: pdf-forms');
     expect(ofType(again.events, 'skill.loaded')).toEqual([]);
     expect(ofType(again.events, 'tool.completed')).toHaveLength(1);
   });
@@ -161,10 +141,10 @@ describe('skills', () => {
     writeSkill(workspace, 'small', 'name: small\ndescription: a small skill', 'x'.repeat(120));
     const bigPath = writeSkill(workspace, 'big', 'name: big\ndescription: a big skill', 'y'.repeat(120));
     const session = await t.createSession();
-    const ok = await turn(t, session, 'skill: small');
+    const ok = await storedTurn(t, session, 'skill: small');
     expect(ofType(ok.events, 'skill.loaded')[0].payload.load_size_tokens).toBe(30);
 
-    const over = await turn(t, session, 'skill: big');
+    const over = await storedTurn(t, session, 'skill: big');
     expect(ofType(over.events, 'skill.loaded')).toEqual([]);
     const [failed] = ofType(over.events, 'tool.failed');
     expect(failed.payload.error_class).toBe('execution_error');
@@ -178,21 +158,21 @@ describe('skills', () => {
     writeSkill(global, 'fine', 'name: fine\ndescription: a fine skill', 'fine body');
     const session = await t.createSession();
 
-    const malformed = await turn(t, session, 'skill: broken');
+    const malformed = await storedTurn(t, session, 'skill: broken');
     const [failed] = ofType(malformed.events, 'tool.failed');
     expect(failed.payload.error_class).toBe('validation_error');
     expect(failed.payload.error_message).toBe(
       `skill file ${bad}: line 3: unknown key "summary" (known: name, description, load, version)`,
     );
 
-    const missing = await turn(t, session, 'skill: nothing-here');
+    const missing = await storedTurn(t, session, 'skill: nothing-here');
     const [notFound] = ofType(missing.events, 'tool.failed');
     expect(notFound.payload.error_class).toBe('not_found');
     expect(notFound.payload.error_message).toContain(join(workspace, 'nothing-here', 'SKILL.md'));
     expect(notFound.payload.error_message).toContain(join(global, 'nothing-here', 'SKILL.md'));
 
     // The prompt names the broken file and still offers the good skill.
-    const recall = await turn(t, session, 'recall');
+    const recall = await storedTurn(t, session, 'recall');
     expect(recall.text).toContain(`Not loaded: skill file ${bad}`);
     expect(recall.text).toContain('- fine: a fine skill');
   });
