@@ -12,27 +12,39 @@ import { tempDir } from '../helpers/tmp.js';
 const request = jsonRequest;
 
 /**
+ * A prune batch holds the write lock: on a loaded machine a request (a new session, a submitted turn) may
+ * meet it for longer than the server waits, and is answered 503 METIS_ERR_STORAGE_BUSY with Retry-After, as
+ * documented. A client retries; any other answer is returned as it is.
+ */
+async function retryWhileBusy(send: () => ReturnType<typeof request>): ReturnType<typeof request> {
+  let answer = await send();
+  for (let retry = 0; answer.status === 503 && retry < 10; retry += 1) {
+    expect(answer.body.error.code).toBe('METIS_ERR_STORAGE_BUSY');
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    answer = await send();
+  }
+  return answer;
+}
+
+/**
  * Normal traffic until `done()`: a session, a WebSocket client attached to it (its subscription is
  * recorded in `system`), then turns one after another.
  */
 async function traffic(url: string, workspace: string, done: () => boolean): Promise<number> {
   let turns = 0;
   while (!done()) {
-    const created = await request(url, 'POST', '/sessions', { workspace_path: workspace });
+    const created = await retryWhileBusy(() =>
+      request(url, 'POST', '/sessions', { workspace_path: workspace }),
+    );
     expect(created.status).toBe(201);
     const sessionId = created.body.session_id as string;
     const handshake = await request(url, 'GET', `/sessions/${sessionId}`);
     const client = await openClient(handshake.body.ws_url as string);
     await subscribeOn(client, { filter: 'preset:full', since: null, snapshot: true });
     for (let i = 0; i < 4 && !done(); i += 1) {
-      // A prune batch holds the write lock: on a loaded machine a submit may meet it for longer than the
-      // server waits, and is answered 503 with Retry-After, as documented. A client retries.
-      let submitted = await request(url, 'POST', `/sessions/${sessionId}/turns`, { message: `hello ${i}` });
-      for (let retry = 0; submitted.status === 503 && retry < 10; retry += 1) {
-        expect(submitted.body.error.code).toBe('METIS_ERR_STORAGE_BUSY');
-        await new Promise((resolve) => setTimeout(resolve, 1000));
-        submitted = await request(url, 'POST', `/sessions/${sessionId}/turns`, { message: `hello ${i}` });
-      }
+      const submitted = await retryWhileBusy(() =>
+        request(url, 'POST', `/sessions/${sessionId}/turns`, { message: `hello ${i}` }),
+      );
       expect(submitted.status).toBe(202);
       await waitForType(client, 'turn.completed', i + 1, 30_000);
       turns += 1;
