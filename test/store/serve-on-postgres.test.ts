@@ -277,8 +277,12 @@ onPostgres('metis serve on PostgreSQL', () => {
         '--store: cannot use',
       ],
     ];
-    for (const [args, env, expected] of cases) {
-      const result = await runCli(['serve', '--port', '0', ...args], home, env);
+    // Side by side: each start is its own process, and each waits on its own connection.
+    const results = await Promise.all(
+      cases.map(([args, env]) => runCli(['serve', '--port', '0', ...args], home, env)),
+    );
+    for (const [index, [args, , expected]] of cases.entries()) {
+      const result = results[index]!;
       expect(result.exitCode, `${args.join(' ')}\n${result.stderr}`).toBe(2);
       expect(result.stderr).toContain(expected);
       expect(result.stderr).not.toContain('wrong@');
