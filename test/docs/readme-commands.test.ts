@@ -27,8 +27,10 @@ describe("the README's command table", () => {
     const missing: string[] = [];
     const top = await commandsOf([]);
     expect(top.length).toBeGreaterThan(20);
-    for (const command of top) {
-      const subcommands = await commandsOf([command]);
+    // One CLI start per command, side by side: each is a child process that mostly waits on its start.
+    const subcommandsOf = await Promise.all(top.map((command) => commandsOf([command])));
+    for (const [index, command] of top.entries()) {
+      const subcommands = subcommandsOf[index]!;
       const names = subcommands.length === 0 ? [command] : subcommands.map((sub) => `${command} ${sub}`);
       // A group whose subcommands share one row names them as `group a|b`.
       for (const name of names) {
