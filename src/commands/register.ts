@@ -1,6 +1,7 @@
 import { Argument, type Command, Option } from 'commander';
 import { FAULT_NAMES } from '../core/stream/faults.js';
 import { registerStoreCommands } from './register-store.js';
+import { registerSkillsCommands } from './skills-register.js';
 
 /**
  * Registers every command. Each action imports its module only when it runs, so one command never
@@ -247,23 +248,7 @@ export function registerCommands(program: Command): void {
     .addOption(clientConfigOption())
     .action(async (options) => (await import('./route.js')).patternsClearCommand(options));
 
-  const skills = program
-    .command('skills')
-    .description('skills: $METIS_HOME/skills and .metis/skills of the workspace (the workspace wins)');
-  skills
-    .command('list')
-    .description('list the skills a session of the workspace gets (read here, no server needed)')
-    .option('--workspace <dir>', 'the workspace (default: the current folder)')
-    .option('--config <file>', 'config file giving runtime.skills (default: found from here up)')
-    .option('--json', 'print { roots, budget_tokens, skills, shadowed, problems }')
-    .action(async (options) => (await import('./skills.js')).skillsListCommand(options));
-  skills
-    .command('show <name>')
-    .description('print one skill: the file that serves it, its description and body')
-    .option('--workspace <dir>', 'the workspace (default: the current folder)')
-    .option('--config <file>', 'config file giving runtime.skills (default: found from here up)')
-    .option('--json', 'print the skill as JSON')
-    .action(async (name, options) => (await import('./skills.js')).skillsShowCommand(name, options));
+  registerSkillsCommands(program, { url: urlOption, token: tokenOption });
 
   const memoryFileOption = () =>
     new Option('--file <file>', 'only MEMORY.md (memory) or USER.md (user); default both').choices([

@@ -7,6 +7,7 @@ import { inspectRoutes } from '../api/inspect-routes.js';
 import { memoryRoutes } from '../api/memory-routes.js';
 import { metricsRoute, ServerMetrics } from '../api/metrics.js';
 import type { PluginMetricsSource } from '../api/metrics-series.js';
+import { skillRoutes } from '../api/skill-routes.js';
 import { MetisError } from '../errors.js';
 import { AttachTokens } from '../http/attach-tokens.js';
 import { AuthGate } from '../http/auth-gate.js';
@@ -185,6 +186,7 @@ export async function startServer(
     metricsRoute(metrics),
     ...inspectRoutes(runtime, trace, streamOptions.retentionDays),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
+    ...skillRoutes(trace.bus, runtime.config.skills.global_dir),
     ...dashboardAuthRoutes(gate, signInLink),
     ...(options.staticRoot === undefined ? [] : staticRoutes(options.staticRoot)),
     ...(options.extraRoutes?.({ hub, trace }) ?? []),
