@@ -42,6 +42,13 @@ function printHuman(result: PurgeResult, days: number, isPostgres: boolean): voi
       `trace.swept handed to the running server (pid ${result.handed_to_server_pid}), which records it in the system session`,
     );
   }
+  if (result.recorded_by_server !== undefined) {
+    console.log(
+      result.recorded_by_server === null
+        ? 'trace.swept handed to the servers using the store; none has recorded it yet (the next to look does)'
+        : `trace.swept recorded by the server ${result.recorded_by_server}, which also pruned its working copy`,
+    );
+  }
   if (!result.dry_run && result.rows_deleted > 0 && !isPostgres) {
     // Users look at the file size next and wonder why it did not move.
     console.log(

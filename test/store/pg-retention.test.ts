@@ -121,23 +121,57 @@ describe.skipIf(!postgresTestsRun)('metis trace prune --store', () => {
     expect(left).toBe(kept);
   }, 60_000);
 
-  it('refuses while a server uses the store; the working copy prunes instead and the server sends the deletions', async () => {
+  it('prunes while a server uses the store: its working copy follows, it records trace.swept once, a restart reuses the copy (issue 35, operations online)', async () => {
     const url = freshDatabase(pg);
     await copyStore({ from: agedStore(), to: url });
-    const service = await serveOnStore(url);
-    const home = tempDir();
-    const refused = await runCli(['trace', 'prune', '--store', url, '--days', '30'], home);
-    expect(refused.exitCode).not.toBe(0);
-    expect(refused.stderr).toContain('prune its working copy instead');
+    const dir = tempDir();
+    let service = await serveOnStore(url, dir);
+    const copyPath = service.dbPath;
+    const inCopy = (sql: string) => {
+      const db = openDatabase(copyPath, { readonly: true });
+      try {
+        return db.prepare(sql).pluck().get();
+      } finally {
+        db.close();
+      }
+    };
+    const copyId = () => inCopy('SELECT copy_id FROM pg_working_copy');
+    const before = copyId();
+    expect(inCopy("SELECT count(*) FROM events WHERE session_id = 'sess_old'")).toBe(1203);
 
-    const beside = await runCli(['trace', 'prune', '--db', service.dbPath, '--days', '30', '--json'], home);
-    expect(beside.exitCode, beside.stderr).toBe(0);
-    expect(JSON.parse(beside.stdout).rows_deleted).toBe(1240);
+    const pruned = await runCli(['trace', 'prune', '--store', url, '--days', '30', '--json'], tempDir());
+    expect(pruned.exitCode, pruned.stderr).toBe(0);
+    const result = JSON.parse(pruned.stdout);
+    expect(result.rows_deleted).toBe(1240);
+    expect(result.recorded_by_server).toBe(`copy ${before}`);
     const count = (sql: string) => pg.psql(sql, new URL(url).pathname.slice(1)).trim();
+    expect(count("SELECT count(*) FROM events WHERE session_id <> 'system'")).toBe('8');
+    // The server's copy lost the same rows (audit ones kept), and no delete went back to the store.
     const deadline = Date.now() + 10_000;
+    while (inCopy("SELECT count(*) FROM events WHERE session_id = 'sess_old'") !== 3 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(inCopy("SELECT count(*) FROM events WHERE session_id IN ('sess_old', 'sess_mid')")).toBe(3);
+    expect(inCopy("SELECT count(*) FROM events WHERE session_id = 'sess_new'")).toBe(5);
+    // The server recorded the sweep in its system session, numbered by it; the store gets it shipped.
     while (count("SELECT count(*) FROM events WHERE type = 'trace.swept'") !== '1' && Date.now() < deadline)
       await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(count("SELECT count(*) FROM events WHERE session_id <> 'system'")).toBe('8');
+    expect(count("SELECT count(*) FROM events WHERE type = 'trace.swept'")).toBe('1');
+    const swept = JSON.parse(count("SELECT payload_json FROM events WHERE type = 'trace.swept'"));
+    expect(swept.rows_deleted).toBe(1240);
+
+    // The server goes on writing: a new session's events reach the store.
+    const created = await fetch(`${service.url}/sessions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${service.auth.token}` },
+      body: '{}',
+    });
+    expect(created.status).toBe(201);
+    await service.stop();
+    expect(Number(count("SELECT count(*) FROM events WHERE type = 'session.created'"))).toBeGreaterThan(0);
+    // A restart reuses the copy (the prune did not make it stale) and finds no gap where rows went.
+    service = await serveOnStore(url, dir);
+    expect(copyId()).toBe(before);
+    expect(service.gaps).toEqual([]);
     expect(count("SELECT count(*) FROM events WHERE type = 'trace.swept'")).toBe('1');
   }, 60_000);
 

@@ -112,6 +112,8 @@ export async function openAndRecover(
     const gaps = await reportGaps(trace);
     for (const gap of gaps) logger.warn({ ...gap }, 'trace store gap detected at startup');
     watchHandoffs(trace, { logger }); // what a prune beside this server hands it to record; stops on close
+    // A prune of the PostgreSQL store while this server runs: the same rows leave the working copy.
+    if (stores.store !== null) trace.onClose(stores.store.followSweeps());
     return { trace, recovery, gaps, recoveredEvents, childRecordFile };
   } catch (error) {
     await trace.close();

@@ -99,6 +99,8 @@ export async function sweep(
   audit: string,
   batchSize: number,
   onProgress?: (progress: PurgeProgress) => void,
+  /** Runs each batch's transaction (default: as it is); a working copy's keeps its deletes from shipping. */
+  wrapBatch: <T>(batch: () => T) => T = (batch) => batch(),
 ): Promise<Sweep> {
   const selectBatch = db
     .prepare(
@@ -124,7 +126,7 @@ export async function sweep(
   onProgress?.({ deleted, total: p.total });
   for (;;) {
     const started = performance.now();
-    const rows = runBatch.immediate();
+    const rows = wrapBatch(() => runBatch.immediate());
     const heldMs = performance.now() - started;
     if (rows.length === 0) break;
     for (const [id, , , type] of rows) {

@@ -35,6 +35,12 @@ export interface PurgeResult {
    * (DESIGN.md "A session has one owner"); null when this prune owned the database and recorded it.
    */
   readonly handed_to_server_pid: number | null;
+  /**
+   * On PostgreSQL with servers using the store: the one that recorded `trace.swept` (its node name, else
+   * its working copy's id), or null when none had within the wait (the next to look records it).
+   * Absent when this prune recorded it itself.
+   */
+  readonly recorded_by_server?: string | null;
 }
 
 export interface PurgeOptions {

@@ -1,3 +1,6 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
 import { EventBus } from '../../bus/event-bus.js';
 import { MetisError } from '../../errors.js';
 import { AUDIT_EVENT_TYPES } from '../../events/catalog/index.js';
@@ -22,14 +25,17 @@ export interface PostgresPurgeOptions {
   readonly onProgress?: (progress: PurgeProgress) => void;
   /** How the URL was given (`--store`, `$METIS_STORE_URL`, `store.url`), for messages. */
   readonly setting?: string;
+  /** While servers use the store: how long to wait for one of them to record the sweep (default 15 s). */
+  readonly recordWaitMs?: number;
 }
 
 /**
  * Retention on a PostgreSQL store (bus §7.3): what `purgeOldEvents` does to a SQLite file, with the
  * same result and the same `trace.swept` in the `system` session. Each batch is one short DELETE of
- * its own, so writers wait for one batch at most. A server's working copy would still hold what went,
- * so the prune refuses while a server uses the store and marks the store rewritten (its epoch) before
- * it deletes anything: the next server start rebuilds its working copy.
+ * its own, so writers wait for one batch at most. Servers may keep running: each deletes the same rows
+ * from its working copy and one records `trace.swept` (sweep-follower.ts), since only a session's owner
+ * numbers its events. With none running, the prune records it and marks the store rewritten (its
+ * epoch) before it deletes anything: the next server start rebuilds its working copy.
  */
 export async function purgePostgres(options: PostgresPurgeOptions): Promise<PurgeResult> {
   const setting = options.setting ?? '--store';
@@ -82,22 +88,24 @@ export async function purgePostgres(options: PostgresPurgeOptions): Promise<Purg
     });
     if (options.dryRun) return result(0, await oldestKept());
 
-    const locked = await client.query<{ free: boolean }>(
-      `SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`,
-    );
-    if (!locked.rows[0]!.free)
-      throw new MetisError(
-        'METIS_ERR_DB_LOCKED',
-        `${setting}: a metis serve is using ${label}; prune its working copy instead (metis trace prune --db <the file its banner names>), whose deletions it sends to the store`,
-      );
-    // A store older than this metis gets the bookkeeping the epoch below lives in.
+    // A store older than this metis gets the bookkeeping the sweep is recorded in.
     await migratePostgres(client).catch((error: unknown) => {
       throw startupStoreError(error, setting, label);
     });
-    // Before the first delete: a prune cut short still leaves every working copy stale, never one that
-    // holds what is gone.
+    const locked = await client.query<{ free: boolean }>(
+      `SELECT pg_try_advisory_lock(${SERVE_LOCK_SQL}) AS free`,
+    );
+    // No server: this prune owns the store, marks every working copy stale and records the sweep. With
+    // servers running, they follow it (sweep-follower.ts): the row below, written before the first
+    // delete, tells each to delete the same rows from its copy, and one of them records it.
+    const online = !locked.rows[0]!.free;
+    const sweepId = `${String(nowMicros()).padStart(17, '0')}-${randomUUID().slice(0, 8)}`;
     await client.query('BEGIN');
-    await renewStoreEpoch(client);
+    if (!online) await renewStoreEpoch(client);
+    await client.query(
+      'INSERT INTO metis_retention_sweeps (sweep_id, cutoff_us, started_at_us) VALUES ($1, $2, $3)',
+      [sweepId, options.cutoffUs, nowMicros()],
+    );
     await client.query('COMMIT');
     let deleted = 0;
     let batches = 0;
@@ -126,10 +134,36 @@ export async function purgePostgres(options: PostgresPurgeOptions): Promise<Purg
     total = deleted;
     for (const [type, count] of Object.entries(byType)) if (count === 0) delete byType[type];
     const swept = result(batches, await oldestKept());
-    await recordSwept(options.url, swept);
-    return swept;
+    const payload = JSON.stringify(sweptPayload(swept));
+    if (!online) {
+      await recordSwept(options.url, swept);
+      await client.query(
+        "UPDATE metis_retention_sweeps SET swept_json = $2, recorded_by = 'metis trace prune' WHERE sweep_id = $1",
+        [sweepId, payload],
+      );
+      return swept;
+    }
+    await client.query('UPDATE metis_retention_sweeps SET swept_json = $2 WHERE sweep_id = $1', [
+      sweepId,
+      payload,
+    ]);
+    return { ...swept, recorded_by_server: await recorder(client, sweepId, options.recordWaitMs) };
   } finally {
     await client.end().catch(() => {});
+  }
+}
+
+/** The server that recorded the sweep, once one has (sweep-follower.ts); null when none did in time. */
+async function recorder(client: pg.Client, sweepId: string, waitMs = 15_000): Promise<string | null> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const row = await client.query<{ recorded_by: string | null }>(
+      'SELECT recorded_by FROM metis_retention_sweeps WHERE sweep_id = $1',
+      [sweepId],
+    );
+    const by = row.rows[0]?.recorded_by ?? null;
+    if (by !== null || Date.now() >= deadline) return by;
+    await sleep(200);
   }
 }
 

@@ -153,6 +153,17 @@ export const PG_MIGRATIONS: readonly string[] = [
     block bigint NOT NULL UNIQUE
   );
   `,
+  // 8: retention sweeps run while servers use the store (pg-prune.ts, sweep-follower.ts): each server
+  // applies the newest cutoff to its working copy; one of them records the sweep's trace.swept.
+  `
+  CREATE TABLE metis_retention_sweeps (
+    sweep_id text COLLATE "C" PRIMARY KEY,
+    cutoff_us bigint NOT NULL,
+    started_at_us bigint NOT NULL,
+    swept_json text,
+    recorded_by text
+  );
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;

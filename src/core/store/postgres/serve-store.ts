@@ -6,12 +6,18 @@ import { postgresPool } from './connect.js';
 import { PgShipper } from './pg-shipper.js';
 import { ServeLock } from './serve-lock.js';
 import { startupStoreError } from './startup-errors.js';
+import { followSweeps } from './sweep-follower.js';
 import { prepareWorkingCopy, type WorkingCopy, workingCopyPath } from './working-copy.js';
 
 export interface PostgresServeStore {
   readonly copy: WorkingCopy;
   /** Makes the trace context's database the working copy, shipping to the store. */
   readonly upstream: (db: Db) => StoreUpstream;
+  /**
+   * Follows the retention sweeps run on the store while this server runs (sweep-follower.ts); the
+   * returned function stops it. Call it once the working copy is open as the trace store.
+   */
+  followSweeps(): () => Promise<void>;
   /** Ends the pool and the serve lock. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -51,6 +57,8 @@ export async function openPostgresStore(
         numberSystemEvents: cluster,
         ...(clusterNode === null ? {} : { fenceFor: clusterNode }),
       }),
+    followSweeps: () =>
+      followSweeps({ pool, path: copy.path, claimant: clusterNode ?? `copy ${copy.copyId}`, logger }),
     close: () => {
       closing ??= Promise.all([pool.end().catch(() => {}), lock.close()]).then(() => {});
       return closing;
