@@ -11,6 +11,8 @@
  * - failover: the node running a turn is killed (SIGKILL); the time until a client on another node sees
  *   the turn closed, and until a request for the session is served by a live node, beside the node
  *   timeout (the bound the store's leases give).
+ * - retention online: `metis trace prune --store` of 1,000,000 old events (loaded before the nodes
+ *   start) while the three nodes serve turns (lib/cluster-prune.ts).
  */
 
 import WebSocket from 'ws';
@@ -18,6 +20,7 @@ import { isoToMicros, nowMicros } from '../src/core/events/clock.js';
 import { NATS_BIN, startNats } from '../test/helpers/nats.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
 import { BENCH_TOKEN, type BenchNode, nodeRequest, startBenchNode } from './lib/cluster-nodes.js';
+import { benchPruneWhileServing, loadOldEvents } from './lib/cluster-prune.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
 const TIMING = { heartbeatMs: 200, nodeTimeoutMs: 1_000 };
@@ -84,6 +87,13 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
   const nodes: BenchNode[] = [];
   try {
     const store = freshDatabase(postgres);
+    // Old events for the retention figure, there before the nodes start: their working copies hold them.
+    const old = opts.quick ? 5_000 : 1_000_000;
+    const loadBegan = performance.now();
+    await loadOldEvents(store, old);
+    console.log(
+      `  (stored ${old.toLocaleString()} old events in ${((performance.now() - loadBegan) / 1000).toFixed(1)} s)`,
+    );
     for (const id of ['node-a', 'node-b', 'node-c'])
       nodes.push(await startBenchNode(store, nats.url, id, TIMING));
     const [a, b, c] = nodes as [BenchNode, BenchNode, BenchNode];
@@ -112,6 +122,8 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
     };
     const spread = await fanOut((i) => nodes[i % 3]!);
     const single = await fanOut(() => a);
+
+    const pruning = await benchPruneWhileServing(opts, store, nodes);
 
     // Failover: the node running a turn dies; a client on C waits, then a request goes to B.
     const orphan = (await nodeRequest(a.url, 'POST', '/sessions', {})).session_id as string;
@@ -178,6 +190,7 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
         unit: 'ms',
         baseline: { name: 'cluster.node_timeout_ms', value: TIMING.nodeTimeoutMs },
       }),
+      ...pruning,
     ];
   } finally {
     for (const node of nodes) await node.stop().catch(() => {});

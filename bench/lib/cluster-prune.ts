@@ -1,0 +1,166 @@
+/**
+ * The cluster suite's retention figures (issue 35, operations online): `metis trace prune --store` of
+ * a store holding N old events (loaded before the nodes start, so their working copies hold them too)
+ * while three nodes serve turns. Each node runs turns one after another on its own session; every
+ * accepted turn request is timed from send to its 202 (`turn.started` stored), before the prune (the
+ * baseline) and while it runs. Targets: p99 while pruning ≤ 50 ms, and no failed request.
+ */
+import { performance } from 'node:perf_hooks';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { monotonicFactory } from 'ulid';
+import { PgEventStore } from '../../src/core/store/postgres/pg-event-store.js';
+import { purgePostgres } from '../../src/core/store/postgres/pg-prune.js';
+import { retentionCutoffUs } from '../../src/core/store/retention.js';
+import { BENCH_TOKEN, type BenchNode } from './cluster-nodes.js';
+import { type Figure, figure, percentile } from './stats.js';
+
+const DAY_MS = 86_400_000;
+const OLD_SESSIONS = 100;
+const ROWS_PER_COPY = 50_000;
+
+/** N events 100 days old (ids of that time, so the retention bound agrees), over 100 sessions. */
+export async function loadOldEvents(url: string, total: number): Promise<void> {
+  await (await PgEventStore.open({ url })).close(); // the schema
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const ms = Date.now() - 100 * DAY_MS;
+    const nextUlid = monotonicFactory();
+    const seqs = new Array<number>(OLD_SESSIONS).fill(0);
+    for (let s = 0; s < OLD_SESSIONS; s += 1)
+      await client.query('INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES ($1, $2, $2)', [
+        `sess_old_${s}`,
+        ms * 1000,
+      ]);
+    for (let done = 0; done < total; ) {
+      const end = Math.min(done + ROWS_PER_COPY, total);
+      let rows = '';
+      for (; done < end; done += 1) {
+        const s = done % OLD_SESSIONS;
+        seqs[s]! += 1;
+        rows += `sess_old_${s}\tevt_${nextUlid(ms)}\t${seqs[s]}\t${ms * 1000 + done}\tturn_old\t\\N\ttext.delta\tagent\tpseudonymous\t{"message_id":"msg_old","content_block_index":0,"text":"old ${done}"}\n`;
+      }
+      await client.query('BEGIN');
+      await pipeline(
+        Readable.from([rows]),
+        client.query(
+          copyFrom(
+            'COPY events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json) FROM STDIN',
+          ),
+        ),
+      );
+      await client.query('COMMIT');
+    }
+    await client.query('ANALYZE events');
+  } finally {
+    await client.end();
+  }
+}
+
+interface Writer {
+  readonly latenciesMs: number[];
+  failures: number;
+  stop(): Promise<void>;
+}
+
+/** Turns one after another on a session of `node`, each accepted request timed until its 202. */
+async function startWriter(
+  node: BenchNode,
+  phase: () => 'before' | 'pruning' | 'after',
+): Promise<{
+  before: Writer;
+  pruning: Writer;
+  stop(): Promise<void>;
+}> {
+  const headers = { authorization: `Bearer ${BENCH_TOKEN}`, 'content-type': 'application/json' };
+  const created = await fetch(`${node.url}/sessions`, { method: 'POST', headers, body: '{}' });
+  const sessionId = ((await created.json()) as { session_id: string }).session_id;
+  const writers = {
+    before: { latenciesMs: [] as number[], failures: 0, stop: async () => {} },
+    pruning: { latenciesMs: [] as number[], failures: 0, stop: async () => {} },
+  };
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const at = phase();
+      const began = performance.now();
+      const answer = await fetch(`${node.url}/sessions/${sessionId}/turns`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ message: 'hello' }),
+      }).catch(() => null);
+      const took = performance.now() - began;
+      // A session runs one turn at a time: the last one still running is no failure, just a wait.
+      if (answer?.status === 409) {
+        await answer.body?.cancel();
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        continue;
+      }
+      const target = at === 'after' ? null : writers[at];
+      if (answer === null || answer.status !== 202) {
+        if (target !== null) target.failures += 1;
+        await answer?.body?.cancel();
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        continue;
+      }
+      await answer.body?.cancel();
+      target?.latenciesMs.push(took);
+    }
+  })();
+  return {
+    ...writers,
+    stop: async () => {
+      running = false;
+      await loop;
+    },
+  };
+}
+
+export async function benchPruneWhileServing(
+  options: { quick: boolean },
+  store: string,
+  nodes: readonly BenchNode[],
+): Promise<Figure[]> {
+  let phase: 'before' | 'pruning' | 'after' = 'before';
+  const writers = await Promise.all(nodes.map((node) => startWriter(node, () => phase)));
+  await new Promise((resolve) => setTimeout(resolve, options.quick ? 1_000 : 5_000));
+  phase = 'pruning';
+  const began = performance.now();
+  const result = await purgePostgres({
+    url: store,
+    cutoffUs: retentionCutoffUs(30),
+    dryRun: false,
+    batchSize: 5_000,
+  }).finally(() => {
+    phase = 'after';
+  });
+  const pruneSeconds = (performance.now() - began) / 1000;
+  for (const writer of writers) await writer.stop();
+  const sorted = (list: number[]) => [...list].sort((a, b) => a - b);
+  const before = sorted(writers.flatMap((w) => w.before.latenciesMs));
+  const during = sorted(writers.flatMap((w) => w.pruning.latenciesMs));
+  const failedBefore = writers.reduce((sum, w) => sum + w.before.failures, 0);
+  const failedDuring = writers.reduce((sum, w) => sum + w.pruning.failures, 0);
+  console.log(
+    `  prune: ${result.rows_deleted.toLocaleString()} events in ${pruneSeconds.toFixed(1)} s beside ${nodes.length} serving nodes; ${during.length} turn requests during it, ${before.length} before; trace.swept recorded by ${result.recorded_by_server ?? 'none yet'}`,
+  );
+  return [
+    figure({
+      name: `turn request p99 while pruning ${result.rows_deleted.toLocaleString()} events on PostgreSQL (${nodes.length} nodes serving)`,
+      value: percentile(during, 99),
+      unit: 'ms',
+      baseline: { name: 'the same requests before the prune', value: percentile(before, 99) },
+      target: { op: '<=', value: 50 },
+    }),
+    figure({
+      name: 'turn requests failed while pruning',
+      value: failedDuring,
+      unit: 'requests',
+      baseline: { name: 'failed before the prune', value: failedBefore },
+      target: { op: '<=', value: 0 },
+    }),
+  ];
+}
