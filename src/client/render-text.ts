@@ -222,8 +222,14 @@ export function renderItem(
     case 'turn.cancelled':
       return `${worker}${paint(options, 'yellow', `■ turn cancelled (${v(p.reason)})`)}\n`;
     case 'turn.completed': {
-      if (p.llm_call_count === 0)
-        return `${worker}${paint(options, 'red', '■ turn failed: no model could serve it (the server log has the routing chain)')}\n`;
+      if (p.llm_call_count === 0) {
+        // What routing said of each candidate, when the server sent it (signals_extra.routing).
+        const routing = (p.signals_extra as { routing?: unknown } | null | undefined)?.routing;
+        const why = Array.isArray(routing)
+          ? routing.map((line) => `  ${paint(options, 'dim', v(line))}\n`).join('')
+          : `  ${paint(options, 'dim', 'the server log has the routing chain')}\n`;
+        return `${worker}${paint(options, 'red', '■ turn failed: no model could serve it')}\n${why}`;
+      }
       const turn = event.turn_id ? state.turns[event.turn_id] : undefined;
       const failure = turn?.last_call_failed ? turn.errors.at(-1) : undefined;
       if (failure !== undefined) {

@@ -541,6 +541,11 @@ describe('a turn no model can serve', () => {
       tool_call_count: 0,
       total_cost_usd: 0,
     });
+    // Why, for every client and not only in the server's log: each candidate routing rejected.
+    const extra = firstTurn[1]!.payload.signals_extra as { failure: string; routing: string[] };
+    expect(extra.failure).toBe('no_model_available');
+    expect(extra.routing.length).toBeGreaterThan(0);
+    expect(extra.routing.join('\n')).toContain('scripted');
     expect(h.framesOf(session.id).filter((e) => e.turn_id === first.turnId && e.seq === null)).toEqual([]);
     const secondTurn = events.filter((e) => e.turn_id === second.turnId).map((e) => e.type);
     expect(secondTurn).toEqual([

@@ -127,7 +127,13 @@ export class TurnRunner {
     const resolution = route.chosen_model === null ? null : this.models.resolve(route.chosen_model);
     if (route.chosen_model === null || !resolution?.ok) {
       this.warnNoRoute(route, request);
-      return progress.completed('end_turn', 'failed');
+      // Why, for every client (not only the server's log): each candidate's verdict and reason.
+      return progress.completed('end_turn', 'failed', {
+        failure: 'no_model_available',
+        routing: route.chain
+          .filter((c) => c.verdict !== 'not_applicable')
+          .map((c) => `${c.policy}: ${c.verdict}${c.reason ? ` (${c.reason})` : ''}`),
+      });
     }
     const decided = events.emit('route.decided', turnStartedId, {
       chosen_model: route.chosen_model,
@@ -395,7 +401,11 @@ class TurnProgress {
   }
 
   /** `turn.completed`, which also ends a turn that failed (`status`). */
-  completed(stopReason: AdapterResult['stop_reason'], status: TurnOutcome['status']): TurnOutcome {
+  completed(
+    stopReason: AdapterResult['stop_reason'],
+    status: TurnOutcome['status'],
+    signalsExtra?: Record<string, unknown>,
+  ): TurnOutcome {
     this.state.ending = true;
     this.events.emit('turn.completed', this.turnStartedId, {
       stop_reason: stopReason,
@@ -405,6 +415,7 @@ class TurnProgress {
       total_output_tokens: this.outputTokens,
       total_cost_usd: this.costUsd,
       wall_time_seconds: (performance.now() - this.startedAt) / 1000,
+      ...(signalsExtra === undefined ? {} : { signals_extra: signalsExtra }),
     });
     return this.outcome(status);
   }
