@@ -21,6 +21,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'pg-store', load: async () => (await import('./pg-store.js')).benchPgStore },
   { name: 'cluster', load: async () => (await import('./cluster.js')).benchCluster },
   { name: 'broker-seal', load: async () => (await import('./broker-seal.js')).benchBrokerSeal },
+  { name: 'gateway', load: async () => (await import('./gateway.js')).benchGateway },
 ];
 
 interface Args {

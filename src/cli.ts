@@ -1,6 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import { visibleJson, visibleText } from './client/visible-text.js';
 import { ExitError } from './commands/exit-error.js';
+import { registerGatewayCommands } from './commands/gateway-register.js';
 import { registerCommands } from './commands/register.js';
 import { isMetisError } from './core/errors.js';
 import { asStorageError } from './core/store/storage-errors.js';
@@ -22,6 +23,7 @@ export function buildProgram(json = false): Command {
     });
   }
   registerCommands(program);
+  registerGatewayCommands(program);
   return program;
 }
 

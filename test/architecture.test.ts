@@ -15,6 +15,7 @@ const FLOORS: readonly (readonly [string, number])[] = [
   ['src/core/http', 4],
   ['src/core/stream', 5],
   ['src/core/api', 6],
+  ['src/core/gateway', 6],
   ['src/core/cluster', 7],
   ['src/plugins', 7],
   ['src/core/app', 8],

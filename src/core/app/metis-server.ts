@@ -9,6 +9,7 @@ import { metricsRoute, ServerMetrics } from '../api/metrics.js';
 import type { PluginMetricsSource } from '../api/metrics-series.js';
 import { skillRoutes } from '../api/skill-routes.js';
 import { MetisError } from '../errors.js';
+import { type GatewayOptions, gatewayRoutes } from '../gateway/gateway-routes.js';
 import { AttachTokens } from '../http/attach-tokens.js';
 import { AuthGate } from '../http/auth-gate.js';
 import type { AuthThrottleOptions } from '../http/auth-throttle.js';
@@ -77,6 +78,8 @@ export interface ServerOptions {
    * answering 503/507 (default 5 s). The wait is async; the loop keeps serving.
    */
   readonly commitWaitMs?: number;
+  /** The OpenAI- and Anthropic-compatible gateway under `/v1` (docs/gateway.md); none without. */
+  readonly gateway?: GatewayOptions;
 }
 
 export interface MetisServer {
@@ -179,6 +182,8 @@ export async function startServer(
       return () => connections.delete(connection);
     },
   });
+  const gateway =
+    options.gateway === undefined ? null : gatewayRoutes(runtime, trace, options.gateway, logger);
   const otherRoutes: Route[] = [
     createSseRoute(runtime, connectionDeps),
     ...chatRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
@@ -188,6 +193,7 @@ export async function startServer(
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...skillRoutes(trace.bus, runtime.config.skills.global_dir),
     ...dashboardAuthRoutes(gate, signInLink),
+    ...(gateway?.routes ?? []),
     ...(options.staticRoot === undefined ? [] : staticRoutes(options.staticRoot)),
     ...(options.extraRoutes?.({ hub, trace }) ?? []),
   ];
@@ -253,6 +259,7 @@ export async function startServer(
         hub.close();
         sequencer.close();
         metrics.close();
+        await gateway?.close();
       })();
       return closing;
     },

@@ -3,8 +3,10 @@ import type { PluginHost } from '../../plugins/plugin-host.js';
 import { pluginsRoute } from '../../plugins/plugins-route.js';
 import { conformanceRoutes } from '../api/conformance-hooks.js';
 import type { MetisConfig } from '../config/schema.js';
+import { keystorePath } from '../gateway/keystore.js';
 import type { ServerAuth } from '../http/local-token.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { pgSharedSpend } from '../store/postgres/pg-gateway-spend.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { FaultName } from '../stream/faults.js';
@@ -48,6 +50,14 @@ export function startServiceServer(parts: ServerParts): Promise<MetisServer> {
     logger: parts.logger,
     metrics: { plugins: () => parts.plugins.list(), processMetrics: true },
     sessionRouter: seat.router(runtime),
+    gateway: config.gateway.enabled
+      ? {
+          config: config.gateway,
+          keystorePath: keystorePath(config.gateway.keystore),
+          // On PostgreSQL every node's calls count against one cap (docs/gateway.md "Quotas").
+          ...(config.store.url === null ? {} : { sharedSpend: pgSharedSpend(config.store.url) }),
+        }
+      : undefined,
     health: () => ({
       ...(trace.upstream === null ? {} : { store: storeHealth(trace.upstream) }),
       ...(seat.node === null ? {} : seat.node.health()),

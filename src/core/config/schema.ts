@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import { GatewayConfigSchema } from './gateway-schema.js';
 import { RuntimeConfigSchema } from './runtime-schema.js';
 
 function isAddressOrRange(entry: string): boolean {
@@ -141,6 +142,8 @@ export const MetisConfigSchema = z.strictObject({
     )
     .default([]),
   plugin_timeouts: PluginTimeoutsSchema.default(PluginTimeoutsSchema.parse({})),
+  /** The OpenAI- and Anthropic-compatible gateway under `/v1` (docs/gateway.md). */
+  gateway: GatewayConfigSchema.default(GatewayConfigSchema.parse({})),
 });
 
 export type MetisConfig = z.output<typeof MetisConfigSchema>;

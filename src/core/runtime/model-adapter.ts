@@ -13,7 +13,13 @@ export type ContentBlock =
   | { type: 'thinking'; thinking: string; signature: string | null }
   | { type: 'redacted_thinking'; data: string }
   | { type: 'tool_use'; id: string; name: string; input: Record<string, unknown> }
-  | { type: 'tool_result'; tool_use_id: string; content: string; is_error: boolean };
+  | { type: 'tool_result'; tool_use_id: string; content: string; is_error: boolean }
+  | { type: 'image'; source: ImageSource };
+
+/** An image of a user message, as a gateway client sent it (inline base64, or a URL the provider fetches). */
+export type ImageSource =
+  | { readonly kind: 'base64'; readonly media_type: string; readonly data: string }
+  | { readonly kind: 'url'; readonly url: string };
 
 export interface ConversationMessage {
   readonly role: 'user' | 'assistant' | 'tool';

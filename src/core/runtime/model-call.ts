@@ -33,6 +33,16 @@ export interface CallingTurn {
   readonly clientTools?: readonly Tool[];
   /** The system prompt of each call (the workspace memory), read just before it; null: none. */
   readonly systemPrompt?: () => Promise<string | null>;
+  /** Who the call is for, stamped on `llm.call_completed` (a gateway request's key; bus §6.3). */
+  readonly callTags?: CallTags;
+}
+
+/** The additive identity fields of `llm.call_completed` (bus §6.3; null on agent-loop traffic). */
+export interface CallTags {
+  readonly gateway_key_id: string | null;
+  readonly inbound_shape: 'openai' | 'anthropic' | null;
+  readonly user_id: string | null;
+  readonly team_id: string | null;
 }
 
 export type CallResult =
@@ -204,6 +214,7 @@ export class ModelCaller {
       produced_thinking_blocks: content.filter((b) => b.type === 'thinking' || b.type === 'redacted_thinking')
         .length,
       provider_request_id: result.provider_request_id,
+      ...turn.callTags,
     });
     return {
       kind: 'completed',

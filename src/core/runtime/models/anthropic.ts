@@ -297,6 +297,20 @@ export function toAnthropicMessages(messages: readonly ConversationMessage[]): A
             content.push({ type: 'tool_use', id: block.id, name: block.name, input: block.input });
           }
           break;
+        case 'image':
+          if (role === 'user')
+            content.push({
+              type: 'image',
+              source:
+                block.source.kind === 'url'
+                  ? { type: 'url', url: block.source.url }
+                  : {
+                      type: 'base64',
+                      media_type: block.source.media_type as Anthropic.Base64ImageSource['media_type'],
+                      data: block.source.data,
+                    },
+            });
+          break;
         case 'tool_result':
           content.push({
             type: 'tool_result',

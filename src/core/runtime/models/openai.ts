@@ -5,6 +5,7 @@ import {
   AdapterError,
   type AdapterResult,
   type ConversationMessage,
+  type ImageSource,
   type ModelAdapter,
   type ModelRequest,
   type ModelValidationFailure,
@@ -246,7 +247,13 @@ export function toOpenAIMessages(
     const joined = message.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
     const text = joined.trim() === '' ? '' : joined;
     if (message.role === 'user') {
-      if (text !== '') out.push({ role: 'user', content: text });
+      const images = message.content.flatMap((b) => (b.type === 'image' ? [imagePart(b.source)] : []));
+      if (images.length > 0)
+        out.push({
+          role: 'user',
+          content: [...(text === '' ? [] : [{ type: 'text' as const, text }]), ...images],
+        });
+      else if (text !== '') out.push({ role: 'user', content: text });
     } else if (message.role === 'assistant') {
       const toolCalls = message.content.flatMap((b) =>
         b.type === 'tool_use'
@@ -277,6 +284,12 @@ export function toOpenAIMessages(
     }
   }
   return out;
+}
+
+/** A gateway client's image as a chat content part: a URL, or the inline image as a data URL. */
+function imagePart(source: ImageSource): OpenAI.ChatCompletionContentPartImage {
+  const url = source.kind === 'url' ? source.url : `data:${source.media_type};base64,${source.data}`;
+  return { type: 'image_url', image_url: { url } };
 }
 
 function toOpenAITool(tool: ToolSpec): OpenAI.ChatCompletionTool {
