@@ -22,6 +22,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'cluster', load: async () => (await import('./cluster.js')).benchCluster },
   { name: 'broker-seal', load: async () => (await import('./broker-seal.js')).benchBrokerSeal },
   { name: 'gateway', load: async () => (await import('./gateway.js')).benchGateway },
+  { name: 'session-list', load: async () => (await import('./session-list.js')).benchSessionList },
 ];
 
 interface Args {

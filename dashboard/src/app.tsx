@@ -29,12 +29,14 @@ export function App() {
             Sessions
           </a>
           <a href={hrefOf({ view: 'store' })} aria-current={place.view === 'store' ? 'page' : undefined}>
-            Store
+            Usage
           </a>
         </nav>
       </header>
-      <main>
-        {place.view === 'sessions' && <SessionsView report={report} />}
+      <main class={`view-${place.view}`}>
+        {place.view === 'sessions' && (
+          <SessionsView key={place.query} report={report} query={place.query ?? ''} />
+        )}
         {place.view === 'session' && <SessionView key={place.sessionId} place={place} report={report} />}
         {place.view === 'trace' && <TraceView key={place.sessionId} place={place} report={report} />}
         {place.view === 'store' && <StoreView report={report} />}

@@ -5,7 +5,8 @@ import { useEffect, useState } from 'preact/hooks';
  * every view is a fragment and a reload lands where the user was.
  */
 export type Place =
-  | { view: 'sessions' }
+  /** `query`: the list's search and filters (`q=…&status=ended`), so a reload or a link keeps them. */
+  | { view: 'sessions'; query?: string }
   | { view: 'session'; sessionId: string; focus: string | null }
   | { view: 'trace'; sessionId: string; eventId: string | null }
   | { view: 'store' };
@@ -25,13 +26,13 @@ export function parsePlace(hash: string): Place {
     if (parts[2] === 'trace') return { view: 'trace', sessionId: parts[1], eventId: params.get('event') };
     return { view: 'session', sessionId: parts[1], focus: params.get('focus') };
   }
-  return { view: 'sessions' };
+  return { view: 'sessions', query: params.toString() };
 }
 
 export function hrefOf(place: Place): string {
   switch (place.view) {
     case 'sessions':
-      return '#/';
+      return place.query ? `#/?${place.query}` : '#/';
     case 'store':
       return '#/store';
     case 'session':

@@ -34,6 +34,31 @@ export interface TraceQuery {
   getEvent(id: string): MetisEvent | null;
   /** The causal chain from an event back to its root (bus spec §4.3), the event itself first. */
   causalChain(eventId: string): MetisEvent[];
+  /**
+   * The newest `limit` messages of a session stored before an event, oldest first: the conversation's
+   * content, for a plugin that exports it on the user's opt-in (`otel`'s `capture_content`). Optional:
+   * a host without a message store has none.
+   */
+  messagesBefore?(sessionId: string, eventId: string, limit: number): StoredMessage[];
+  /** A session's stored tool call (input, output) by its tool_use_id, or null. */
+  toolCall?(sessionId: string, toolUseId: string): StoredToolCall | null;
+}
+
+/** A stored message: content blocks `text | thinking | tool_use | tool_result`. */
+export interface StoredMessage {
+  readonly id: string;
+  readonly role: 'user' | 'assistant' | 'tool';
+  readonly content: readonly { readonly type: string; readonly [key: string]: unknown }[];
+  readonly status: string;
+}
+
+export interface StoredToolCall {
+  readonly id: string;
+  readonly tool_name: string;
+  readonly input: unknown;
+  readonly output: unknown;
+  readonly status: string;
+  readonly error_class: string | null;
 }
 
 /** What `create` receives besides the validated options. */

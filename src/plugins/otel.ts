@@ -10,18 +10,16 @@ import {
 } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  BasicTracerProvider,
-  BatchSpanProcessor,
-  type ReadableSpan,
-  type SpanExporter,
-} from '@opentelemetry/sdk-trace-base';
+import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { ATTR_ERROR_TYPE, ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
-import type { Logger } from 'pino';
 import { z } from 'zod';
 import { isoToMicros } from '../core/events/clock.js';
 import type { MetisEvent } from '../core/events/envelope.js';
 import { definePlugin, type TraceQuery } from './define-plugin.js';
+import { ContentReader } from './otel-content.js';
+import { ReportingExporter } from './otel-export.js';
+
+export { ReportingExporter } from './otel-export.js';
 
 export const OtelOptions = z.strictObject({
   /** The OTLP/HTTP traces endpoint of a collector, Jaeger, Phoenix, Langfuse… */
@@ -37,7 +35,22 @@ export const OtelOptions = z.strictObject({
   max_export_batch_size: z.number().int().positive().default(512),
   /** Only these sessions; null for all. */
   session_ids: z.array(z.string().min(1)).nullable().default(null),
+  /**
+   * Opt-in: put the conversation's content on the spans (`gen_ai.input.messages`,
+   * `gen_ai.output.messages`, `gen_ai.tool.call.arguments` / `.result`). Off by default: prompts, answers
+   * and tool data then leave the machine for the backend.
+   */
+  capture_content: z.boolean().default(false),
+  /** With capture_content: characters of one attribute (longer JSON is cut). */
+  content_max_chars: z.number().int().positive().default(16_384),
+  /** With capture_content: the newest messages of the history a model call's input shows. */
+  content_max_messages: z.number().int().positive().default(50),
 });
+
+/** The session of a span, as tracing backends group traces: `session.id`, and Langfuse's own name. */
+function sessionAttributes(sessionId: string): Attributes {
+  return { 'session.id': sessionId, 'langfuse.session.id': sessionId };
+}
 
 /**
  * GenAI semantic-convention attributes. They are still "incubating" in
@@ -119,6 +132,8 @@ export class SpanBuilder {
   constructor(
     private readonly tracer: Tracer,
     private readonly store: TraceQuery,
+    /** The conversation's content, when the user opted in (capture_content); null leaves it out. */
+    private readonly content: ContentReader | null = null,
   ) {}
 
   get openSpans(): number {
@@ -141,6 +156,7 @@ export class SpanBuilder {
               [GEN_AI.operation]: 'invoke_agent',
               [GEN_AI.agentName]: 'metis',
               [GEN_AI.conversationId]: event.session_id,
+              ...sessionAttributes(event.session_id),
               'metis.session_id': event.session_id,
               'metis.turn_id': event.turn_id ?? '',
             },
@@ -163,6 +179,7 @@ export class SpanBuilder {
           [GEN_AI.provider]: provider,
           [GEN_AI.requestModel]: modelName(String(p.model), provider),
           [GEN_AI.conversationId]: event.session_id,
+          ...sessionAttributes(event.session_id),
           'metis.request_id': String(p.request_id),
           'metis.is_worker': Boolean(p.is_worker),
         });
@@ -174,6 +191,7 @@ export class SpanBuilder {
           [GEN_AI.operation]: 'execute_tool',
           [GEN_AI.toolName]: String(p.tool_name),
           [GEN_AI.toolCallId]: String(p.tool_use_id),
+          ...sessionAttributes(event.session_id),
           'metis.tool.side_effects': String(p.side_effects),
         });
         return;
@@ -186,18 +204,39 @@ export class SpanBuilder {
           [GEN_AI.cacheReadTokens]: num(p.cached_input_tokens),
           [GEN_AI.cacheCreationTokens]: num(p.cache_creation_input_tokens),
           'metis.cost_usd': num(p.cost_usd),
+          ...this.callContent(event, String(p.stop_reason)),
         });
         return;
       case 'tool.completed':
         this.toolCalls.delete(String(p.tool_use_id));
-        this.end(event, at, { 'metis.tool.success': Boolean(p.success) }, p.success ? null : 'tool_error');
+        this.end(
+          event,
+          at,
+          {
+            'metis.tool.success': Boolean(p.success),
+            ...this.content?.toolCall(event.session_id, String(p.tool_use_id)),
+          },
+          p.success ? null : 'tool_error',
+        );
         return;
       case 'tool.failed':
         this.toolCalls.delete(String(p.tool_use_id));
-        this.end(event, at, {}, String(p.error_class), String(p.error_message));
+        this.end(
+          event,
+          at,
+          { ...this.content?.toolCall(event.session_id, String(p.tool_use_id)) },
+          String(p.error_class),
+          String(p.error_message),
+        );
         return;
       case 'llm.call_failed':
-        this.end(event, at, {}, String(p.error_class), String(p.error_message_redacted));
+        this.end(
+          event,
+          at,
+          this.callContent(event, null),
+          String(p.error_class),
+          String(p.error_message_redacted),
+        );
         return;
       case 'turn.completed':
         this.endTurn(event, at, {
@@ -207,12 +246,29 @@ export class SpanBuilder {
           'metis.llm_call_count': num(p.llm_call_count),
           'metis.tool_call_count': num(p.tool_call_count),
           'metis.stop_reason': String(p.stop_reason),
+          ...this.turnContent(event),
         });
         return;
       case 'turn.cancelled':
-        this.endTurn(event, at, { 'metis.cancel_reason': String(p.reason) }, 'cancelled');
+        this.endTurn(
+          event,
+          at,
+          { 'metis.cancel_reason': String(p.reason), ...this.turnContent(event) },
+          'cancelled',
+        );
         return;
     }
+  }
+
+  /** A model call's content: what it was sent and what it answered (capture_content only). */
+  private callContent(end: MetisEvent, stopReason: string | null): Attributes {
+    if (this.content === null || end.parent_event_id === null) return {};
+    return this.content.modelCall(end.session_id, end.parent_event_id, end.id, stopReason);
+  }
+
+  private turnContent(end: MetisEvent): Attributes {
+    if (this.content === null || end.parent_event_id === null) return {};
+    return this.content.turn(end.session_id, end.parent_event_id, end.id);
   }
 
   /** Ends every open span (at shutdown), marked incomplete. */
@@ -319,63 +375,6 @@ export class SpanBuilder {
   }
 }
 
-type ExportDone = Parameters<SpanExporter['export']>[1];
-
-/** `ExportResultCode.SUCCESS` of @opentelemetry/core (not a dependency of ours). */
-const EXPORT_SUCCESS = 0;
-
-/**
- * The OTLP exporter, reporting its failures: the SDK drops a batch it could not export without a word.
- * The first failure of an episode is a warning naming the endpoint (later ones only count); the first
- * success after it says how many spans were dropped meanwhile.
- */
-export class ReportingExporter implements SpanExporter {
-  private failing = false;
-  readonly counters = { export_failures: 0, spans_dropped: 0 };
-  private droppedThisEpisode = 0;
-
-  constructor(
-    private readonly inner: SpanExporter,
-    private readonly endpoint: string,
-    private readonly logger: Logger,
-  ) {}
-
-  export(spans: ReadableSpan[], done: ExportDone): void {
-    this.inner.export(spans, (result) => {
-      if (result.code === EXPORT_SUCCESS) {
-        if (this.failing) {
-          this.failing = false;
-          this.logger.info(
-            { endpoint: this.endpoint, spans_dropped: this.droppedThisEpisode },
-            'otel export works again',
-          );
-        }
-      } else {
-        this.counters.export_failures += 1;
-        this.counters.spans_dropped += spans.length;
-        if (!this.failing) {
-          this.failing = true;
-          this.droppedThisEpisode = 0;
-          this.logger.warn(
-            { endpoint: this.endpoint, spans: spans.length, err: result.error?.message ?? 'unknown' },
-            'otel export failed: spans are dropped until the endpoint takes them (said once until it does)',
-          );
-        }
-        this.droppedThisEpisode += spans.length;
-      }
-      done(result);
-    });
-  }
-
-  shutdown(): Promise<void> {
-    return this.inner.shutdown();
-  }
-
-  forceFlush(): Promise<void> {
-    return this.inner.forceFlush?.() ?? Promise.resolve();
-  }
-}
-
 /** `otel`: turns, LLM calls and tool calls as OpenTelemetry spans over OTLP/HTTP (JSON). */
 export default definePlugin({
   name: 'otel',
@@ -408,8 +407,17 @@ export default definePlugin({
             }),
           ],
         });
-        builder = new SpanBuilder(provider.getTracer('metis'), ctx.store);
-        ctx.logger.info({ endpoint: options.endpoint }, 'otel exporting spans');
+        const content = options.capture_content
+          ? new ContentReader(ctx.store, {
+              maxChars: options.content_max_chars,
+              maxMessages: options.content_max_messages,
+            })
+          : null;
+        builder = new SpanBuilder(provider.getTracer('metis'), ctx.store, content);
+        ctx.logger.info(
+          { endpoint: options.endpoint, capture_content: options.capture_content },
+          'otel exporting spans',
+        );
       },
       async stop() {
         builder?.endAll();

@@ -9,6 +9,7 @@ import { FastPathHandlerError, MetisError } from '../core/errors.js';
 import type { MetisEvent } from '../core/events/envelope.js';
 import { describeFilter, toEventFilter } from '../core/events/filter.js';
 import { rowToEvent } from '../core/store/event-rows.js';
+import { messagesUpTo, toolCallRow } from '../core/store/trace-content-rows.js';
 import type { TraceStore } from '../core/store/trace-store.js';
 import { checkInstance } from './check-instance.js';
 import type { PluginContext, PluginFilter, PluginInstance, TraceQuery } from './define-plugin.js';
@@ -102,6 +103,9 @@ function traceQuery(store: TraceStore): TraceQuery {
     sessionEvents: (sessionId) => store.sessionEvents(sessionId),
     getEvent: (id) => store.getEvent(id),
     causalChain: (eventId) => store.causalChain(eventId),
+    messagesBefore: (sessionId, eventId, limit) =>
+      messagesUpTo(store.db, sessionId, eventId.slice(eventId.indexOf('_') + 1), limit),
+    toolCall: (sessionId, toolUseId) => toolCallRow(store.db, sessionId, toolUseId),
   };
 }
 

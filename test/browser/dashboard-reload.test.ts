@@ -3,6 +3,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { browserTestsRun } from '../helpers/browser.js';
 import { collectPageErrors, dashboardInChromium, screenshot } from '../helpers/dashboard.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
+import { send, turnStatuses } from './dashboard-helpers.js';
 
 /**
  * Issue 30, observation 1: a session page after a reload shows exactly what it showed live (each
@@ -56,16 +57,6 @@ describe.runIf(browserTestsRun)('the dashboard after a reload (issue 30)', () =>
     await expect.poll(() => page.getByTestId('link').textContent(), { timeout: 10_000 }).toContain('live');
     return { page, errors };
   }
-
-  async function send(page: Page, message: string): Promise<void> {
-    await page.getByLabel('Message').fill(message);
-    await page.getByRole('button', { name: 'Send' }).click();
-  }
-
-  const turnStatuses = (page: Page) =>
-    page
-      .locator('[data-turn-status]')
-      .evaluateAll((nodes) => nodes.map((n) => n.getAttribute('data-turn-status')));
 
   /** Waits until the page shows what `expected` holds, then says it matches (the diff if it never does). */
   async function expectSame(page: Page, expected: TurnView[]): Promise<void> {

@@ -6,6 +6,7 @@ import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js
 import { browserTestsRun } from '../helpers/browser.js';
 import { collectPageErrors, dashboardInChromium, screenshot } from '../helpers/dashboard.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
+import { send, turnStatuses } from './dashboard-helpers.js';
 
 /**
  * Issue 16: the dashboard in a real Chromium against a real server (Chromium: test/helpers/browser.ts).
@@ -42,17 +43,6 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     return (await t.request('GET', `/sessions/${sessionId}/messages?limit=500`, undefined, AUTH)).body
       .messages;
   }
-
-  /** Types a message in the page's box and sends it with the button, as a person does. */
-  async function send(page: Page, message: string): Promise<void> {
-    await page.getByLabel('Message').fill(message);
-    await page.getByRole('button', { name: 'Send' }).click();
-  }
-
-  const turnStatuses = (page: Page) =>
-    page
-      .locator('[data-turn-status]')
-      .evaluateAll((nodes) => nodes.map((n) => n.getAttribute('data-turn-status')));
 
   it('a page on another port of this host gets nothing to replay, and its calls are refused (issue 34, observation 2)', async () => {
     const t = await serve();
@@ -226,7 +216,7 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     expect(errors).toEqual([]);
   });
 
-  it('opens the trace tree of a delegated turn: the worker session nests under the delegation', async () => {
+  it('opens the span tree of a delegated turn: the worker turn nests under the delegation', async () => {
     const t = await serve();
     const sessionId = await session(t);
     const { page, errors } = await open(t, `#/sessions/${sessionId}`);
@@ -234,38 +224,26 @@ describe.runIf(browserTestsRun)('the dashboard in Chromium', () => {
     await send(page, 'delegate: count the files');
     await expect.poll(() => turnStatuses(page), { timeout: 20_000 }).toEqual(['completed']);
     await page.getByRole('link', { name: 'Trace' }).click();
-    await page.getByRole('tab', { name: 'Causal tree' }).click();
-    const tree = page.getByTestId('causal-tree');
-    // The node whose own label is delegate.started (not a node that merely contains it).
-    const delegation = tree.locator('li:has(> details > summary > [data-event-type="delegate.started"])');
+    const delegation = page.locator('[data-testid="span-tree"] li[data-span-kind="delegate"]');
     await expect.poll(() => delegation.count(), { timeout: 10_000 }).toBe(1);
-    await delegation.locator('summary > [data-event-type="delegate.started"]').click();
-    const detail = await page.getByTestId('event-detail').textContent();
-    const workerId = /"worker_session_id": "(sess_[^"]+)"/.exec(detail ?? '')?.[1];
-    expect(workerId).toBeDefined();
-    expect(workerId).not.toBe(sessionId);
-    // The worker's own events hang below delegate.started: its session.created, then its turn.
-    const below = await delegation
-      .locator('ul [data-event-type]')
-      .evaluateAll((nodes) =>
-        nodes.map(
-          (n) => `${n.getAttribute('data-event-type')} ${n.querySelector('.muted')?.textContent?.trim()}`,
-        ),
-      );
-    expect(below).toEqual(
-      expect.arrayContaining([
-        `session.created ${workerId}`,
-        `turn.started ${workerId}`,
-        `turn.completed ${workerId}`,
-        `delegate.completed ${sessionId}`,
-      ]),
-    );
-    await screenshot(page, 'trace-tree');
-    await page.getByRole('tab', { name: 'Timeline' }).click();
+    // The worker's turn hangs below the delegation, marked as a worker's.
+    const worker = delegation.locator('li[data-span-kind="turn"]');
+    expect(await worker.count()).toBe(1);
+    expect(await worker.locator('.span-label').first().textContent()).toContain('(worker)');
+    await worker.locator('.span-label').first().click();
+    await page.locator('[data-testid="span-detail"] summary').click();
+    const detail = await page.getByTestId('event-detail').first().textContent();
+    expect(detail).not.toContain(sessionId);
+    await page.getByRole('tab', { name: 'Waterfall' }).click();
     expect(await page.locator('svg.timeline g.span').count()).toBeGreaterThanOrEqual(4);
-    await screenshot(page, 'trace-timeline');
-    // From an event to its place in the conversation.
-    await page.getByRole('link', { name: 'See it in the conversation' }).click();
+    // From a span to its place in the conversation: the planner's turn.
+    await page.getByRole('tab', { name: 'Span tree' }).click();
+    await page.locator('[data-testid="span-tree"] > li > .span-row .span-label').click();
+    await page
+      .getByTestId('span-detail')
+      .getByRole('link', { name: 'See it in the conversation' })
+      .first()
+      .click();
     await expect.poll(() => page.locator('.turn.focused').count(), { timeout: 10_000 }).toBe(1);
     expect(errors).toEqual([]);
   });

@@ -95,7 +95,10 @@ describe('POST /sessions', () => {
 describe('GET /sessions', () => {
   it('lists the sessions, newest first', async () => {
     const t = await startTestServer();
-    expect(await t.request('GET', '/sessions')).toEqual({ status: 200, body: { sessions: [] } });
+    expect(await t.request('GET', '/sessions')).toEqual({
+      status: 200,
+      body: { sessions: [], next_cursor: null },
+    });
     const a = await t.createSession();
     const b = await t.createSession();
     const response = await t.request('GET', '/sessions');

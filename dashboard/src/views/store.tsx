@@ -2,75 +2,80 @@ import type { StoreStats } from '../api.js';
 import { bytes } from '../format.js';
 import { offline, usePolled } from '../hooks.js';
 import type { Report } from '../report.js';
+import { UsagePanel } from './usage.js';
 
 /** `metis trace stats` as a page, with the events stored per hour as a chart. */
 export function StoreView({ report }: { report: Report }) {
   const { data, error } = usePolled<StoreStats>('/store/stats', 10_000, report);
   return (
-    <section aria-labelledby="store-title">
-      <h1 id="store-title">Trace store</h1>
-      {offline(error) && (
-        <p class="banner warn" role="status">
-          {offline(error)}
-        </p>
-      )}
-      {data === null ? (
-        <p>Loading…</p>
-      ) : (
-        <>
-          <dl class="figures" data-testid="store-figures">
-            <div>
-              <dt>Events</dt>
-              <dd>{data.event_count.toLocaleString()}</dd>
-            </div>
-            <div>
-              <dt>Sessions</dt>
-              <dd>{data.session_count.toLocaleString()}</dd>
-            </div>
-            <div>
-              <dt>File</dt>
-              <dd>{bytes(data.file_bytes)}</dd>
-            </div>
-            <div>
-              <dt>WAL</dt>
-              <dd>{bytes(data.wal_bytes)}</dd>
-            </div>
-            <div>
-              <dt>Oldest event</dt>
-              <dd>{data.oldest_event_timestamp ?? '–'}</dd>
-            </div>
-            <div>
-              <dt>Retention</dt>
-              <dd>{data.retention_days} days</dd>
-            </div>
-          </dl>
-          <p class="muted">
-            {data.db_path} (schema {data.schema_version})
+    <>
+      <h1 class="page-title">Usage and store</h1>
+      <UsagePanel report={report} />
+      <section aria-labelledby="store-title">
+        <h2 id="store-title">Trace store</h2>
+        {offline(error) && (
+          <p class="banner warn" role="status">
+            {offline(error)}
           </p>
-          <h2>Events per hour</h2>
-          <HourChart hours={data.by_hour} />
-          <h2>Events by type</h2>
-          <table class="by-type">
-            <thead>
-              <tr>
-                <th scope="col">Type</th>
-                <th scope="col" class="num">
-                  Events
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {data.by_type.map((row) => (
-                <tr key={row.type}>
-                  <td>{row.type}</td>
-                  <td class="num">{row.count.toLocaleString()}</td>
+        )}
+        {data === null ? (
+          <p>Loading…</p>
+        ) : (
+          <>
+            <dl class="figures" data-testid="store-figures">
+              <div>
+                <dt>Events</dt>
+                <dd>{data.event_count.toLocaleString()}</dd>
+              </div>
+              <div>
+                <dt>Sessions</dt>
+                <dd>{data.session_count.toLocaleString()}</dd>
+              </div>
+              <div>
+                <dt>File</dt>
+                <dd>{bytes(data.file_bytes)}</dd>
+              </div>
+              <div>
+                <dt>WAL</dt>
+                <dd>{bytes(data.wal_bytes)}</dd>
+              </div>
+              <div>
+                <dt>Oldest event</dt>
+                <dd>{data.oldest_event_timestamp?.slice(0, 16).replace('T', ' ') ?? '–'}</dd>
+              </div>
+              <div>
+                <dt>Retention</dt>
+                <dd>{data.retention_days} days</dd>
+              </div>
+            </dl>
+            <p class="muted">
+              {data.db_path} (schema {data.schema_version})
+            </p>
+            <h2>Events per hour</h2>
+            <HourChart hours={data.by_hour} />
+            <h2>Events by type</h2>
+            <table class="by-type">
+              <thead>
+                <tr>
+                  <th scope="col">Type</th>
+                  <th scope="col" class="num">
+                    Events
+                  </th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
-        </>
-      )}
-    </section>
+              </thead>
+              <tbody>
+                {data.by_type.map((row) => (
+                  <tr key={row.type}>
+                    <td>{row.type}</td>
+                    <td class="num">{row.count.toLocaleString()}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </>
+        )}
+      </section>
+    </>
   );
 }
 

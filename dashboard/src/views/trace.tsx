@@ -1,13 +1,18 @@
 import { useMemo, useState } from 'preact/hooks';
-import type { StoredEvent } from '../api.js';
-import { duration } from '../format.js';
+import { api, type StoredEvent, type TraceAnswer } from '../api.js';
+import { usd } from '../format.js';
 import { offline, usePolled } from '../hooks.js';
 import type { Report } from '../report.js';
 import { go, hrefOf, type Place } from '../router.js';
-import { causalTree, domainOf, spanLabel, spans, type TreeNode } from '../trace-model.js';
+import { domainOf, type SpanNode, spanForest } from '../trace-model.js';
+import { markSummary } from './content.js';
 import { NoSuchSession } from './no-such-session.js';
+import { Detail } from './span-detail.js';
+import { SpanTree } from './span-tree.js';
+import { Waterfall } from './waterfall.js';
 
-type Tab = 'events' | 'tree' | 'timeline';
+type Tab = 'spans' | 'waterfall' | 'events';
+const TAB_NAMES: Record<Tab, string> = { spans: 'Span tree', waterfall: 'Waterfall', events: 'Events' };
 interface Filters {
   domain: string;
   type: string;
@@ -17,19 +22,22 @@ interface Filters {
 const ANY = '';
 
 /**
- * Every stored event of a session and its workers: a filterable list, the causal tree along
- * `parent_event_id`, a timeline of turn → model calls → tools, and the payload of the chosen event.
+ * A session and its workers as spans: each turn's tree (turn → model calls → tools → delegated
+ * turns) with what was said beside each node, a per-turn waterfall, and the raw events, filterable;
+ * the chosen span's words (or event's payload) in a panel beside them.
  */
 export function TraceView({ place, report }: { place: Extract<Place, { view: 'trace' }>; report: Report }) {
   const { sessionId, eventId } = place;
-  const { data, error } = usePolled<{ events: StoredEvent[]; has_more: boolean }>(
-    `/sessions/${encodeURIComponent(sessionId)}/trace?include_worker_sessions=true`,
+  const { data, error, refresh } = usePolled<TraceAnswer>(
+    `/sessions/${encodeURIComponent(sessionId)}/trace?include_worker_sessions=true&limit=5000`,
     3000,
     report,
   );
-  const [tab, setTab] = useState<Tab>('events');
+  const [tab, setTab] = useState<Tab>('spans');
   const [filters, setFilters] = useState<Filters>({ domain: ANY, type: ANY, actor: ANY, sensitivity: ANY });
   const events = data?.events ?? [];
+  const turns = useMemo(() => spanForest(events), [events]);
+  const spansById = useMemo(() => indexSpans(turns), [turns]);
   const shown = useMemo(
     () =>
       events.filter(
@@ -43,6 +51,11 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
   );
   const selected = events.find((event) => event.id === eventId) ?? null;
   const choose = (event: StoredEvent) => go({ view: 'trace', sessionId, eventId: event.id });
+  const rate = (turnId: string, rating: 'thumbs_up' | 'thumbs_down') => {
+    api('POST', `/sessions/${encodeURIComponent(sessionId)}/feedback`, { turn_id: turnId, rating })
+      .then(refresh)
+      .catch(report);
+  };
   if (error?.status === 404) return <NoSuchSession sessionId={sessionId} />;
   const values = (pick: (event: StoredEvent) => string) => [...new Set(events.map(pick))].sort();
   const select = (key: keyof Filters, label: string, options: string[]) => (
@@ -61,10 +74,18 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
       </select>
     </label>
   );
+  const sessionScores = events.filter(
+    (event) =>
+      (event.type === 'feedback.explicit' && event.payload.scope === 'session') ||
+      (event.type === 'eval.completed' && event.payload.subject_kind === 'session'),
+  );
+  const cost = turns.reduce((sum, turn) => sum + Number(turn.end?.payload.total_cost_usd ?? 0), 0);
   return (
     <section class="trace" aria-labelledby="trace-title">
       <div class="toolbar">
-        <h1 id="trace-title">Trace of {sessionId}</h1>
+        <h1 id="trace-title">
+          Trace <span class="muted">{sessionId}</span>
+        </h1>
         <a href={hrefOf({ view: 'session', sessionId, focus: null })}>Conversation</a>
       </div>
       {offline(error) && (
@@ -72,33 +93,17 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
           {offline(error)}
         </p>
       )}
-      <div class="filters">
-        {select(
-          'domain',
-          'Domain',
-          values((event) => domainOf(event.type)),
-        )}
-        {select(
-          'type',
-          'Type',
-          values((event) => event.type),
-        )}
-        {select(
-          'actor',
-          'Actor',
-          values((event) => event.actor),
-        )}
-        {select(
-          'sensitivity',
-          'Sensitivity',
-          values((event) => event.sensitivity),
-        )}
-        <span class="muted">
-          {shown.length} of {events.length} events{data?.has_more ? ' (the first ones; more are stored)' : ''}
-        </span>
-      </div>
+      <p class="summary-line" data-testid="trace-summary">
+        {turns.length} {turns.length === 1 ? 'turn' : 'turns'} · {usd(cost)}
+        {sessionScores.map((score) => (
+          <span key={score.id} class="pill score" data-score={score.type}>
+            session {markSummary(score)}
+          </span>
+        ))}
+        {data?.has_more && <span class="muted"> (the first {events.length} events; more are stored)</span>}
+      </p>
       <div role="tablist" class="tabs" aria-label="Trace views">
-        {(['events', 'tree', 'timeline'] as const).map((name) => (
+        {(['spans', 'waterfall', 'events'] as const).map((name) => (
           <button
             key={name}
             type="button"
@@ -106,27 +111,69 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
             aria-selected={tab === name}
             onClick={() => setTab(name)}
           >
-            {name === 'events' ? 'Events' : name === 'tree' ? 'Causal tree' : 'Timeline'}
+            {TAB_NAMES[name]}
           </button>
         ))}
       </div>
-      <div class="trace-body">
+      <div class={`trace-body${selected ? ' with-detail' : ''}`}>
         <div class="trace-main" role="tabpanel">
-          {tab === 'events' && <EventList events={shown} selected={eventId} choose={choose} />}
-          {tab === 'tree' && (
-            <ul class="tree" data-testid="causal-tree">
-              {causalTree(shown).map((node) => (
-                <TreeItem key={node.event.id} node={node} selected={eventId} choose={choose} />
-              ))}
-            </ul>
+          {tab === 'spans' && (
+            <SpanTree
+              turns={turns}
+              content={data?.content}
+              sessionId={sessionId}
+              selected={eventId}
+              choose={choose}
+              rate={rate}
+            />
           )}
-          {tab === 'timeline' && <Timeline events={shown} choose={choose} />}
+          {tab === 'waterfall' && <Waterfall turns={turns} content={data?.content} choose={choose} />}
+          {tab === 'events' && (
+            <>
+              <div class="filters">
+                {select(
+                  'domain',
+                  'Domain',
+                  values((event) => domainOf(event.type)),
+                )}
+                {select(
+                  'type',
+                  'Type',
+                  values((event) => event.type),
+                )}
+                {select(
+                  'actor',
+                  'Actor',
+                  values((event) => event.actor),
+                )}
+                {select(
+                  'sensitivity',
+                  'Sensitivity',
+                  values((event) => event.sensitivity),
+                )}
+                <span class="muted">
+                  {shown.length} of {events.length} events
+                </span>
+              </div>
+              <EventList events={shown} sessionId={sessionId} selected={eventId} choose={choose} />
+            </>
+          )}
         </div>
-        <aside class="payload" aria-label="Event payload">
+        <aside class="payload" aria-label="Details">
           {selected === null ? (
-            <p class="muted">Choose an event to see its payload.</p>
+            <p class="muted">Choose a span or an event to read it here.</p>
           ) : (
-            <EventDetail event={selected} />
+            <>
+              <button
+                type="button"
+                class="close"
+                aria-label="Close the details"
+                onClick={() => go({ view: 'trace', sessionId, eventId: null })}
+              >
+                ×
+              </button>
+              <Detail event={selected} span={spansById.get(selected.id) ?? null} content={data?.content} />
+            </>
           )}
         </aside>
       </div>
@@ -134,12 +181,24 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
   );
 }
 
+function indexSpans(turns: readonly SpanNode[]): Map<string, SpanNode> {
+  const found = new Map<string, SpanNode>();
+  const visit = (span: SpanNode) => {
+    found.set(span.start.id, span);
+    span.children.forEach(visit);
+  };
+  turns.forEach(visit);
+  return found;
+}
+
 function EventList({
   events,
+  sessionId,
   selected,
   choose,
 }: {
   events: StoredEvent[];
+  sessionId: string;
   selected: string | null;
   choose: (e: StoredEvent) => void;
 }) {
@@ -150,7 +209,6 @@ function EventList({
           <th scope="col">Time</th>
           <th scope="col">Type</th>
           <th scope="col">Actor</th>
-          <th scope="col">Session</th>
           <th scope="col">Sensitivity</th>
         </tr>
       </thead>
@@ -162,135 +220,17 @@ function EventList({
               <button type="button" class="link" onClick={() => choose(event)} data-event-type={event.type}>
                 {event.type}
               </button>
+              {event.session_id !== sessionId && (
+                <span class="pill worker" title={event.session_id}>
+                  worker …{event.session_id.slice(-6)}
+                </span>
+              )}
             </td>
             <td>{event.actor}</td>
-            <td class="muted">{event.session_id}</td>
             <td>{event.sensitivity}</td>
           </tr>
         ))}
       </tbody>
     </table>
-  );
-}
-
-function TreeItem({
-  node,
-  selected,
-  choose,
-}: {
-  node: TreeNode;
-  selected: string | null;
-  choose: (e: StoredEvent) => void;
-}) {
-  const label = (
-    <button
-      type="button"
-      class={`link${node.event.id === selected ? ' selected' : ''}`}
-      onClick={() => choose(node.event)}
-      data-event-type={node.event.type}
-    >
-      {node.event.type}
-      <span class="muted"> {node.event.session_id}</span>
-    </button>
-  );
-  if (node.children.length === 0) return <li>{label}</li>;
-  return (
-    <li>
-      <details open>
-        <summary>{label}</summary>
-        <ul>
-          {node.children.map((child) => (
-            <TreeItem key={child.event.id} node={child} selected={selected} choose={choose} />
-          ))}
-        </ul>
-      </details>
-    </li>
-  );
-}
-
-function Timeline({ events, choose }: { events: StoredEvent[]; choose: (e: StoredEvent) => void }) {
-  const list = spans(events);
-  if (list.length === 0) return <p class="muted">No turns, model calls or tool calls among these events.</p>;
-  const first = Math.min(...list.map((span) => span.startMs));
-  const last = Math.max(...list.map((span) => span.endMs ?? span.startMs), first + 1);
-  const labelWidth = 220;
-  const barsWidth = 480;
-  const scale = (ms: number) => ((ms - first) / (last - first)) * barsWidth;
-  const rowHeight = 22;
-  return (
-    <figure class="timeline-figure">
-      <svg
-        class="timeline"
-        viewBox={`0 0 ${labelWidth + barsWidth + 80} ${list.length * rowHeight + 4}`}
-        role="img"
-        aria-label="Timeline of turns, model calls and tools"
-      >
-        {list.map((span, index) => {
-          const x = labelWidth + scale(span.startMs);
-          const end = labelWidth + scale(span.endMs ?? last);
-          const y = index * rowHeight + 2;
-          const took = span.endMs === null ? 'not ended' : duration(span.endMs - span.startMs);
-          return (
-            // biome-ignore lint/a11y/useSemanticElements: an SVG group cannot be a <button>; role and tabIndex make it one for the keyboard
-            <g
-              key={span.start.id}
-              class={`span ${span.start.type.split('.')[0]}`}
-              role="button"
-              tabIndex={0}
-              aria-label={`${spanLabel(span)}, ${took}`}
-              onClick={() => choose(span.start)}
-              onKeyDown={(event) => {
-                if (event.key === 'Enter' || event.key === ' ') choose(span.start);
-              }}
-            >
-              <text x={span.depth * 14} y={y + 15}>
-                {spanLabel(span)}
-              </text>
-              <rect x={x} y={y + 3} width={Math.max(2, end - x)} height={rowHeight - 6} rx={3}>
-                <title>
-                  {span.start.type}: {took}
-                </title>
-              </rect>
-              <text x={Math.max(2, end - x) + x + 4} y={y + 15} class="took">
-                {took}
-              </text>
-            </g>
-          );
-        })}
-      </svg>
-      <figcaption class="muted">{duration(last - first)} from the first start to the last end</figcaption>
-    </figure>
-  );
-}
-
-function EventDetail({ event }: { event: StoredEvent }) {
-  return (
-    <div data-testid="event-detail">
-      <h2>{event.type}</h2>
-      <dl>
-        <dt>id</dt>
-        <dd>{event.id}</dd>
-        <dt>time</dt>
-        <dd>{event.timestamp}</dd>
-        <dt>session</dt>
-        <dd>{event.session_id}</dd>
-        <dt>turn</dt>
-        <dd>{event.turn_id ?? '–'}</dd>
-        <dt>parent</dt>
-        <dd>{event.parent_event_id ?? '–'}</dd>
-        <dt>actor · sensitivity</dt>
-        <dd>
-          {event.actor} · {event.sensitivity}
-        </dd>
-      </dl>
-      {event.turn_id && (
-        <p>
-          <a href={hrefOf({ view: 'session', sessionId: event.session_id, focus: event.turn_id })}>
-            See it in the conversation
-          </a>
-        </p>
-      )}
-      <pre>{JSON.stringify(event.payload, null, 2)}</pre>
-    </div>
   );
 }

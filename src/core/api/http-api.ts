@@ -8,7 +8,6 @@ import type { SessionGate } from '../http/session-router.js';
 import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { CANCEL_REASONS } from '../runtime/turn-state.js';
-import { sessionActivity } from '../store/session-summaries.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from '../stream/commit-ack.js';
 import type { FaultSwitches } from '../stream/faults.js';
@@ -26,9 +25,9 @@ import {
   OverrideAnswer,
   PatternsClearedAnswer,
   SessionInfoAnswer,
-  SessionListAnswer,
   TurnStartedAnswer,
 } from './response-schemas.js';
+import { sessionListRoutes } from './session-list-route.js';
 import { streamComponentSchemas } from './stream-schemas.js';
 
 const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e.g. scripted:demo');
@@ -154,33 +153,8 @@ export function apiRoutes(context: ApiContext): Route[] {
         return [201, { session_id: session.id, ...session }];
       },
     ),
-    jsonRoute(
-      {
-        method: 'GET',
-        path: '/sessions',
-        summary: 'Sessions, newest first, with turn count, cost, last activity and the turn running',
-        success: { status: 200, description: 'sessions', schema: SessionListAnswer },
-        errors: [],
-      },
-      async () => {
-        const sessions = runtime.sessions.listSessions();
-        const activity = sessionActivity(
-          trace.db,
-          sessions.map((session) => session.id),
-        );
-        return [
-          200,
-          {
-            sessions: sessions.map((session) => ({
-              ...session,
-              // sessionActivity answers for every id it is given.
-              ...activity.get(session.id)!,
-              current_turn_id: runtime.currentTurn(session.id)?.turnId ?? null,
-            })),
-          },
-        ];
-      },
-    ),
+    // GET /sessions (search, filters, pages) and PATCH /sessions/{session_id} (the title).
+    ...sessionListRoutes(runtime, trace),
     jsonRoute(
       {
         method: 'GET',

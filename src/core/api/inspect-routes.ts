@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { MetisError } from '../errors.js';
 import { EnvelopeSchema } from '../events/envelope.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
@@ -6,6 +7,15 @@ import { rowToEvent } from '../store/event-rows.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
 import { eventsPerHour, traceStats } from '../store/stats.js';
 import type { TraceContext } from '../store/trace-context.js';
+import { ScoreEntry, ScoresAnswer, TraceContentEntry } from './response-schemas.js';
+import {
+  type ContentMode,
+  ContentRedactor,
+  scoreSummary,
+  sessionScores,
+  traceContent,
+} from './session-trace-content.js';
+import { usageRoute } from './usage-route.js';
 
 const TraceQuery = z.strictObject({
   after: z
@@ -22,6 +32,13 @@ const count = z.int().nonnegative();
 const TraceAnswer = z.object({
   events: z.array(EnvelopeSchema),
   has_more: z.boolean().describe('more events follow: ask again with after = the last id'),
+  content_mode: z.enum(['full', 'redacted']).describe('server.dashboard_content'),
+  content: z
+    .record(z.string(), TraceContentEntry)
+    .describe(
+      'what each span of this page shows (user message, model output, tool input and output, route, cost), by the id of the event that opens it: turn.started, route.decided, llm.call_started, tool.called',
+    ),
+  scores: z.array(ScoreEntry).describe("the session's feedback and eval verdicts; on the first page only"),
 });
 
 /** What `metis trace stats --json` prints (stats.ts TraceStats) without by_session, and the chart. */
@@ -48,7 +65,13 @@ const CHART_HOURS = 48;
  * Read-only views of what metis stores and serves, for the dashboard and for scripts: a session's stored
  * events (the trace), the store's figures (`metis trace stats`), and the models a session may pick.
  */
-export function inspectRoutes(runtime: Runtime, trace: TraceContext, retentionDays: number): JsonRoute[] {
+export function inspectRoutes(
+  runtime: Runtime,
+  trace: TraceContext,
+  retentionDays: number,
+  options: { readonly dashboardContent?: ContentMode } = {},
+): JsonRoute[] {
+  const redactor = new ContentRedactor(options.dashboardContent ?? 'full');
   return [
     jsonRoute(
       {
@@ -68,9 +91,34 @@ export function inspectRoutes(runtime: Runtime, trace: TraceContext, retentionDa
           afterId: query.after ?? null,
           limit: query.limit,
         });
-        return [200, { events: rows.map(rowToEvent), has_more: tooLarge }];
+        const events = rows.map(rowToEvent);
+        return [
+          200,
+          {
+            events,
+            has_more: tooLarge,
+            content_mode: redactor.mode,
+            content: traceContent(trace.db, events, redactor),
+            scores: query.after === undefined ? sessionScores(trace.db, id!, redactor) : [],
+          },
+        ];
       },
     ),
+    jsonRoute(
+      {
+        method: 'GET',
+        path: '/sessions/{session_id}/scores',
+        summary: "A session's feedback and eval verdicts, per turn and for the session",
+        success: { status: 200, description: 'scores and their summary', schema: ScoresAnswer },
+        errors: ['METIS_ERR_SESSION_NOT_FOUND'],
+      },
+      async ({ params: [id] }) => {
+        if (!runtime.hasSession(id!)) throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${id}`);
+        const scores = sessionScores(trace.db, id!, redactor);
+        return [200, { session_id: id!, scores, summary: scoreSummary(scores) }];
+      },
+    ),
+    usageRoute(trace),
     jsonRoute(
       {
         method: 'GET',

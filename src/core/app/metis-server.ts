@@ -80,6 +80,8 @@ export interface ServerOptions {
   readonly commitWaitMs?: number;
   /** The OpenAI- and Anthropic-compatible gateway under `/v1` (docs/gateway.md); none without. */
   readonly gateway?: GatewayOptions;
+  /** `server.dashboard_content`: the trace's content in full (default) or redacted (inspect-routes.ts). */
+  readonly dashboardContent?: 'full' | 'redacted';
 }
 
 export interface MetisServer {
@@ -189,7 +191,9 @@ export async function startServer(
     ...chatRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
     ...agUiRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
     metricsRoute(metrics),
-    ...inspectRoutes(runtime, trace, streamOptions.retentionDays),
+    ...inspectRoutes(runtime, trace, streamOptions.retentionDays, {
+      dashboardContent: options.dashboardContent,
+    }),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...skillRoutes(trace.bus, runtime.config.skills.global_dir),
     ...dashboardAuthRoutes(gate, signInLink),

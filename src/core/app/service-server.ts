@@ -39,6 +39,7 @@ export function startServiceServer(parts: ServerParts): Promise<MetisServer> {
     trustedProxies: config.server.trusted_proxies,
     staticRoot: parts.dashboard ?? undefined,
     attachTokenTtlMs: config.server.attach_token_ttl_ms,
+    dashboardContent: config.server.dashboard_content,
     stream: {
       maxQueueEvents: config.server.max_queue_events,
       maxQueueBytes: config.server.max_queue_bytes,

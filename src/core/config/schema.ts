@@ -45,6 +45,12 @@ export const ServerConfigSchema = z.strictObject({
   dashboard: z.union([z.boolean(), z.string().min(1)]).default(true),
   /** Bound on a graceful stop (SIGTERM, Ctrl-C): what is still running then is abandoned. */
   shutdown_timeout_ms: z.number().int().positive().default(10_000),
+  /**
+   * What the trace view's content shows (`GET /sessions/{id}/trace`): `full` every text, input and output;
+   * `redacted` replaces each field more private than pseudonymous (user text, model output, tool input
+   * and output) with `{redacted: true, chars}` (docs/dashboard.md).
+   */
+  dashboard_content: z.enum(['full', 'redacted']).default('full'),
 });
 
 export const StorageConfigSchema = z.strictObject({

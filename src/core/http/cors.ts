@@ -35,7 +35,7 @@ export function answerPreflight(
     return false;
   allowOrigin(request, response, listed);
   response.writeHead(204, {
-    'access-control-allow-methods': 'GET, POST, PUT, OPTIONS',
+    'access-control-allow-methods': 'GET, POST, PUT, PATCH, DELETE, OPTIONS',
     'access-control-allow-headers': ALLOWED_HEADERS,
     'access-control-max-age': String(PREFLIGHT_MAX_AGE_SECONDS),
   });

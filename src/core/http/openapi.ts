@@ -9,7 +9,7 @@ import { ERROR_TABLE } from '../errors.js';
 export type SessionPlacement = 'here' | 'owner' | 'owner-only';
 
 export interface RouteDoc {
-  readonly method: 'GET' | 'POST' | 'PUT';
+  readonly method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   /** OpenAPI path template: `/sessions/{session_id}/turns`. */
   readonly path: string;
   readonly summary: string;

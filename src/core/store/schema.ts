@@ -6,6 +6,8 @@
  * on `(session_id, id)` (WITHOUT ROWID) so that replaying one session reads contiguous pages instead of
  * rows scattered among every other session's. `id` stays unique through its own index.
  */
+import { SESSION_INDEX_MIGRATION } from './session-index-schema.js';
+
 export const MIGRATIONS: readonly string[] = [
   `
   CREATE TABLE sessions (
@@ -189,6 +191,8 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX IF NOT EXISTS idx_pattern_outcomes_fingerprint ON pattern_outcomes(fingerprint_id, id);
   CREATE INDEX IF NOT EXISTS idx_pattern_outcomes_age ON pattern_outcomes(recorded_at_us);
   `,
+  // 7 (issue 30): the session list's summaries, user titles, message text index and the usage rollup.
+  SESSION_INDEX_MIGRATION,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
