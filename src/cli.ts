@@ -3,6 +3,7 @@ import { visibleJson, visibleText } from './client/visible-text.js';
 import { ExitError } from './commands/exit-error.js';
 import { registerGatewayCommands } from './commands/gateway-register.js';
 import { registerCommands } from './commands/register.js';
+import { registerUserCommands } from './commands/user-register.js';
 import { isMetisError } from './core/errors.js';
 import { asStorageError } from './core/store/storage-errors.js';
 import { packageVersion } from './core/version.js';
@@ -24,6 +25,7 @@ export function buildProgram(json = false): Command {
   }
   registerCommands(program);
   registerGatewayCommands(program);
+  registerUserCommands(program);
   return program;
 }
 

@@ -214,3 +214,24 @@ export async function gatewayLane(d: Drive): Promise<void> {
   const successor = JSON.parse(rotated.stdout) as { key: { id: string } };
   await d.cli(['gateway', 'revoke-key', successor.key.id], { config: true });
 }
+
+/**
+ * One user's data (bus §6.14): a key issued to a user, one request, then `metis user export` and
+ * `metis user forget` of that user (analytics.user_exported, analytics.user_forgotten).
+ */
+export async function userDataLane(d: Drive): Promise<void> {
+  const user = 'usr_coverage_forget';
+  const issued = await d.cli(['gateway', 'issue-key', '--name', 'forgettable', '--user', user, '--json'], {
+    config: true,
+  });
+  const { secret } = JSON.parse(issued.stdout) as { secret: string };
+  const client = new OpenAI({ apiKey: secret, baseURL: `${d.url}/v1`, maxRetries: 0 });
+  await client.chat.completions.create({
+    model: GATEWAY_MODEL,
+    messages: [{ role: 'user', content: 'forget me' }],
+  });
+  const exported = await d.cli(['user', 'export', user], { config: true });
+  if (!exported.stdout.includes('llm.call_completed'))
+    throw new Error(`metis user export: ${exported.stdout}`);
+  await d.cli(['user', 'forget', user, '--yes'], { config: true });
+}

@@ -100,7 +100,8 @@ export function sessionListRoutes(runtime: Runtime, trace: TraceContext): JsonRo
         errors: [],
       },
       async ({ query, url }) => {
-        const legacy = url.search === '' || url.search === '?';
+        // No parameter but the auth gate's `?token=`: the list as it was before the search.
+        const legacy = [...url.searchParams.keys()].every((key) => key === 'token');
         if (
           query.min_cost_usd !== undefined &&
           query.max_cost_usd !== undefined &&

@@ -132,7 +132,8 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
   // by requireChangeRequest on one without (unless an Authorization header came with it).
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null, undefined));
   app.setValidatorCompiler(({ schema, httpPart }) => (data: unknown) => {
-    const result = (schema as z.ZodType).safeParse(data);
+    // `?token=` is the auth gate's (a GET's credential), never a route's own parameter.
+    const result = (schema as z.ZodType).safeParse(httpPart === 'querystring' ? withoutToken(data) : data);
     return result.success
       ? { value: result.data }
       : { error: validationError(result.error, httpPart === 'body' ? 'body' : 'query') };
@@ -388,4 +389,11 @@ function replyError(
   headers: Record<string, string> = {},
 ): void {
   replyJson(reply, status, { error: { code, message } }, errorHeaders(code, headers));
+}
+
+/** A query without its `token` parameter, which authenticated the request (auth-gate.ts). */
+function withoutToken(query: unknown): unknown {
+  if (query === null || typeof query !== 'object' || !('token' in query)) return query;
+  const { token: _token, ...rest } = query as Record<string, unknown>;
+  return rest;
 }
