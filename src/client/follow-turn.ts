@@ -10,6 +10,13 @@ export interface FollowOptions {
   readonly model?: string;
   /** Stop following after this long (FollowTimeoutError); the turn goes on on the server. */
   readonly timeoutMs?: number;
+  /**
+   * Follow the next turn the server starts instead of submitting `message` (a message queued with
+   * `multitask: enqueue`): its first `turn.started` after `since` names it.
+   */
+  readonly next?: boolean;
+  /** Resume after this event id (the last of the turn before), so nothing of the next turn is missed. */
+  readonly since?: string | null;
   /** Called once the server accepted the message, with the id of the turn it started. */
   readonly onSubmitted?: (turnId: string) => void;
   /** Called with each item and the state after it, to render. */
@@ -80,6 +87,7 @@ export async function followTurn(
     filter: 'preset:chat',
     snapshot: false,
     failFast: true,
+    since: options.since ?? null,
   });
   let state = initialState;
   let turnId: string | null = null;
@@ -110,12 +118,20 @@ export async function followTurn(
         }, LOST_END_GRACE_MS);
       }
     }
+    const frame =
+      item.kind === 'frame'
+        ? (item.frame as { type: string; event?: { type: string; turn_id?: unknown } })
+        : null;
+    if (options.next && turnId === null && frame?.event?.type === 'turn.started') {
+      turnId = String(frame.event.turn_id);
+      options.onSubmitted?.(turnId);
+    }
     // Only its own turn: another client's next turn in the session (after a restart cut this one, say)
     // is not this turn's answer, and must neither be shown nor end the follow.
     if (isEventOfAnotherTurn(item, turnId, options.sessionId)) continue;
     if (item.kind === 'frame') state = reduce(state, item.frame);
     options.render(item, state);
-    if (item.kind === 'status' && item.status === 'connected' && turnId === null) {
+    if (item.kind === 'status' && item.status === 'connected' && turnId === null && !options.next) {
       try {
         turnId = await client.submitTurn(options.message, options.model ? { model: options.model } : {});
         options.onSubmitted?.(turnId);

@@ -6,6 +6,7 @@ import { type ConversationState, initialState } from '../client/reducer.js';
 import { visibleText } from '../client/visible-text.js';
 import { MetisError } from '../core/errors.js';
 import { apiRequest, type ServerTarget } from './api-request.js';
+import { moreQueued, STEER_PREFIX, TypeAhead, turnCount } from './chat-queue.js';
 import { answeringInPlace } from './in-place-approvals.js';
 import { serverTarget, type TargetOptions } from './server-target.js';
 import { failureError } from './tail.js';
@@ -20,6 +21,7 @@ const HELP = [
   '/model <model>  pin a model for the session (provider:name)',
   '/cancel         cancel the turn in flight (one started elsewhere)',
   '/help           this list',
+  `During a turn, type a line to queue it after the turn; start it with ${STEER_PREFIX} to add it to the running turn.`,
   '/exit           leave (so do Ctrl-D and Esc at the prompt)',
   'During a turn: Ctrl-C cancels it; Ctrl-C again leaves.',
 ].join('\n');
@@ -54,7 +56,14 @@ export async function chatCommand(session: string | undefined, options: ChatOpti
       if (await runCommand(target, sessionId, line)) break;
       continue;
     }
-    await runTurn(target, sessionId, line);
+    // Lines typed during a turn are queued on the server: follow each turn they start, in order.
+    let shown = await turnCount(target, sessionId);
+    let since = await runTurn(target, sessionId, line, null);
+    for (;;) {
+      shown += 1;
+      if (since === null || !(await moreQueued(target, sessionId, shown).catch(() => false))) break;
+      since = await runTurn(target, sessionId, null, since);
+    }
   }
   outro(`bye · resume with: metis chat ${visibleText(sessionId)}`);
 }
@@ -128,10 +137,18 @@ function cancelTurn(target: ServerTarget, sessionId: string, turnId: string) {
  * asks in place; what arrives meanwhile is shown after the answer. Ctrl-C cancels the turn and shows
  * its end; a second Ctrl-C leaves metis chat (the cancel goes on on the server).
  */
-async function runTurn(target: ServerTarget, sessionId: string, message: string): Promise<void> {
+async function runTurn(
+  target: ServerTarget,
+  sessionId: string,
+  /** null: follow the next turn the server starts from the queue, after `since`. */
+  message: string | null,
+  since: string | null,
+): Promise<string | null> {
   // Inside chat another model is picked with /model, not the command line's --model.
   const write = liveTextWriter(sessionId, { serverUrl: target.url, modelChoice: '/model' });
   const approvals = answeringInPlace(write, target, sessionId);
+  const typeAhead = new TypeAhead(target, sessionId);
+  let lastEventId: string | null = null;
   let turnId: string | null = null;
   let cancelling = false;
   const onInterrupt = () => {
@@ -146,26 +163,39 @@ async function runTurn(target: ServerTarget, sessionId: string, message: string)
     });
   };
   process.on('SIGINT', onInterrupt);
+  typeAhead.start();
   try {
     await followTurn({
       ...target,
       sessionId,
-      message,
+      message: message ?? '',
+      next: message === null,
+      since,
       onSubmitted: (id) => {
         turnId = id;
       },
       render: (item: ClientItem, state: ConversationState) => {
         // Each turn connects anew: "connected" would repeat before every answer; trouble still shows.
         if (item.kind === 'status' && item.status !== 'reconnecting') return;
+        if (item.kind === 'frame' && item.frame.type === 'event') lastEventId = item.frame.event.id;
         approvals.render(item, state ?? initialState);
+        if (
+          item.kind === 'frame' &&
+          item.frame.type === 'event' &&
+          item.frame.event.type === 'tool.confirmation_requested'
+        )
+          typeAhead.pauseWhile(approvals.settled());
       },
     });
   } catch (error) {
     log.error(visibleText(failureMessage(error, target)));
+    return null;
   } finally {
     process.off('SIGINT', onInterrupt);
+    await typeAhead.stop();
     await approvals.settled();
   }
+  return lastEventId;
 }
 
 function failureMessage(error: unknown, target: ServerTarget): string {

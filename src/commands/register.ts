@@ -215,6 +215,20 @@ export function registerCommands(program: Command): void {
     .addOption(clientConfigOption())
     .action(async (session, options) => (await import('./end.js')).endCommand(session, options));
 
+  program
+    .command('budget <session>')
+    .description(
+      'set or raise the spend caps of a session (a turn paused at a cap goes on); without a cap: show them',
+    )
+    .option('--usd <amount>', 'cap in USD, as the pricing table bills (none: no cap)')
+    .option('--tokens <count>', 'cap in tokens (none: no cap)')
+    .option('--tree', 'cap the session and the workers it delegates to, together')
+    .option('--json', 'print { session, tree, paused }')
+    .addOption(urlOption())
+    .addOption(tokenOption())
+    .addOption(clientConfigOption())
+    .action(async (session, options) => (await import('./budget.js')).budgetCommand(session, options));
+
   const route = program
     .command('route')
     .description('act on a pattern recommendation routing deferred behind a rule or your model choice');

@@ -11,6 +11,8 @@ import { CANCEL_REASONS } from '../runtime/turn-state.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from '../stream/commit-ack.js';
 import type { FaultSwitches } from '../stream/faults.js';
+import { BudgetBody, endPausedTurns, withBudget } from './budget-routes.js';
+import { SubmitTurnBody, SubmittedAnswer, submitTurn } from './queue-routes.js';
 import {
   AttachAnswer,
   CancelAnswer,
@@ -25,7 +27,6 @@ import {
   OverrideAnswer,
   PatternsClearedAnswer,
   SessionInfoAnswer,
-  TurnStartedAnswer,
 } from './response-schemas.js';
 import { sessionListRoutes } from './session-list-route.js';
 import { streamComponentSchemas } from './stream-schemas.js';
@@ -35,8 +36,8 @@ const modelId = z.string().regex(/^[a-z0-9-]+:\S+$/, 'must be "provider:name", e
 const CreateSessionBody = z.strictObject({
   workspace_path: z.string().min(1).optional(),
   model: modelId.optional(),
+  budget: BudgetBody.optional(),
 });
-const SubmitTurnBody = z.strictObject({ message: z.string().min(1).max(200_000), model: modelId.optional() });
 const CancelBody = z.strictObject({
   reason: z.enum(CANCEL_REASONS).optional(),
 });
@@ -142,6 +143,7 @@ export function apiRoutes(context: ApiContext): Route[] {
           (e) => e.type === 'session.created',
           () => runtime.createSession({ workspacePath: body.workspace_path, model: body.model ?? null }),
         );
+        if (body.budget !== undefined) withBudget(runtime, session.id, body.budget);
         try {
           await untilCommitted(trace, event, context.commitWaitMs);
           await context.sessionGate?.(session.id);
@@ -201,12 +203,13 @@ export function apiRoutes(context: ApiContext): Route[] {
       {
         method: 'POST',
         path: '/sessions/{session_id}/turns',
-        summary: 'Submit a user message: starts a turn',
+        summary: 'Submit a user message: starts a turn, or queues or steers it while one runs (multitask)',
         body: SubmitTurnBody,
         success: {
           status: 202,
-          description: 'turn_id, once turn.started is stored',
-          schema: TurnStartedAnswer,
+          description:
+            'started {turn_id} once turn.started is stored; queued {queued_id, position}; steered {queued_id, turn_id}',
+          schema: SubmittedAnswer,
         },
         errors: [
           'METIS_ERR_SESSION_NOT_FOUND',
@@ -216,23 +219,8 @@ export function apiRoutes(context: ApiContext): Route[] {
           ...STORAGE_ERRORS,
         ],
       },
-      async ({ params: [id], body }) => {
-        assertStorageWritable(trace);
-        const { result, event } = emittedDuring(
-          trace,
-          (e) => e.type === 'turn.started' && e.session_id === id,
-          () => runtime.submitTurn(id!, body.message, { model: body.model ?? null }),
-        );
-        try {
-          await untilCommitted(trace, event, context.commitWaitMs);
-        } catch (error) {
-          // Not acknowledged, so not run: the turn ends as cancelled once storage takes its events.
-          if (runtime.currentTurn(id!)?.turnId === result.turnId)
-            runtime.cancelTurn(id!, result.turnId, 'timeout');
-          throw error;
-        }
-        return [202, { turn_id: result.turnId }];
-      },
+      // multitask (issue 31): queue-routes.ts.
+      async ({ params: [id], body }) => submitTurn(runtime, trace, id!, body, context.commitWaitMs),
     ),
     jsonRoute(
       {
@@ -355,6 +343,8 @@ export function apiRoutes(context: ApiContext): Route[] {
       },
       async ({ params: [id], body }) => {
         assertStorageWritable(trace);
+        // A turn paused at its budget ends with the session (issue 31): cancelled, then the session ends.
+        await endPausedTurns(runtime, id!);
         const session = runtime.getSession(id!);
         if (session.current_turn_id !== null)
           throw new MetisError(

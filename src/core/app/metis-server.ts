@@ -7,6 +7,7 @@ import { inspectRoutes } from '../api/inspect-routes.js';
 import { memoryRoutes } from '../api/memory-routes.js';
 import { metricsRoute, ServerMetrics } from '../api/metrics.js';
 import type { PluginMetricsSource } from '../api/metrics-series.js';
+import { queueRoutes } from '../api/queue-routes.js';
 import { skillRoutes } from '../api/skill-routes.js';
 import { MetisError } from '../errors.js';
 import { type GatewayOptions, gatewayRoutes } from '../gateway/gateway-routes.js';
@@ -196,6 +197,7 @@ export async function startServer(
     }),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...skillRoutes(trace.bus, runtime.config.skills.global_dir),
+    ...queueRoutes(runtime),
     ...dashboardAuthRoutes(gate, signInLink),
     ...(gateway?.routes ?? []),
     ...(options.staticRoot === undefined ? [] : staticRoutes(options.staticRoot)),

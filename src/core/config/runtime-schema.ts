@@ -11,6 +11,13 @@ export const PriceSchema = z.strictObject({
   cache_creation_per_mtok: z.number().nonnegative().default(0),
 });
 
+/** Caps on spend (issue 31 budgets): USD as the pricing table bills it, and tokens; null is no cap. */
+export const BudgetCapsSchema = z.strictObject({
+  usd: z.number().nonnegative().nullable().default(null),
+  tokens: z.number().int().nonnegative().nullable().default(null),
+});
+export type BudgetCaps = z.output<typeof BudgetCapsSchema>;
+
 export const RoutingRuleSchema = z.strictObject({
   name: z.string().min(1),
   /**
@@ -200,6 +207,13 @@ export const RuntimeConfigSchema = z.strictObject({
       /** The global skills folder; default `$METIS_HOME/skills`. */
       global_dir: z.string().min(1).nullable().default(null),
     })
+    .prefault({}),
+  /**
+   * Budgets that pause (issue 31): `session` caps each session's own spend, `tree` a session's and every
+   * worker's under it. At a cap a turn waits before its next model call until the cap is raised.
+   */
+  budgets: z
+    .strictObject({ session: BudgetCapsSchema.prefault({}), tree: BudgetCapsSchema.prefault({}) })
     .prefault({}),
   scripted: z
     .strictObject({

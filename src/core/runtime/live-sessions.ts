@@ -9,6 +9,7 @@ import { newId } from '../events/ids.js';
 import type { SessionRows } from '../store/store-port.js';
 import type { CostAccumulator } from './cost-accumulator.js';
 import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
+import type { ConversationMessage } from './model-adapter.js';
 import type { StreamingChannel } from './streaming-channel.js';
 import { TurnEvents } from './turn-events.js';
 import type { DeferredPattern } from './turn-runner.js';
@@ -185,6 +186,31 @@ export class LiveSessions {
     this.live.delete(sessionId);
     this.options.costs.forget(sessionId);
     return true;
+  }
+
+  /** The session a worker was delegated from (null: none), known here or in the store. */
+  parentOf(sessionId: string): string | null {
+    const live = this.live.get(sessionId);
+    if (live !== undefined) return live.parentSessionId;
+    return this.options.sessions.getSession(sessionId)?.parent_session_id ?? null;
+  }
+
+  /** Earlier complete messages of the session, as the model sees them. */
+  history(sessionId: string): ConversationMessage[] {
+    return this.options.sessions
+      .messages(sessionId, { limit: 50 })
+      .filter((m) => m.status === 'complete')
+      .map((m) => ({ role: m.role, content: m.content as ConversationMessage['content'] }));
+  }
+
+  /** A turn of the session ended: it is remembered as ended, and the session idles from now. */
+  turnEnded(session: LiveSession, turnId: string, outcome: TurnOutcome): void {
+    session.turn = null;
+    session.endedTurnIds.push(turnId);
+    if (session.endedTurnIds.length > REMEMBERED_ENDED_TURNS) session.endedTurnIds.shift();
+    if (session.feedback !== null)
+      session.feedback.lastEnded = { turnId, status: outcome.status, model: outcome.model };
+    this.touch(session);
   }
 
   /** Restarts the inactivity timer: a session idle that long ends as `abandoned`. */

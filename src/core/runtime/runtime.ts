@@ -8,6 +8,7 @@ import { silentLogger } from '../logger.js';
 import { isSelfOrAncestor, selfAndDescendants } from '../store/session-lineage.js';
 import type { SessionRows, StorePort } from '../store/store-port.js';
 import { DEFAULT_COMMIT_WAIT_MS } from '../store/trace-writer.js';
+import { Budgets } from './budget.js';
 import type { ChildProcessRecord } from './child-process-record.js';
 import { type ClientToolDeclaration, ClientToolResults } from './client-tools.js';
 import { ConfirmationBroker } from './confirmations.js';
@@ -17,9 +18,8 @@ import { Evaluator } from './evaluator/evaluator.js';
 import type { Judge } from './evaluator/judge.js';
 import { LlmJudge } from './evaluator/llm-judge.js';
 import { emitSignal } from './implicit-feedback.js';
-import { type LiveSession, LiveSessions, REMEMBERED_ENDED_TURNS, type SessionInfo } from './live-sessions.js';
+import { type LiveSession, LiveSessions, type SessionInfo } from './live-sessions.js';
 import { MemoryStore } from './memory/memory-store.js';
-import type { ConversationMessage } from './model-adapter.js';
 import { assertConfiguredModel, assertModelId } from './models/model-id.js';
 import { ModelRegistry } from './models/model-registry.js';
 import { adviserFor, applyRecommendation, dismissRecommendation } from './pattern-recommendation.js';
@@ -36,6 +36,8 @@ import { createDelegateTool } from './tools/delegate.js';
 import { SecretPaths } from './tools/secret-paths.js';
 import type { Tool } from './tools/tool.js';
 import { TurnEvents } from './turn-events.js';
+import { TurnQueues } from './turn-queue.js';
+import { queueHost, turnHooks } from './turn-queue-hooks.js';
 import { TurnRunner } from './turn-runner.js';
 import { type CancelReason, cancelTurnState, type TurnOutcome, type TurnState } from './turn-state.js';
 
@@ -99,6 +101,9 @@ export class Runtime {
   private readonly skills: SkillSessions;
   /** The routing rules in effect and their version (runtime.routing_policy_file, re-read on change). */
   readonly routing: RoutingPolicy;
+  /** Messages sent while a turn runs (issue 31 multitask), and the caps that pause turns. */
+  readonly turnQueues: TurnQueues;
+  readonly budgets: Budgets;
   private readonly beforeToolExecute?: () => Promise<void>;
   /** A user's turn waits for its `turn.started` to be stored before it calls a model (see TurnRequest). */
   private readonly startGate?: (turnStartedId: string) => Promise<void>;
@@ -139,6 +144,8 @@ export class Runtime {
       routingVersion: () => this.routing.version,
       closed: () => this.closed,
     });
+    this.budgets = new Budgets(this.bus, this.config, (id) => this.live.parentOf(id), this.logger);
+    this.turnQueues = new TurnQueues(queueHost(this, this.logger, () => this.closed));
     const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>
         this.createSession({
@@ -336,6 +343,8 @@ export class Runtime {
   /** Ends a session with `session.ended`. Ending an ended session does nothing. */
   endSession(sessionId: string, disposition: 'completed' | 'abandoned' | 'error' = 'completed'): void {
     this.live.end(sessionId, disposition);
+    this.turnQueues.forget(sessionId);
+    this.budgets.forget(sessionId);
   }
 
   getSession(sessionId: string): SessionInfo {
@@ -367,6 +376,7 @@ export class Runtime {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.turnQueues.forgetAll();
     const pending: Promise<unknown>[] = [];
     for (const session of this.live.all()) {
       if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
@@ -416,7 +426,8 @@ export class Runtime {
         isWorker: session.isWorker,
         excludedTools,
         clientTools,
-        history: () => this.history(session.id),
+        history: () => this.live.history(session.id),
+        ...turnHooks(this.turnQueues, this.budgets, session.id, state),
         sessionAllowed: session.sessionAllowed,
         beforeToolExecute: this.beforeToolExecute,
         startGate,
@@ -443,12 +454,8 @@ export class Runtime {
       .then((outcome) => {
         clearTimeout(timer);
         if (clientTools !== undefined) this.clientToolResults.forget(session.id);
-        session.turn = null;
-        session.endedTurnIds.push(state.turnId);
-        if (session.endedTurnIds.length > REMEMBERED_ENDED_TURNS) session.endedTurnIds.shift();
-        if (session.feedback !== null)
-          session.feedback.lastEnded = { turnId: state.turnId, status: outcome.status, model: outcome.model };
-        this.live.touch(session);
+        this.live.turnEnded(session, state.turnId, outcome);
+        this.turnQueues.turnEnded(session.id, state.turnId);
         return outcome;
       });
     return entry.done;
@@ -471,14 +478,6 @@ export class Runtime {
     const eviction = this.patterns.clear();
     this.patternRecorder.evicted('system', eviction, null);
     return { entries_evicted: eviction.entries_evicted };
-  }
-
-  /** Earlier complete messages of the session, as the model sees them. */
-  private history(sessionId: string): ConversationMessage[] {
-    return this.sessions
-      .messages(sessionId, { limit: 50 })
-      .filter((m) => m.status === 'complete')
-      .map((m) => ({ role: m.role, content: m.content as ConversationMessage['content'] }));
   }
 
   private assertOpen(): void {

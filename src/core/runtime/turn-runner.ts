@@ -61,6 +61,16 @@ export interface TurnRequest {
   readonly advise?: (otherwise: string, toolsInHistory: boolean) => PatternAdvice;
   /** Told when the chain deferred a pattern recommendation, so the user can apply or dismiss it. */
   readonly onDeferredPattern?: (deferred: DeferredPattern) => void;
+  /** Awaited before each model call: a reached budget holds the turn there (budget.ts). */
+  readonly beforeModelCall?: () => Promise<void>;
+  /** Messages sent to the running turn (`multitask: steer`), taken just before each model call. */
+  readonly takeSteered?: () => readonly string[];
+  /** Told of each model call as it ended, to count its spend (budget.ts). */
+  readonly afterModelCall?: (
+    call: CallResult,
+    model: string,
+    conversation: readonly ConversationMessage[],
+  ) => void;
 }
 
 const MAX_LLM_CALLS = 25;
@@ -252,6 +262,10 @@ export class TurnRunner {
     let parent = turnStartedId;
     for (;;) {
       if (signal.aborted) return progress.cancelled();
+      // A budget pauses here, between two calls: no call is cut (issue 31).
+      await request.beforeModelCall?.();
+      if (signal.aborted) return progress.cancelled();
+      this.steerIn(request, conversation, parent);
       const redirect = state.redirect ?? null;
       if (redirect !== null) {
         // Emitted here, after the cut call's message.complete and llm.call_failed, so that a client
@@ -263,6 +277,7 @@ export class TurnRunner {
       }
       const call = await this.caller.call(adapter, progress.model, conversation, parent, turn);
       progress.addCall(call);
+      request.afterModelCall?.(call, progress.model, conversation);
       // An override cut the call, or came as it finished: the turn goes on with the new model.
       if (call.kind === 'redirected' || (call.kind === 'completed' && state.redirect)) continue;
       if (call.kind !== 'completed') {
@@ -280,6 +295,30 @@ export class TurnRunner {
       if (dispatched.cancelled) return progress.cancelled();
       conversation.push({ role: 'tool', content: dispatched.results });
       parent = dispatched.lastEventId;
+    }
+  }
+
+  /**
+   * Steered messages join the turn as user messages, stored in the turn (visible with the event before
+   * them), so the next call, the history and every client's message list have them (no new event type).
+   */
+  private steerIn(request: TurnRequest, conversation: ConversationMessage[], parent: string | null): void {
+    for (const text of request.takeSteered?.() ?? []) {
+      const content: ConversationMessage['content'] = [{ type: 'text', text }];
+      conversation.push({ role: 'user', content });
+      this.sessions.saveMessage(
+        {
+          id: newId('msg'),
+          session_id: request.events.sessionId,
+          turn_id: request.state.turnId,
+          role: 'user',
+          content: content as unknown[],
+          status: 'complete',
+          model: null,
+          usage: null,
+        },
+        parent,
+      );
     }
   }
 

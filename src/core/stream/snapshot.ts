@@ -32,7 +32,9 @@ export interface PendingConfirmation {
  * ahead of what clients were sent (issue 14 obs. 1). The point is chosen so that nothing is in
  * progress at it; when something still is (a replay too large to follow the snapshot), its streamed
  * events ride along in `in_flight_events` and the pending questions in `pending_confirmations`
- * (additive fields clients may ignore; `pending_confirmations` only when there is one).
+ * (additive fields clients may ignore; `pending_confirmations` only when there is one). `queue` lists
+ * the messages waiting while a turn runs (multitask; only when one waits), and `budget`, when the
+ * session has a cap, its spend and the turns paused at a cap.
  */
 export function buildSnapshot(
   runtime: Runtime,
@@ -60,6 +62,7 @@ export function buildSnapshot(
       ? []
       : recent.inFlight(sessionId).filter((e) => snapshotAt === null || e.id <= snapshotAt);
   const pending = pendingConfirmations(runtime, store, sessionId, snapshotAt);
+  const queue = runtime.turnQueues.list(sessionId);
   return JSON.stringify({
     type: 'snapshot',
     session: {
@@ -78,6 +81,9 @@ export function buildSnapshot(
     snapshot_at_event_id: snapshotAt,
     in_flight_events: inFlight,
     ...(pending.length > 0 ? { pending_confirmations: pending } : {}),
+    // Held in memory, not in the store: as they are now, not as of the snapshot point (issue 31).
+    ...(queue.length > 0 ? { queue } : {}),
+    ...(runtime.budgets.hasCaps(sessionId) ? { budget: runtime.budgets.view(sessionId) } : {}),
   });
 }
 

@@ -11,6 +11,7 @@ import type { TraceLookups } from '../../../store/trace-lookups.js';
 import { assertStorageWritable } from '../../commit-ack.js';
 import type { ConnectionDeps } from '../../connection-deps.js';
 import { storedToolResult } from '../../stored-conversation.js';
+import { followQueuedTurn, streamMultitaskOf } from '../../turn-queue-stream.js';
 import { followTurnFrom } from '../../turn-subscription.js';
 import { SseData, TurnTransport } from '../../turn-transport.js';
 import { AG_UI_EVENT_TYPES, type AgUiEvent, AgUiMapper, type AgUiRunContext } from './ag-ui-events.js';
@@ -92,6 +93,10 @@ export function agUiRoutes(
       continuation.answer();
       return continuation.turnId;
     };
+    // A run sent while the thread's turn runs (forwardedProps.multitask; issue 31): it waits for its turn.
+    const multitask = streamMultitaskOf(forwardedMultitask(input), 'forwardedProps.multitask');
+    if (continuation === null && multitask !== 'reject' && runtime.currentTurn(sessionId) !== null)
+      return followQueuedTurn(deps(), transport, sessionId, text, multitask, () => mapper.start());
     followTurnFrom(deps(), transport, sessionId, start, () => mapper.start());
   };
   const success = {
@@ -126,6 +131,13 @@ export function agUiRoutes(
       ({ params: [sessionId], body }, response) => run(body, sessionId!, response),
     ),
   ];
+}
+
+function forwardedMultitask(input: AgUiInput): unknown {
+  const forwarded = (input as { forwardedProps?: unknown }).forwardedProps;
+  return typeof forwarded === 'object' && forwarded !== null
+    ? (forwarded as { multitask?: unknown }).multitask
+    : undefined;
 }
 
 /** What the mapper reads of the run and the thread. */

@@ -11,6 +11,7 @@ import { ClientSessionId } from '../../client-session-id.js';
 import { assertStorageWritable } from '../../commit-ack.js';
 import type { ConnectionDeps } from '../../connection-deps.js';
 import { storedToolResult } from '../../stored-conversation.js';
+import { followQueuedTurn, streamMultitaskOf } from '../../turn-queue-stream.js';
 import { followTurn, followTurnFrom, rejoinTurn } from '../../turn-subscription.js';
 import { SseData, TurnTransport } from '../../turn-transport.js';
 import {
@@ -94,6 +95,10 @@ export function chatRoutes(
       if (!runtime.hasSession(body.id)) runtime.createSession({ sessionId: body.id });
       const { transport, mapper } = uiMessageStream(runtime, body.id, response);
       const onStart = (turnId: string) => mapper.start(turnId);
+      // A message sent while the chat's turn runs (the request's `multitask`; issue 31) waits for its turn.
+      const multitask = streamMultitaskOf(body.multitask, 'multitask');
+      if (answers.length === 0 && multitask !== 'reject' && runtime.currentTurn(body.id) !== null)
+        return followQueuedTurn(deps(), transport, body.id, text, multitask, onStart);
       if (answers.length === 0) followTurn(deps(), transport, body.id, text, onStart);
       else followTurnFrom(deps(), transport, body.id, () => applyAnswers(runtime, body.id, answers), onStart);
     },
