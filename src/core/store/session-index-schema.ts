@@ -128,7 +128,10 @@ export const SESSION_INDEX_MIGRATION = `
     DELETE FROM message_search WHERE rowid = OLD.rowid;
   END;
 
-  -- What was stored before this version.
+  -- What was stored before this version. The summaries and the index are derived from the events and
+  -- messages, so a migration run again (a file marked older than it is) rebuilds them from scratch.
+  DELETE FROM session_summaries;
+  DELETE FROM message_search;
   INSERT OR IGNORE INTO session_summaries
     (session_id, first_message, model, input_tokens, output_tokens, cost_usd, turn_count, conformance)
   SELECT s.id,

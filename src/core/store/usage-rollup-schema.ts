@@ -93,7 +93,8 @@ export const USAGE_ROLLUP_MIGRATION = `
   END;
 
   -- What was stored before this version (failed turns: those that say so or made no call; a turn whose
-  -- last call failed is found per turn).
+  -- last call failed is found per turn), from scratch: the rollup is derived from the events.
+  DELETE FROM usage_hourly;
   INSERT INTO usage_hourly (hour_us, model, calls, input_tokens, output_tokens, cost_usd, latency_bins)
     SELECT hour_us, model, sum(calls), sum(input_tokens), sum(output_tokens), sum(cost_usd),
            json_group_object(CAST(bin AS TEXT), calls)
