@@ -1,6 +1,7 @@
 import { DefaultChatTransport, readUIMessageStream, type UIMessage } from 'ai';
 import { describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from '../helpers/server.js';
+import { readChatStream } from '../helpers/ui-message-stream.js';
 
 /**
  * Issue 15 point 5: `POST /api/chat` read by the real `ai` package (6), the transport and reader that
@@ -29,24 +30,11 @@ async function chat(
     messageId: undefined,
     abortSignal,
   });
-  const chunks: string[] = [];
-  const [forChunks, forMessages] = stream.tee();
-  const reading = (async () => {
-    const reader = forChunks.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      chunks.push(value.type);
-    }
-  })();
-  let last: UIMessage | undefined;
-  const messages = (async () => {
-    for await (const message of readUIMessageStream({ stream: forMessages })) last = message;
-  })();
+  const { chunks, done } = readChatStream(stream);
   return {
     sent,
     chunks,
-    done: Promise.all([reading, messages]).then(() => last!),
+    done: done.then((last) => last!),
   };
 }
 

@@ -1,9 +1,10 @@
 import { HttpAgent } from '@ag-ui/client';
-import { DefaultChatTransport, readUIMessageStream, type UIMessage } from 'ai';
+import { DefaultChatTransport, type UIMessage } from 'ai';
 import { describe, expect, it } from 'vitest';
 import { runOnce, type SeenRun } from '../helpers/ag-ui.js';
 import { eventually } from '../helpers/protocol.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
+import { readChatStream } from '../helpers/ui-message-stream.js';
 
 /**
  * Issue 31 part 2 on the turn streams: a message sent while the thread's (chat's) turn runs, by the real
@@ -45,7 +46,6 @@ async function chatRequest(
   abortSignal?: AbortSignal,
 ) {
   const transport = new DefaultChatTransport({ api: `${t.url}/api/chat` });
-  const chunks: string[] = [];
   const stream = await transport.sendMessages({
     chatId,
     messages,
@@ -54,20 +54,7 @@ async function chatRequest(
     abortSignal,
     body,
   });
-  const [forChunks, forMessages] = stream.tee();
-  const reading = (async () => {
-    const reader = forChunks.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      chunks.push(value.type);
-    }
-  })();
-  let last: UIMessage | undefined;
-  const messages_ = (async () => {
-    for await (const message of readUIMessageStream({ stream: forMessages })) last = message;
-  })();
-  return { chunks, done: Promise.all([reading, messages_]).then(() => last) };
+  return readChatStream(stream);
 }
 
 const partsText = (message: UIMessage | undefined) =>

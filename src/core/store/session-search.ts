@@ -1,5 +1,6 @@
 import type { Db } from './database.js';
 import { storedQuantile } from './latency-bins.js';
+import type { SessionRecord } from './session-store.js';
 import { asStorageError } from './storage-errors.js';
 
 /** What `GET /sessions` may filter on (session-list-route.ts validates the query). */
@@ -25,17 +26,7 @@ export interface SessionSearch {
 export type TurnStatus = 'running' | 'completed' | 'failed' | 'cancelled';
 
 /** A session as the list shows it, from its row, its summary and its title. */
-export interface SessionListRow {
-  readonly id: string;
-  readonly parent_session_id: string | null;
-  readonly workspace_path: string | null;
-  readonly workspace_hash: string | null;
-  readonly active_model: string | null;
-  readonly sticky_model: string | null;
-  readonly status: 'active' | 'ended';
-  readonly disposition: string | null;
-  readonly created_at_us: number;
-  readonly updated_at_us: number;
+export interface SessionListRow extends SessionRecord {
   readonly turn_count: number;
   readonly cost_usd: number;
   readonly last_activity_at: string | null;
