@@ -198,3 +198,48 @@ export interface UsageAnswer {
   bucket: 'hour' | 'day';
   rows: UsageRow[];
 }
+
+/** A message waiting while a turn runs (`GET /sessions/{id}/queue`, docs/http-api.md "multitask"). */
+export interface QueuedMessage {
+  queued_id: string;
+  mode: 'enqueue' | 'interrupt' | 'steer';
+  message: string;
+  model: string | null;
+  queued_at: string;
+  /** 1: the next turn; 0: a steer for the running turn (`turn_id`). */
+  position: number;
+  turn_id: string | null;
+}
+
+export type Multitask = 'reject' | 'enqueue' | 'interrupt' | 'steer';
+
+interface BudgetCaps {
+  usd: number | null;
+  tokens: number | null;
+}
+
+interface BudgetSpend {
+  caps: BudgetCaps;
+  spent_usd: number;
+  spent_tokens: number;
+}
+
+/** A turn held before its next model call until a cap is raised. */
+export interface BudgetPause {
+  session_id: string;
+  turn_id: string;
+  scope: 'session' | 'tree';
+  budget_session_id: string;
+  measure: 'usd' | 'tokens';
+  spent: number;
+  cap: number;
+  paused_at: string;
+}
+
+/** `GET /sessions/{id}/budget`. */
+export interface BudgetAnswer {
+  session_id: string;
+  session: BudgetSpend;
+  tree: BudgetSpend & { root_session_id: string };
+  paused: BudgetPause[];
+}

@@ -1,17 +1,30 @@
 import { useEffect, useState } from 'preact/hooks';
-import { ApiError, api, type PendingConfirmation } from '../api.js';
+import {
+  ApiError,
+  api,
+  type BudgetAnswer,
+  type Multitask,
+  type PendingConfirmation,
+  type QueuedMessage,
+} from '../api.js';
+import { usePolled } from '../hooks.js';
 import { useLiveSession } from '../live-session.js';
 import type { Report } from '../report.js';
 import { hrefOf, type Place } from '../router.js';
 import { Approvals } from './approvals.js';
+import { Budget } from './budget.js';
 import { Conversation } from './conversation.js';
 import { ModelPicker } from './model-picker.js';
 import { NoSuchSession } from './no-such-session.js';
 import { useStoredConversation } from './stored-conversation.js';
+import { TurnQueue, WHILE_A_TURN_RUNS } from './turn-queue.js';
 
 /**
  * One session, live: the conversation as it streams, approvals, cancel, a message box and the model
  * picker. A reload starts from the server's snapshot, so nothing is shown twice and nothing is missed.
+ * While a turn runs the box stays open: the message is queued, steers the turn or interrupts it
+ * (multitask), and what waits is listed with Drop. Neither the queue nor a budget's pause is an event
+ * (the catalog is closed), so both are read from their routes while a turn runs and when turns change.
  */
 export function SessionView({
   place,
@@ -26,6 +39,7 @@ export function SessionView({
   const [problem, setProblem] = useState<string | null>(null);
   const [draft, setDraft] = useState('');
   const [sending, setSending] = useState(false);
+  const [multitask, setMultitask] = useState<Exclude<Multitask, 'reject'>>('enqueue');
 
   useEffect(() => {
     let stopped = false;
@@ -53,14 +67,24 @@ export function SessionView({
     document.getElementById(`turn-${place.focus}`)?.scrollIntoView({ block: 'center' });
   }, [place.focus, live.state.messages.length > 0]);
 
+  const inFlight = Object.values(live.state.turns).find(
+    (turn) => turn.status === 'in_flight' && turn.session_id === sessionId,
+  );
+  const base = `/sessions/${encodeURIComponent(sessionId)}`;
+  const everyMs = inFlight ? 1000 : 0;
+  const queue = usePolled<{ queue: QueuedMessage[] }>(`${base}/queue`, everyMs, report);
+  const budget = usePolled<BudgetAnswer>(`${base}/budget`, everyMs, report);
+  // A turn starting or ending changes both.
+  useEffect(() => {
+    queue.refresh();
+    budget.refresh();
+  }, [turnsSeen, inFlight?.turn_id]);
+
   if (live.failure !== null && (live.failure.status === 404 || live.failure.code === 'session_not_found'))
     return <NoSuchSession sessionId={sessionId} />;
   if (live.failure !== null && live.failure.status === 401)
     report(new ApiError(401, 'unauthorized', live.failure.message));
 
-  const inFlight = Object.values(live.state.turns).find(
-    (turn) => turn.status === 'in_flight' && turn.session_id === sessionId,
-  );
   const session = live.state.session as { status?: string; active_model?: string | null } | null;
   const act = async (what: string, call: () => Promise<unknown>) => {
     setProblem(null);
@@ -77,9 +101,10 @@ export function SessionView({
     if (message === '' || sending) return;
     setSending(true);
     await act('could not send', async () => {
-      await api('POST', `/sessions/${encodeURIComponent(sessionId)}/turns`, { message });
+      await api('POST', `${base}/turns`, inFlight ? { message, multitask } : { message });
       setDraft('');
     });
+    queue.refresh();
     setSending(false);
   };
   return (
@@ -111,6 +136,24 @@ export function SessionView({
           })
         }
       />
+      <Budget
+        budget={budget.data}
+        raise={(change) =>
+          act('could not raise the budget', async () => {
+            await api('POST', `${base}/budget`, { scope: change.scope, [change.measure]: change.cap });
+            budget.refresh();
+          })
+        }
+      />
+      <TurnQueue
+        queue={queue.data?.queue ?? []}
+        drop={(queued) =>
+          act('could not drop', async () => {
+            await api('DELETE', `${base}/queue/${encodeURIComponent(queued.queued_id)}`);
+            queue.refresh();
+          })
+        }
+      />
       {problem && (
         <p class="banner error" role="alert">
           {problem}
@@ -133,6 +176,22 @@ export function SessionView({
         />
         <div class="actions">
           {inFlight && (
+            <label class="multitask">
+              While this turn runs
+              <select
+                data-testid="multitask"
+                value={multitask}
+                onChange={(event) => setMultitask(event.currentTarget.value as Exclude<Multitask, 'reject'>)}
+              >
+                {WHILE_A_TURN_RUNS.map((choice) => (
+                  <option key={choice.value} value={choice.value}>
+                    {choice.label}
+                  </option>
+                ))}
+              </select>
+            </label>
+          )}
+          {inFlight && (
             <button
               type="button"
               class="danger"
@@ -152,11 +211,7 @@ export function SessionView({
               Cancel turn
             </button>
           )}
-          <button
-            type="submit"
-            class="primary"
-            disabled={sending || inFlight !== undefined || draft.trim() === ''}
-          >
+          <button type="submit" class="primary" disabled={sending || draft.trim() === ''}>
             Send
           </button>
         </div>
