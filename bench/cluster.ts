@@ -13,6 +13,8 @@
  *   timeout (the bound the store's leases give).
  * - retention online: `metis trace prune --store` of 1,000,000 old events (loaded before the nodes
  *   start) while the three nodes serve turns (lib/cluster-prune.ts).
+ * - start-up: a node's start until `/healthz` on that store of 1,000,000 events, beside a store of
+ *   100,000 (lib/cluster-startup.ts).
  */
 
 import WebSocket from 'ws';
@@ -21,6 +23,7 @@ import { NATS_BIN, startNats } from '../test/helpers/nats.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
 import { BENCH_TOKEN, type BenchNode, nodeRequest, startBenchNode } from './lib/cluster-nodes.js';
 import { benchPruneWhileServing, loadOldEvents } from './lib/cluster-prune.js';
+import { benchNodeStart } from './lib/cluster-startup.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
 const TIMING = { heartbeatMs: 200, nodeTimeoutMs: 1_000 };
@@ -87,13 +90,14 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
   const nodes: BenchNode[] = [];
   try {
     const store = freshDatabase(postgres);
-    // Old events for the retention figure, there before the nodes start: their working copies hold them.
+    // Old events for the retention and start-up figures, there before the nodes start.
     const old = opts.quick ? 5_000 : 1_000_000;
     const loadBegan = performance.now();
     await loadOldEvents(store, old);
     console.log(
       `  (stored ${old.toLocaleString()} old events in ${((performance.now() - loadBegan) / 1000).toFixed(1)} s)`,
     );
+    const starting = await benchNodeStart(postgres, nats.url, store, old, TIMING, opts.quick ? 1 : 3);
     for (const id of ['node-a', 'node-b', 'node-c'])
       nodes.push(await startBenchNode(store, nats.url, id, TIMING));
     const [a, b, c] = nodes as [BenchNode, BenchNode, BenchNode];
@@ -191,6 +195,7 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
         baseline: { name: 'cluster.node_timeout_ms', value: TIMING.nodeTimeoutMs },
       }),
       ...pruning,
+      ...starting,
     ];
   } finally {
     for (const node of nodes) await node.stop().catch(() => {});

@@ -1,7 +1,7 @@
 /**
  * The cluster suite's retention figures (issue 35, operations online): `metis trace prune --store` of
- * a store holding N old events (loaded before the nodes start, so their working copies hold them too)
- * while three nodes serve turns. Each node runs turns one after another on its own session; every
+ * a store holding N old events (loaded before the nodes start; a node's working copy holds only the
+ * sessions it runs or reads, so the prune's work is the store's) while three nodes serve turns. Each node runs turns one after another on its own session; every
  * accepted turn request is timed from send to its 202 (`turn.started` stored), before the prune (the
  * baseline) and while it runs. Targets: p99 while pruning ≤ 50 ms, and no failed request.
  */

@@ -45,6 +45,14 @@ inCluster('metis trace prune --store beside a running cluster', () => {
       await startClusterNode(store, nats.url, 'node-b'),
     ];
     const copies = nodes.map((node) => workingCopyPath(node.home, store));
+    // A node starts with none of the store's sessions in its copy (its start does not grow with the
+    // store); it holds the sessions it runs or reads: each node reads the old session once.
+    for (const copy of copies) {
+      expect(existsSync(copy), copy).toBe(true);
+      expect(countIn(copy, "SELECT count(*) FROM events WHERE session_id <> 'system'")).toBe(0);
+    }
+    for (const node of nodes)
+      expect((await clusterRequest(node.url, 'GET', '/sessions/sess_old/trace')).status).toBe(200);
     for (const copy of copies) {
       expect(existsSync(copy), copy).toBe(true);
       expect(countIn(copy, "SELECT count(*) FROM events WHERE session_id = 'sess_old'")).toBe(600);

@@ -1,7 +1,7 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { SqlitePatternRows } from '../../src/core/store/pattern-rows.js';
 import { postgresClient } from '../../src/core/store/postgres/connect.js';
-import { takeRowIdBlock } from '../../src/core/store/postgres/node-registry.js';
+import { takeRowIdBlock, usedInRowIdBlock } from '../../src/core/store/postgres/node-registry.js';
 import { migratePostgres } from '../../src/core/store/postgres/schema.js';
 import { ROW_ID_BLOCK, useRowIdBlock } from '../../src/core/store/row-ids.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
@@ -57,4 +57,34 @@ describe.skipIf(!postgresTestsRun)('row id blocks of cluster nodes', () => {
     const base = 3 * ROW_ID_BLOCK;
     expect(ids()).toEqual([base + 1, base + 2, base + 3]);
   });
+
+  it('continues after the keys the store holds from the block, which a new working copy lacks', async () => {
+    const client = postgresClient(freshDatabase(server), 'cluster');
+    await client.connect();
+    onTestFinished(() => client.end());
+    await migratePostgres(client);
+    const block = await takeRowIdBlock(client, 'node-a');
+    const base = block * ROW_ID_BLOCK;
+    expect(await usedInRowIdBlock(client, block)).toBeNull();
+    // A session this node ran before, and another node runs now: its rows are not in the node's copy.
+    await client.query(
+      "INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES ('sess_elsewhere', 1, 1)",
+    );
+    await client.query(
+      `INSERT INTO tool_calls (row_id, id, session_id, tool_name, input_json, status, created_at_us, updated_at_us)
+       VALUES ($1, 'call_1', 'sess_elsewhere', 'time', '{}', 'completed', 1, 1)`,
+      [base + 7],
+    );
+    // Another node's block is not this one's business.
+    await client.query(
+      `INSERT INTO tool_calls (row_id, id, session_id, tool_name, input_json, status, created_at_us, updated_at_us)
+       VALUES ($1, 'call_2', 'sess_elsewhere', 'time', '{}', 'completed', 1, 1)`,
+      [base + ROW_ID_BLOCK + 1],
+    );
+    expect(await usedInRowIdBlock(client, block)).toBe(base + 7);
+    const context = tempTraceContext();
+    useRowIdBlock(context.db, block, await usedInRowIdBlock(client, block));
+    new SqlitePatternRows(context.db).insertOutcome(outcome(1));
+    expect(context.db.prepare('SELECT id FROM pattern_outcomes').pluck().all()).toEqual([base + 8]);
+  }, 60_000);
 });

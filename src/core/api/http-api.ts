@@ -8,6 +8,7 @@ import type { SessionGate } from '../http/session-router.js';
 import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { CANCEL_REASONS } from '../runtime/turn-state.js';
+import type { SessionLister } from '../store/session-search.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from '../stream/commit-ack.js';
 import type { FaultSwitches } from '../stream/faults.js';
@@ -78,6 +79,8 @@ export interface ApiContext {
   readonly wsBase: (request: IncomingMessage) => string;
   /** Every other route the server serves, for `GET /openapi.json`. */
   readonly otherRoutes?: () => readonly RouteDoc[];
+  /** Where `GET /sessions` reads (session-list-route.ts); this server's database when absent. */
+  readonly sessionList?: SessionLister;
   /** The store's and the cluster's state, for `GET /healthz`. */
   readonly health?: () => Record<string, unknown>;
   /** In a cluster: makes this node the owner of a session it just created. */
@@ -156,7 +159,7 @@ export function apiRoutes(context: ApiContext): Route[] {
       },
     ),
     // GET /sessions (search, filters, pages) and PATCH /sessions/{session_id} (the title).
-    ...sessionListRoutes(runtime, trace),
+    ...sessionListRoutes(runtime, trace, context.sessionList),
     jsonRoute(
       {
         method: 'GET',

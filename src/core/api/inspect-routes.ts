@@ -7,6 +7,7 @@ import { rowToEvent } from '../store/event-rows.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
 import { eventsPerHour, traceStats } from '../store/stats.js';
 import type { TraceContext } from '../store/trace-context.js';
+import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import { ScoreEntry, ScoresAnswer, TraceContentEntry } from './response-schemas.js';
 import {
   type ContentMode,
@@ -69,7 +70,13 @@ export function inspectRoutes(
   runtime: Runtime,
   trace: TraceContext,
   retentionDays: number,
-  options: { readonly dashboardContent?: ContentMode } = {},
+  options: {
+    readonly dashboardContent?: ContentMode;
+    /** Where `GET /stats/usage` reads; the trace's database when absent. */
+    readonly usage?: WholeStoreReads['usage'];
+    /** Where `GET /store/stats` reads; the trace's database when absent. */
+    readonly storeStats?: WholeStoreReads['storeStats'];
+  } = {},
 ): JsonRoute[] {
   const redactor = new ContentRedactor(options.dashboardContent ?? 'full');
   return [
@@ -118,7 +125,7 @@ export function inspectRoutes(
         return [200, { session_id: id!, scores, summary: scoreSummary(scores) }];
       },
     ),
-    usageRoute(trace),
+    usageRoute(trace, options.usage),
     jsonRoute(
       {
         method: 'GET',
@@ -132,6 +139,8 @@ export function inspectRoutes(
         errors: [],
       },
       async () => {
+        if (options.storeStats !== undefined)
+          return [200, { ...(await options.storeStats(CHART_HOURS)), retention_days: retentionDays }];
         const { by_session: _, ...stats } = traceStats(trace.dbPath);
         return [
           200,

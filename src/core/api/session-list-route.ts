@@ -5,6 +5,7 @@ import { STORAGE_ERRORS } from '../http/openapi.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
 import {
+  type SessionLister,
   type SessionListRow,
   searchSessions,
   sessionListRows,
@@ -83,7 +84,12 @@ const micros = (iso: string): number => Date.parse(iso) * 1000;
  * `GET /sessions` (search, filters, pages) and `PATCH /sessions/{session_id}` (the title). Every filter
  * runs in SQL on the summaries the database keeps (store/session-index-schema.ts).
  */
-export function sessionListRoutes(runtime: Runtime, trace: TraceContext): JsonRoute[] {
+export function sessionListRoutes(
+  runtime: Runtime,
+  trace: TraceContext,
+  /** Where the list is read: this server's database by default, the store of record on a cluster node. */
+  list: SessionLister = async (search) => searchSessions(trace.db, search),
+): JsonRoute[] {
   const withLiveTurn = (row: SessionListRow) => ({
     ...row,
     current_turn_id: runtime.currentTurn(row.id)?.turnId ?? null,
@@ -109,7 +115,7 @@ export function sessionListRoutes(runtime: Runtime, trace: TraceContext): JsonRo
         )
           throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'min_cost_usd: above max_cost_usd');
         const limit = legacy ? LEGACY_LIMIT : query.limit;
-        const { rows, more } = searchSessions(trace.db, {
+        const { rows, more } = await list({
           q: query.q,
           status: query.status === undefined ? undefined : query.status === 'open' ? 'active' : 'ended',
           turnStatus: query.turn_status,

@@ -4,6 +4,7 @@ import { nowMicros } from '../events/clock.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { usageByBucket } from '../store/usage-stats.js';
+import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import { UsageAnswer } from './response-schemas.js';
 
 const isoTime = z
@@ -27,7 +28,11 @@ const DEFAULT_SPAN_US = { hour: 48 * HOUR_US, day: 30 * 24 * HOUR_US } as const;
 const MAX_BUCKETS = 2_000;
 
 /** `GET /stats/usage`: model calls, tokens, cost, latency, failures and scores over time, per model. */
-export function usageRoute(trace: TraceContext): JsonRoute {
+export function usageRoute(
+  trace: TraceContext,
+  /** Where the rows are read: the trace's hourly rollup, or the store of record on a cluster node. */
+  usage: WholeStoreReads['usage'] = async (query) => usageByBucket(trace.db, query),
+): JsonRoute {
   return jsonRoute(
     {
       method: 'GET',
@@ -52,7 +57,7 @@ export function usageRoute(trace: TraceContext): JsonRoute {
           'METIS_ERR_INVALID_ARGUMENT',
           `from: more than ${MAX_BUCKETS} ${query.bucket}s before to; narrow the range or use bucket=day`,
         );
-      const rows = usageByBucket(trace.db, { fromUs, toUs, bucket: query.bucket, model: query.model });
+      const rows = await usage({ fromUs, toUs, bucket: query.bucket, model: query.model });
       return [
         200,
         {

@@ -13,8 +13,18 @@ const MAX_REMEMBERED_ROOTS = 10_000;
  * runs, and the gate a request naming a session passes. On a single node every session runs here.
  */
 export class ClusterSeat {
+  private joinedNode: JoinedNode | null = null;
+
   /** The joined node; null before the join (and always on a single node). */
-  node: JoinedNode | null = null;
+  get node(): JoinedNode | null {
+    return this.joinedNode;
+  }
+
+  /** Set once the node has joined: the sessions watched meanwhile are followed from then on. */
+  set node(node: JoinedNode | null) {
+    this.joinedNode = node;
+    if (node !== null) for (const start of this.pendingWatches.splice(0)) start(node);
+  }
 
   constructor(
     readonly clustered: boolean,
@@ -57,9 +67,28 @@ export class ClusterSeat {
       },
       forward: async (refusal, request) =>
         this.node === null ? null : this.node.forwardRefused(refusal, request),
+      watch: this.clustered ? (sessionId) => this.watch(sessionId) : undefined,
       runElsewhere: this.runElsewhere(gate),
     };
   }
+
+  /** A client of this node watches the session: followed over the broker until the function returned. */
+  private watch(sessionId: string): () => void {
+    if (this.node !== null) return this.node.watch(sessionId);
+    // A stream opened while the node still joins (the server listens first) is followed once it has.
+    let unwatch: (() => void) | null = null;
+    let left = false;
+    this.pendingWatches.push((node) => {
+      if (!left) unwatch = node.watch(sessionId);
+    });
+    return () => {
+      left = true;
+      unwatch?.();
+    };
+  }
+
+  /** What the watches made before the join do once the node has joined. */
+  private readonly pendingWatches: ((node: JoinedNode) => void)[] = [];
 
   /** Lets a request naming a session through when this node owns it (taking the lease if free). */
   private sessionGate(runtime: Runtime): SessionGate {

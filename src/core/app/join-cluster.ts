@@ -52,7 +52,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
     forget: (sessionIds) => {
       for (const sessionId of sessionIds) runtime.release(sessionId);
     },
-    followed: () => server.hub.attachedSessionIds(),
+    familyOf: (sessionId) => seat.rootOf(sessionId),
     onBrokerLost: () => {
       const closed = server.hub.closeStreams(
         (sessionId) => !runsHere(sessionId),
@@ -66,7 +66,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
         );
     },
     adoptable: (sessionId) => sessions.turnState(sessionId).currentTurnId !== null,
-    rowIdBlock: (block) => useRowIdBlock(trace.db, block),
+    rowIdBlock: (block, usedInStore) => useRowIdBlock(trace.db, block, usedInStore),
     takeOver: takeOverHere({ ...parts, sequencer: server.hub.sequencer }),
     lag: () => {
       // Read from the working copy; after a forced stop closed it, the last figure read stands.

@@ -27,6 +27,7 @@ import { serveTheLoop } from '../store/database.js';
 import { shippedCommits } from '../store/shipped-commits.js';
 import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
 import type { TraceContext } from '../store/trace-context.js';
+import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import type { StreamOptions } from '../stream/client-connection.js';
 import type { OpenConnection } from '../stream/connection-deps.js';
 import { EventSequencer } from '../stream/event-sequencer.js';
@@ -65,6 +66,8 @@ export interface ServerOptions {
   }) => readonly Route[];
   /** In a cluster: where a request naming a session runs (gate, read, forward); all here without one. */
   readonly sessionRouter?: SessionRouter;
+  /** Where `GET /sessions`, `GET /stats/usage` and `GET /store/stats` read; the trace's database when absent. */
+  readonly wholeStore?: WholeStoreReads;
   /** What `GET /healthz` adds to `{status}`: the store's and the cluster's state (start-service.ts). */
   readonly health?: () => Record<string, unknown>;
   /** What `GET /metrics` reports beyond the server's own figures. */
@@ -182,7 +185,11 @@ export async function startServer(
     runElsewhere: options.sessionRouter?.runElsewhere,
     opened: (connection: OpenConnection) => {
       connections.add(connection);
-      return () => connections.delete(connection);
+      const unwatch = options.sessionRouter?.watch?.(connection.sessionId);
+      return () => {
+        connections.delete(connection);
+        unwatch?.();
+      };
     },
   });
   const gateway =
@@ -194,6 +201,8 @@ export async function startServer(
     metricsRoute(metrics),
     ...inspectRoutes(runtime, trace, streamOptions.retentionDays, {
       dashboardContent: options.dashboardContent,
+      usage: options.wholeStore?.usage,
+      storeStats: options.wholeStore?.storeStats,
     }),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...skillRoutes(trace.bus, runtime.config.skills.global_dir),
@@ -220,6 +229,7 @@ export async function startServer(
       otherRoutes: () => otherRoutes,
       health: options.health,
       sessionGate: options.sessionRouter?.gate,
+      sessionList: options.wholeStore?.sessions,
     }),
     ...otherRoutes,
   ];

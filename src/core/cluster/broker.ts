@@ -12,6 +12,11 @@ export interface BrokerLifecycle {
   onReconnect(listener: () => void): () => void;
   /** Calls `listener` each time the connection to the broker is lost. */
   onDisconnect(listener: () => void): () => void;
+  /**
+   * Resolves once the broker has taken every subscription and message sent before: a subscription
+   * made before it gets every message published after it.
+   */
+  flush(): Promise<void>;
   /** Sends what is buffered and closes. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -239,6 +244,7 @@ export async function connectBroker(options: {
       });
       return () => subscription.unsubscribe();
     },
+    flush: () => connection.flush(),
     onReconnect(listener) {
       reconnectListeners.add(listener);
       return () => reconnectListeners.delete(listener);

@@ -15,6 +15,7 @@ import {
   type NodeRecord,
   registerNode,
   takeRowIdBlock,
+  usedInRowIdBlock,
 } from '../store/postgres/node-registry.js';
 import { acquireLease, leasedTo, orphanedLeases } from '../store/postgres/session-leases.js';
 import { readStoredSession, type StoredSession } from '../store/postgres/session-pull.js';
@@ -148,7 +149,7 @@ export async function joinCluster(options: {
   /** This node's shipping, recorded with each beat (`metis cluster status` shows it as lag). */
   readonly lag: () => NodeLag;
   /** Called with this start's block of row ids (src/core/store/row-ids.ts), before the node serves. */
-  readonly rowIdBlock: (block: number) => void;
+  readonly rowIdBlock: (block: number, usedInStore: number | null) => void;
   /** Brings a session another node ran into this node's copy (take-over.ts), read with `read`. */
   readonly takeOver: (
     sessionId: string,
@@ -187,7 +188,8 @@ export async function joinCluster(options: {
     peers = aliveNodes(await listNodes(client), goneAfterMs()).filter((node) => node.node_id !== nodeId);
   };
   try {
-    options.rowIdBlock(await takeRowIdBlock(client, nodeId));
+    const block = await takeRowIdBlock(client, nodeId);
+    options.rowIdBlock(block, await usedInRowIdBlock(client, block));
     startedAtUs = await registerNode(client, {
       node_id: nodeId,
       url: options.url,
@@ -240,10 +242,15 @@ export async function joinCluster(options: {
   /** Takes the sessions a gone node left with a turn open: the turn is closed as crash recovery does. */
   const adoptOrphans = async (adoptable: (sessionId: string) => boolean) => {
     let taken = 0;
-    for (const sessionId of await orphanedLeases(client, goneAfterMs())) {
+    // This node's copy holds only the sessions it ran or its clients watched: the store says which
+    // turns are open, the copy what this node committed that the store may not hold yet.
+    const orphans = await orphanedLeases(client, goneAfterMs());
+    if (orphans.length === 0) return;
+    const openInStore = new Set(await orphanedLeases(client, goneAfterMs(), true));
+    for (const sessionId of orphans) {
       // A few per beat: many sessions of a gone node are shared out among the nodes beat by beat.
       if (taken >= ADOPT_PER_BEAT) break;
-      if (!adoptable(sessionId)) continue;
+      if (!openInStore.has(sessionId) && !adoptable(sessionId)) continue;
       taken += 1;
       await ownSession(sessionId).catch((error: unknown) => {
         if (!(error instanceof SessionElsewhere))

@@ -52,6 +52,11 @@ export function clusterNodeId(config: MetisConfig, dataDir: string): string {
 export interface JoinedNode extends ClusterNode {
   /** Brings a session this node does not run up to the store before a client reads it. */
   refresh(sessionId: string): Promise<void>;
+  /**
+   * A client of this node watches the session: its events are followed over NATS until the function
+   * returned is called (session-mirror.ts `watch`).
+   */
+  watch(sessionId: string): () => void;
   /** Runs a request refused for a session another node runs on that node (http-app.ts ForwardRefused). */
   forwardRefused: ForwardRefused;
 }
@@ -82,7 +87,8 @@ export interface PreparedCluster {
       /** Whether this node runs the session (its lease, or its planner's). */
       runsHere: (sessionId: string) => boolean;
       forget: (sessionIds: readonly string[]) => void;
-      followed: () => readonly string[];
+      /** The root of a session's delegation family, whose subject its events travel on. */
+      familyOf: (sessionId: string) => string;
       /**
        * The broker is lost: the clients this node feeds from other nodes get no live events any more
        * and are told so (their streams end with a named error, and they reconnect).
@@ -183,6 +189,7 @@ export async function prepareCluster(
         nodeId,
         earlier: parts.recovered,
         runsHere: parts.runsHere,
+        familyOf: parts.familyOf,
       });
       const mirror = mirrorSessions({
         broker,
@@ -192,7 +199,7 @@ export async function prepareCluster(
         read: node.readSession,
         runsHere: parts.runsHere,
         forget: parts.forget,
-        followed: parts.followed,
+        familyOf: parts.familyOf,
         logger,
       });
       const stopWatching = broker.onDisconnect(parts.onBrokerLost);
@@ -216,6 +223,7 @@ export async function prepareCluster(
             );
           await mirror.refresh(sessionId);
         },
+        watch: (sessionId) => mirror.watch(sessionId),
         forwardRefused: async (refusal, request) => {
           if (!(refusal instanceof SessionElsewhere) || request.headers[FORWARDED_HEADER] !== undefined)
             return null;

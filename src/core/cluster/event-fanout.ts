@@ -19,10 +19,10 @@ export const NODE_HEADER = 'Metis-Node';
 /** A session id is one subject token: no dots, wildcards or spaces (metis's own ids never have them). */
 const SUBJECT_TOKEN = /^[A-Za-z0-9_-]+$/;
 
-/** Every session's subject, for a subscription. */
-export const ALL_SESSIONS_SUBJECT = `${SUBJECT_PREFIX}.session.*`;
-
-/** The one subject a session's events go on, both families, in the order this node delivers them. */
+/**
+ * The one subject a session family's events go on (a root session's id: its workers' events travel
+ * with its own), both families, in the order this node delivers them.
+ */
 export function sessionSubject(sessionId: string): string | null {
   return SUBJECT_TOKEN.test(sessionId) ? `${SUBJECT_PREFIX}.session.${sessionId}` : null;
 }
@@ -58,11 +58,18 @@ export function fanOutEvents(parts: {
    * again) is not published: the other nodes would show a turn another node has since closed.
    */
   readonly runsHere?: (sessionId: string) => boolean;
+  /**
+   * The root of a session's delegation family (default: itself). A family's events share its root's
+   * subject, so a node following a planner's clients gets its workers' events in their id order among
+   * the planner's with one subscription.
+   */
+  readonly familyOf?: (sessionId: string) => string;
 }): () => void {
   const { broker, nodeId } = parts;
+  const familyOf = parts.familyOf ?? ((sessionId: string) => sessionId);
   const publish = (event: MetisEvent) => {
     if (event.session_id === SYSTEM_SESSION_ID) return;
-    const subject = sessionSubject(event.session_id);
+    const subject = sessionSubject(familyOf(event.session_id));
     if (subject === null) return;
     broker.publish(subject, eventJson(event), {
       [FAMILY_HEADER]: event.seq === null ? 'stream' : 'bus',

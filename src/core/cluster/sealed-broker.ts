@@ -75,6 +75,7 @@ export function sealBroker(connection: BrokerConnection, sealingKey: Buffer, log
         return sealer.seal(associatedData('reply', subject, undefined, sealId(data)), await answer(text));
       });
     },
+    flush: () => connection.flush(),
     onReconnect: (listener) => connection.onReconnect(listener),
     onDisconnect: (listener) => connection.onDisconnect(listener),
     close: () => connection.close(),

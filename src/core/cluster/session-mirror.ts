@@ -7,7 +7,7 @@ import { selfAndDescendants } from '../store/session-lineage.js';
 import { copiedRowToEvent, EVENT_ROW_AT } from '../store/store-copy.js';
 import type { EventSequencer } from '../stream/event-sequencer.js';
 import type { Broker, BrokerMessage } from './broker.js';
-import { ALL_SESSIONS_SUBJECT, FAMILY_HEADER, NODE_HEADER } from './event-fanout.js';
+import { FAMILY_HEADER, NODE_HEADER, sessionSubject } from './event-fanout.js';
 
 /** This node's copy of the sessions other nodes run, kept current from NATS and filled from the store. */
 export interface SessionMirror {
@@ -17,9 +17,23 @@ export interface SessionMirror {
    * client reads a session this node does not run (an attach, a replay).
    */
   refresh(sessionId: string): Promise<void>;
+  /**
+   * A client of this node watches the session: its family is followed over NATS from now on (caught
+   * up from the store once the broker has the subscription) until the function returned is called by
+   * its last watcher.
+   */
+  watch(sessionId: string): () => void;
   /** Stops listening. */
   close(): void;
 }
+
+/**
+ * How many sessions read here while no client of this node watched them keep their release mark: a
+ * read brings its session up (and marks it) just before it reads, so an older mark is not needed.
+ */
+const UNWATCHED_MARKS = 1_024;
+/** How long a new subscription waits for the broker's word before catching up from the store anyway. */
+const SUBSCRIBED_WAIT_MS = 5_000;
 
 /**
  * Event types written with rows of other tables (messages, tool calls, the session's own row): their
@@ -27,14 +41,18 @@ export interface SessionMirror {
  */
 const CHANGES_ROWS = /^(session\.|turn\.|llm\.call_(completed|failed)$|tool\.|delegate\.)/;
 /**
- * Keeps this node's working copy of every session other nodes run in step with them, so that a client
- * attached here is served exactly as on the node running the turn: each node publishes its sessions'
- * events in id order, bus events once the store holds them (event-fanout.ts); here each bus event is
- * written into the copy (not shipped back: the store has it) and then released to this node's clients,
- * each streaming event released as it comes. A bus event that does not follow the copy's last one of
- * its session (a message lost while the broker was away, a session new here) has the session brought
- * up to the store first, which holds it already. Messages are handled one at a time, in the order they
- * came; a refresh waits its turn among them.
+ * Keeps this node's working copy of the sessions its own clients watch, and other nodes run, in step
+ * with them, so that a client attached here is served exactly as on the node running the turn: each
+ * node publishes its sessions' events in id order on their family's subject, bus events once the store
+ * holds them (event-fanout.ts); a node subscribes to a family only while a client of its own watches
+ * one of its sessions (`watch`), and catches up from the store once the broker has the subscription:
+ * what was stored before it is read, what is stored after it comes through it. Each bus event received
+ * is written into the copy (not shipped back: the store has it) and then released to this node's
+ * clients, each streaming event released as it comes. A bus event that does not follow the copy's last
+ * one of its session (a message lost while the broker was away, a session new here) has the session
+ * brought up to the store first, which holds it already. Messages are handled one at a time, in the
+ * order they came; a refresh waits its turn among them. Sessions nobody here watches are not written
+ * here: a read of one brings it up from the store first (`refresh`).
  */
 export function mirrorSessions(parts: {
   readonly broker: Broker;
@@ -45,13 +63,13 @@ export function mirrorSessions(parts: {
   readonly read: (sessionId: string, after: ReadonlyMap<string, number>) => Promise<StoredSession>;
   /** Whether this node runs the session now (then the mirror leaves it alone). */
   readonly runsHere: (sessionId: string) => boolean;
+  /** The root of a session's delegation family: the subject its events travel on. */
+  readonly familyOf: (sessionId: string) => string;
   /** Drops what this process holds in memory of sessions whose stored rows changed (Runtime.release). */
   readonly forget: (sessionIds: readonly string[]) => void;
-  /** The sessions this node's clients are attached to. */
-  readonly followed: () => readonly string[];
   readonly logger: Logger;
 }): SessionMirror {
-  const { db, sequencer, logger } = parts;
+  const { db, sequencer, logger, broker } = parts;
   const rows = new MirrorRows(db);
   /**
    * The work queued: each message and refresh runs after the one before. One queue for every session,
@@ -60,10 +78,16 @@ export function mirrorSessions(parts: {
    */
   let queue: Promise<void> = Promise.resolve();
   /**
-   * Sessions whose messages have come in order since the broker was last (re)connected: their copy is
-   * as current as the messages received, and a reader needs no trip to the store.
+   * Sessions whose messages have come in order since their family was subscribed (or the broker was
+   * last reconnected): their copy is as current as the messages received, and a reader needs no trip
+   * to the store. Only sessions of families followed now.
    */
   const following = new Set<string>();
+  /** The families followed, by root: how many watchers each has here, and its subscription. */
+  const families = new Map<string, { watchers: number; stop: () => void }>();
+  /** Sessions read while not watched, oldest first, whose release marks are kept a while. */
+  const unwatchedMarks = new Set<string>();
+  const watched = (sessionId: string) => families.has(parts.familyOf(sessionId));
   const release = (event: MetisEvent) => {
     // A streaming event older than what this node released of its session (a trip to the store
     // released further) cannot be placed in order any more; it is dropped, as a reconnecting client's
@@ -71,6 +95,15 @@ export function mirrorSessions(parts: {
     const newest = sequencer.remoteMark(event.session_id);
     if (event.seq === null && newest !== undefined && event.id <= newest) return;
     sequencer.releaseRemote(event);
+  };
+  /** A mark of a session nobody here watches: kept for the read that follows, then let go. */
+  const markUnwatched = (sessionId: string) => {
+    unwatchedMarks.delete(sessionId);
+    unwatchedMarks.add(sessionId);
+    if (unwatchedMarks.size <= UNWATCHED_MARKS) return;
+    const oldest = unwatchedMarks.values().next().value as string;
+    unwatchedMarks.delete(oldest);
+    if (!watched(oldest)) sequencer.forgetRemote([oldest]);
   };
   let closed = false;
 
@@ -88,13 +121,14 @@ export function mirrorSessions(parts: {
    * Brings the session and its workers up to the store, and releases what was new here. Filling a gap
    * the session's message `throughSeq` showed, only the session's own events up to it are taken: the
    * ones after it (and their streaming events, published between them) are on their way in order.
+   * Returns the sessions brought up.
    */
-  const bringUp = async (sessionId: string, throughSeq?: number): Promise<void> => {
-    if (closed || !rows.open) return;
+  const bringUp = async (sessionId: string, throughSeq?: number): Promise<readonly string[]> => {
+    if (closed || !rows.open) return [];
     const after = new Map<string, number>();
     for (const id of selfAndDescendants(rows.lineage, sessionId)) after.set(id, rows.lastSeq(id));
     const read = await parts.read(sessionId, after);
-    if (closed || !rows.open) return;
+    if (closed || !rows.open) return [];
     const stored =
       throughSeq === undefined
         ? read
@@ -112,12 +146,18 @@ export function mirrorSessions(parts: {
     // Everything the copy holds of these sessions is released: a replay may reach that far.
     for (const id of stored.sessionIds) {
       const newest = rows.newestEventId(id);
-      if (newest !== null && !parts.runsHere(id)) sequencer.markRemote(id, newest);
+      if (newest === null || parts.runsHere(id)) continue;
+      sequencer.markRemote(id, newest);
+      if (!watched(id)) markUnwatched(id);
     }
+    return stored.sessionIds;
   };
 
-  const receive = async (event: MetisEvent, family: string): Promise<void> => {
+  const receive = async (event: MetisEvent, family: string, root: string): Promise<void> => {
     if (closed || !rows.open || parts.runsHere(event.session_id)) return;
+    // Queued before its family's last watcher left: nobody here wants it any more. (The family is the
+    // subject's: a worker new here has no row yet that names its root.)
+    if (!families.has(root)) return;
     if (family === 'stream') {
       release(event);
       return;
@@ -138,7 +178,7 @@ export function mirrorSessions(parts: {
     following.add(event.session_id);
   };
 
-  const stop = parts.broker.subscribe(ALL_SESSIONS_SUBJECT, (message: BrokerMessage) => {
+  const onMessage = (root: string) => (message: BrokerMessage) => {
     if (message.header(NODE_HEADER) === parts.nodeId) return;
     let event: MetisEvent;
     try {
@@ -148,22 +188,70 @@ export function mirrorSessions(parts: {
     }
     if (event.session_id === SYSTEM_SESSION_ID) return;
     const family = message.header(FAMILY_HEADER) ?? 'bus';
-    void enqueue(event.session_id, () => receive(event, family));
-  });
-  // What was published while the broker was away is lost: the sessions clients here follow are brought
+    void enqueue(event.session_id, () => receive(event, family, root));
+  };
+
+  /** Brings a family up to the store; its sessions are then as current as the messages that follow. */
+  const catchUp = (root: string) =>
+    enqueue(root, async () => {
+      if (!families.has(root)) return;
+      for (const id of await bringUp(root)) following.add(id);
+    });
+
+  /** Stops following a family: its messages, what is known of its order, its sessions' marks. */
+  const unfollow = (root: string) => {
+    const family = families.get(root);
+    if (family === undefined) return;
+    family.stop();
+    families.delete(root);
+    const members = rows.open ? selfAndDescendants(rows.lineage, root) : [root];
+    for (const id of members) following.delete(id);
+    sequencer.forgetRemote(members.filter((id) => !parts.runsHere(id) && !unwatchedMarks.has(id)));
+  };
+
+  const follow = (root: string): boolean => {
+    const subject = sessionSubject(root);
+    if (subject === null) return false;
+    families.set(root, { watchers: 0, stop: broker.subscribe(subject, onMessage(root)) });
+    // Once the broker has the subscription, nothing stored after the read that follows can be missed.
+    const subscribed = Promise.race([
+      broker.flush().catch(() => {}),
+      new Promise<void>((resolve) => setTimeout(resolve, SUBSCRIBED_WAIT_MS).unref()),
+    ]);
+    void subscribed.then(() => catchUp(root));
+    return true;
+  };
+
+  // What was published while the broker was away is lost: the families clients here follow are brought
   // up at once (a turn that ended meanwhile has no next event to show the gap).
-  const stopReconnect = parts.broker.onReconnect(() => {
+  const stopReconnect = broker.onReconnect(() => {
     following.clear();
-    for (const sessionId of parts.followed()) void enqueue(sessionId, () => bringUp(sessionId));
+    for (const root of families.keys()) void catchUp(root);
   });
 
   return {
     // A session followed in order needs only the messages already received applied first.
     refresh: (sessionId) =>
-      enqueue(sessionId, () => (following.has(sessionId) ? undefined : bringUp(sessionId))),
+      enqueue(sessionId, async () => {
+        if (!following.has(sessionId)) await bringUp(sessionId);
+      }),
+    watch: (sessionId) => {
+      if (closed || sessionId === SYSTEM_SESSION_ID) return () => {};
+      const root = parts.familyOf(sessionId);
+      if (!families.has(root) && !follow(root)) return () => {};
+      families.get(root)!.watchers += 1;
+      let left = false;
+      return () => {
+        const family = families.get(root);
+        if (left || family === undefined) return;
+        left = true;
+        family.watchers -= 1;
+        if (family.watchers === 0) unfollow(root);
+      };
+    },
     close: () => {
       closed = true;
-      stop();
+      for (const root of [...families.keys()]) unfollow(root);
       stopReconnect();
     },
   };

@@ -36,6 +36,11 @@ export interface SessionRouter {
   /** Runs a request the gate refused on the node that owns its session; null to send the refusal. */
   readonly forward: ForwardRefused;
   /**
+   * A client of this node opened a stream of the session: a cluster node follows it from now until the
+   * function returned is called (the stream closed). Absent on a single node.
+   */
+  readonly watch?: (sessionId: string) => () => void;
+  /**
    * A stream's request (a cancel frame) for a session another node runs: run there, resolving with its
    * answer's status and body; null when this node runs it. Absent on a single node.
    */

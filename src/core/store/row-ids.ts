@@ -12,7 +12,12 @@ const blocks = new WeakMap<Db, { next: number }>();
  * nodes of a cluster each take their own block at start, so their rows never share a key in the store
  * they both ship to. Without a block SQLite picks the next key itself (one writer per store).
  */
-export function useRowIdBlock(db: Db, block: number): void {
+export function useRowIdBlock(
+  db: Db,
+  block: number,
+  /** The highest key of the block the store holds, which this copy may lack (node-registry.ts). */
+  usedInStore: number | null = null,
+): void {
   if (!Number.isInteger(block) || block < 1 || block >= MAX_ROW_ID_BLOCKS)
     throw new RangeError(`row id block ${block} is outside 1..${MAX_ROW_ID_BLOCKS - 1}`);
   const first = block * ROW_ID_BLOCK;
@@ -26,7 +31,7 @@ export function useRowIdBlock(db: Db, block: number): void {
     )
     .pluck()
     .get(first, first + ROW_ID_BLOCK, first, first + ROW_ID_BLOCK) as number | null;
-  blocks.set(db, { next: (used ?? first) + 1 });
+  blocks.set(db, { next: Math.max(used ?? first, usedInStore ?? first) + 1 });
 }
 
 /** The next key for a row this connection inserts, or null to let SQLite choose. */

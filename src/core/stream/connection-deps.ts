@@ -46,6 +46,8 @@ export const NO_COUNTERS: StreamCounters = {
 
 /** What the server reads of an open connection: its queue (metrics) and its close (shutdown). */
 export interface OpenConnection {
+  /** The session the client attached to. */
+  readonly sessionId: string;
   queueDepth(): { events: number; bytes: number };
   shutdown(): void;
 }

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { ROW_ID_BLOCK } from '../row-ids.js';
 
 /** A node as `metis_nodes` records it. */
 export interface NodeRecord {
@@ -113,6 +114,25 @@ export function describeNode(node: NodeRecord): string {
  * one no other node has. A node name runs on one live node at a time (a second start under it is
  * refused), so two live nodes never hand out keys from one block.
  */
+/**
+ * The highest key the store holds from a block (tool calls, pattern outcomes), or null: a node's new
+ * working copy need not hold the rows its block keyed before (a session another node runs now), and
+ * the next key must not be one of theirs.
+ */
+export async function usedInRowIdBlock(
+  client: pg.ClientBase | pg.Pool,
+  block: number,
+): Promise<number | null> {
+  const first = block * ROW_ID_BLOCK;
+  const used = await client.query<{ used: number | null }>(
+    `SELECT greatest(
+       (SELECT max(row_id) FROM tool_calls WHERE row_id >= $1 AND row_id < $2),
+       (SELECT max(id) FROM pattern_outcomes WHERE id >= $1 AND id < $2)) AS used`,
+    [first, first + ROW_ID_BLOCK],
+  );
+  return used.rows[0]?.used ?? null;
+}
+
 export async function takeRowIdBlock(client: pg.ClientBase | pg.Pool, nodeId: string): Promise<number> {
   const kept = await client.query<{ block: number }>(
     'SELECT block FROM metis_node_row_blocks WHERE node_id = $1',

@@ -3,6 +3,7 @@ import type { Db } from '../database.js';
 import { redactUrl } from '../store-copy.js';
 import type { StoreUpstream } from '../store-upstream.js';
 import { postgresPool } from './connect.js';
+import { fillNodeCopy } from './node-copy.js';
 import { PgShipper } from './pg-shipper.js';
 import { ServeLock } from './serve-lock.js';
 import { startupStoreError } from './startup-errors.js';
@@ -46,7 +47,15 @@ export async function openPostgresStore(
   clusterNode: string | null = null,
 ): Promise<PostgresServeStore> {
   const cluster = clusterNode !== null;
-  const copy = await prepareWorkingCopy({ url, setting, dataDir, logger, cluster });
+  const copy = await prepareWorkingCopy({
+    url,
+    setting,
+    dataDir,
+    logger,
+    cluster,
+    // A node starts with its own sessions only: its start does not grow with the store.
+    ...(clusterNode === null ? {} : { fill: (db, client) => fillNodeCopy(db, client, clusterNode) }),
+  });
   const pool = postgresPool(url, 'serve', 2);
   const lock = new ServeLock(copy.lockHolder, url, copy.label, logger, cluster);
   let closing: Promise<void> | null = null;

@@ -123,13 +123,26 @@ export async function leasedTo(client: pg.ClientBase | pg.Pool, nodeId: string):
 export async function orphanedLeases(
   client: pg.ClientBase | pg.Pool,
   nodeTimeoutMs: number,
+  /**
+   * Only the sessions whose last turn the store shows open (started, neither completed nor
+   * cancelled): what a node that follows only some sessions cannot tell from its own copy.
+   */
+  openTurnOnly = false,
 ): Promise<string[]> {
   const leases = await client.query<{ session_id: string }>(
     `SELECT l.session_id FROM metis_session_leases l LEFT JOIN metis_nodes n ON n.node_id = l.node_id
-      WHERE n.node_id IS NULL
-         OR (n.stopped_at_us IS NULL AND n.heartbeat_at_us < ${STORE_NOW_US} - $1::bigint * 1000)
+      WHERE (n.node_id IS NULL
+         OR (n.stopped_at_us IS NULL AND n.heartbeat_at_us < ${STORE_NOW_US} - $1::bigint * 1000))
+        ${openTurnOnly ? `AND ${OPEN_TURN}` : ''}
       ORDER BY l.session_id`,
     [nodeTimeoutMs],
   );
   return leases.rows.map((row) => row.session_id);
 }
+
+/** SQL: the lease `l`'s session has a turn started and not ended in the store (its newest one). */
+const OPEN_TURN = `EXISTS (
+  SELECT 1 FROM (SELECT e.turn_id FROM events e WHERE e.session_id = l.session_id AND e.type = 'turn.started'
+                  ORDER BY e.id DESC LIMIT 1) AS last_turn
+   WHERE NOT EXISTS (SELECT 1 FROM events x WHERE x.session_id = l.session_id AND x.turn_id = last_turn.turn_id
+                        AND x.type IN ('turn.completed', 'turn.cancelled')))`;

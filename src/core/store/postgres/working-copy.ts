@@ -6,6 +6,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { MetisError } from '../../errors.js';
 import { nowMicros } from '../../events/clock.js';
+import { ensureIdsAfter } from '../../events/ids.js';
 import { type Db, openDatabase } from '../database.js';
 import { COPIED_TABLES, copyStore, redactUrl } from '../store-copy.js';
 import { postgresClient } from './connect.js';
@@ -36,6 +37,11 @@ export interface WorkingCopyOptions {
    * the store while this one was away.
    */
   readonly cluster?: boolean;
+  /**
+   * Fills a new copy instead of the whole store (a cluster node's: node-copy.ts); returns how many
+   * sessions it brought in. The copy's events then continue after the store's newest.
+   */
+  readonly fill?: (db: Db, client: pg.Client) => Promise<number>;
 }
 
 export interface WorkingCopy {
@@ -317,20 +323,28 @@ async function rebuild(
 ): Promise<Positions> {
   const building = `${path}.building`;
   removeDatabaseFiles(building);
-  options.logger.info(
-    { store: redactUrl(options.url), path },
-    'building the working copy of the PostgreSQL store',
-  );
-  const report = await copyStore({
-    from: options.url,
-    to: building,
-    flags: { from: options.setting, to: 'the working copy' },
-  });
+  const filled = options.fill === undefined ? null : await fillNew(building, client, options.fill);
+  if (filled === null)
+    options.logger.info(
+      { store: redactUrl(options.url), path },
+      'building the working copy of the PostgreSQL store',
+    );
+  const report =
+    filled !== null
+      ? null
+      : await copyStore({
+          from: options.url,
+          to: building,
+          flags: { from: options.setting, to: 'the working copy' },
+        });
   const copyId = randomUUID();
   const db: Db = openDatabase(building, { create: false });
   let eventsThrough: string;
   try {
-    eventsThrough = (db.prepare('SELECT max(id) FROM events').pluck().get() as string | null) ?? '';
+    eventsThrough =
+      filled?.eventsThrough ??
+      (db.prepare('SELECT max(id) FROM events').pluck().get() as string | null) ??
+      '';
     db.exec(outboxSql());
     db.prepare(
       `INSERT INTO gap_scan_state (session_id, last_seq, last_id)
@@ -357,10 +371,39 @@ async function rebuild(
   removeDatabaseFiles(path);
   renameSync(building, path);
   options.logger.info(
-    { events: report.tables.find((table) => table.name === 'events')?.rows ?? 0, sessions: report.sessions },
+    report === null
+      ? { sessions: filled!.sessions }
+      : {
+          events: report.tables.find((table) => table.name === 'events')?.rows ?? 0,
+          sessions: report.sessions,
+        },
     'working copy ready',
   );
+  // Ids made here from now on sort after every event the store holds: the shipper sends this copy's
+  // own events by id, from `eventsThrough` on.
+  if (eventsThrough !== '') ensureIdsAfter(eventsThrough);
   return { copyId, shippedThrough: 0, eventsThrough };
+}
+
+/**
+ * A new copy at `path` with the schema and what `fill` brings in; `eventsThrough` is the store's
+ * newest event when it began (what the other nodes commit meanwhile is theirs to ship).
+ */
+async function fillNew(
+  path: string,
+  client: pg.Client,
+  fill: (db: Db, client: pg.Client) => Promise<number>,
+): Promise<{ eventsThrough: string; sessions: number }> {
+  const eventsThrough =
+    (await client.query<{ newest: string | null }>('SELECT max(id) AS newest FROM events')).rows[0]?.newest ??
+    '';
+  const db = openDatabase(path, { create: true });
+  try {
+    db.exec(outboxSql());
+    return { eventsThrough, sessions: await fill(db, client) };
+  } finally {
+    db.close();
+  }
 }
 
 function removeDatabaseFiles(path: string): void {
