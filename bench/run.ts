@@ -23,6 +23,7 @@ const SUITES: readonly { readonly name: string; readonly load: () => Promise<Sui
   { name: 'broker-seal', load: async () => (await import('./broker-seal.js')).benchBrokerSeal },
   { name: 'gateway', load: async () => (await import('./gateway.js')).benchGateway },
   { name: 'session-list', load: async () => (await import('./session-list.js')).benchSessionList },
+  { name: 'restart-resume', load: async () => (await import('./restart-resume.js')).benchRestartResume },
 ];
 
 interface Args {

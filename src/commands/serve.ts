@@ -130,7 +130,7 @@ async function serve(options: ServeOptions): Promise<void> {
       stopping = true;
       if (!options.json) {
         console.error(
-          `\n${signal}: stopping (cancelling turns, stopping plugins, flushing the trace; at most ` +
+          `\n${signal}: stopping (${config.runtime.on_restart === 'resume' && signal === 'SIGTERM' ? 'letting turns finish, the rest resume at the next start' : 'cancelling turns'}, stopping plugins, flushing the trace; at most ` +
             `${boundMs / 1000} s, ${signal === 'SIGINT' ? 'Ctrl-C' : 'a second signal'} again to force)…`,
         );
       }
@@ -146,7 +146,8 @@ async function serve(options: ServeOptions): Promise<void> {
         process.off('SIGTERM', onTerm);
         resolve();
       };
-      service.stop().then(done, (error: unknown) => {
+      // SIGTERM (a deploy, a supervisor) keeps running turns for the next start; Ctrl-C stops them now.
+      service.stop({ handOver: signal === 'SIGTERM' }).then(done, (error: unknown) => {
         console.error(`error while stopping: ${(error as Error).message}`);
         done();
       });
@@ -169,6 +170,7 @@ async function serve(options: ServeOptions): Promise<void> {
         config: filepath,
         gaps: service.gaps.length,
         recovered_turns: service.recovery.turns,
+        resumed_turns: service.recovery.resumable.length,
         plugins: pluginNames,
         auth: service.auth.mode,
         token_source: service.auth.mode === 'none' ? null : service.auth.source,
@@ -203,6 +205,10 @@ async function serve(options: ServeOptions): Promise<void> {
     if (service.recovery.turns > 0)
       console.log(
         `  recovered ${plural(service.recovery.turns, 'turn')} the last run left open, ended as failed`,
+      );
+    if (service.recovery.resumable.length > 0)
+      console.log(
+        `  resumed   ${plural(service.recovery.resumable.length, 'turn')} the last run left running`,
       );
     if (options.conformance) console.log(`  WARNING   --conformance: ${CONFORMANCE_WARNING}`);
     console.log('Press Ctrl-C to stop.');

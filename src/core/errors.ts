@@ -193,6 +193,11 @@ export const ERROR_TABLE = {
     hint: 'See the message for what the server refused.',
   },
   METIS_ERR_SESSION_ENDED: { status: 409, exitCode: 1, hint: 'Create a new session.' },
+  METIS_ERR_SERVER_DRAINING: {
+    status: 503,
+    exitCode: 1,
+    hint: 'The server is stopping and keeps its running turns for its next start: send the message again once it is back.',
+  },
   METIS_ERR_LISTEN: {
     status: 500,
     exitCode: 1,

@@ -16,6 +16,8 @@ import { tempDir } from '../helpers/tmp.js';
 
 const CONFIG = {
   runtime: {
+    // Today's rule is the `fail` one; `resume` (the default) is test/durable/durable-turns.test.ts.
+    on_restart: 'fail',
     tool_confirmation: { write: 'allow', execute: 'allow', network: 'allow' },
     // `slow:` streams for 400 × 25 ms = 10 s: long enough to be killed mid-message.
     scripted: { token_delay_ms: 1, slow_token_delay_ms: 25, slow_tokens: 400 },

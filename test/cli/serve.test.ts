@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
@@ -48,7 +48,11 @@ describe('metis serve: graceful shutdown with a turn in flight', () => {
     async (signal) => {
       const home = tempDir();
       const dbPath = join(home, 'metis.db');
-      const server = await serveCli(home, ['--db', dbPath]);
+      // SIGTERM with `on_restart: resume` (the default) hands running turns over to the next start
+      // instead (test/durable/durable-turns.test.ts); Ctrl-C cancels them either way.
+      const configPath = join(home, 'metis.config.json');
+      writeFileSync(configPath, JSON.stringify({ runtime: { on_restart: 'fail' } }));
+      const server = await serveCli(home, ['--db', dbPath, '--config', configPath]);
       expect(existsSync(`${dbPath}.lock`)).toBe(true);
 
       const created = await request(server.url, 'POST', '/sessions', { workspace_path: home });

@@ -217,6 +217,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         errors: [
           'METIS_ERR_SESSION_NOT_FOUND',
           'METIS_ERR_SESSION_ENDED',
+          'METIS_ERR_SERVER_DRAINING',
           'METIS_ERR_TURN_IN_FLIGHT',
           'METIS_ERR_INVALID_MODEL',
           ...STORAGE_ERRORS,

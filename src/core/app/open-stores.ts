@@ -105,6 +105,8 @@ export async function openAndRecover(
     const recovery = recoverCrashedTurns(trace.db, trace.bus, {
       pricingVersion: config.runtime.pricing_version,
       logger,
+      onRestart: config.runtime.on_restart,
+      maxResumptions: config.runtime.max_resumptions,
       ...(sessions === undefined ? {} : { sessions }),
     });
     await trace.flush();

@@ -9,6 +9,8 @@ import type { MetisServer } from './metis-server.js';
 
 /** Time kept back from the shutdown bound for the trace flush and closing the database. */
 const CLOSE_RESERVE_MS = 1000;
+/** What a drain leaves of the bound for the steps after it (plugins, flush, clients, database). */
+const AFTER_DRAIN_RESERVE_MS = 2000;
 
 export interface StoppableParts {
   readonly server: MetisServer;
@@ -20,12 +22,20 @@ export interface StoppableParts {
   /** Releases the data folder's lock. */
   readonly release: () => void;
   readonly shutdownTimeoutMs: number;
+  /**
+   * `runtime.on_restart: resume`: running turns are drained, then handed over to the next start
+   * (docs/runtime.md "Durable turns") instead of cancelled.
+   */
+  readonly keepTurns?: boolean;
   readonly logger: Logger;
 }
 
 export interface ServiceStop {
-  /** The graceful stop, bounded by `server.shutdown_timeout_ms`; safe to call twice. */
-  stop(): Promise<void>;
+  /**
+   * The graceful stop, bounded by `server.shutdown_timeout_ms`; safe to call twice. Running turns are
+   * cancelled, unless `handOver` (SIGTERM) and `keepTurns`: then they drain and the rest are handed over.
+   */
+  stop(options?: { handOver?: boolean }): Promise<void>;
   /** Closes the database and releases the lock now, without waiting for anything. */
   abandon(): void;
 }
@@ -52,7 +62,7 @@ export function serviceStop(parts: StoppableParts): ServiceStop {
     }
   };
   let stopping: Promise<void> | null = null;
-  const stop = () => {
+  const stop = (options: { handOver?: boolean } = {}) => {
     stopping ??= (async () => {
       const deadline = Date.now() + parts.shutdownTimeoutMs;
       /** Runs one step, but never past the deadline (less what closing needs). */
@@ -65,6 +75,17 @@ export function serviceStop(parts: StoppableParts): ServiceStop {
         }
       };
       try {
+        if (parts.keepTurns && options.handOver === true) {
+          // Still listening while turns drain: a new turn gets 503 METIS_ERR_SERVER_DRAINING, a client
+          // following a running one can come back; what still runs at the end waits for the next start.
+          const waitMs = Math.max(0, deadline - AFTER_DRAIN_RESERVE_MS - Date.now());
+          await step('draining turns', () => runtime.close({ waitMs }), AFTER_DRAIN_RESERVE_MS - 500);
+          if (runtime.handedOver > 0)
+            logger.warn(
+              { turns: runtime.handedOver },
+              'shutdown: turns still running, handed over to the next start',
+            );
+        }
         // Cancel in-flight turns while clients are still attached, so they see the cancellation.
         server.stopAccepting();
         await step('cancelling turns', () => runtime.close());

@@ -47,7 +47,7 @@ export interface RunningService {
    * close clients, close the database, release the lock. Settles within `server.shutdown_timeout_ms`
    * whatever a plugin does: a step still running at the deadline is abandoned and logged by name, and the database is closed and the lock released regardless. Safe to call twice.
    */
-  stop(): Promise<void>;
+  stop(options?: { handOver?: boolean }): Promise<void>;
   /**
    * Closes the database and releases the lock now, without waiting for anything: for a second signal
    * or a shutdown that overran its bound. Safe to call at any time, and twice.
@@ -134,6 +134,22 @@ export async function startService(
       });
       seat.node = joined;
     }
+    // The turns the last run left open go on, so a client coming back finds them running. On a single
+    // node before any request is read (the server listened, but reads nothing before this tick ends);
+    // a cluster node once it has joined, so that the other nodes' clients get the resumed turns' events.
+    for (const cut of recovered.recovery.resumable) {
+      try {
+        // A cluster node may have started a turn of that session while it joined: that one runs.
+        if (runtime.currentTurn(cut.sessionId) !== null) throw new Error('another turn of the session runs');
+        void runtime.resumeTurn(cut);
+      } catch (error) {
+        // Left open: the next start tries again, and closes it at its resumption cap.
+        logger.error(
+          { session_id: cut.sessionId, turn_id: cut.turnId, err: error },
+          'could not resume a turn',
+        );
+      }
+    }
     const { stop, abandon } = serviceStop({
       server,
       runtime,
@@ -143,6 +159,7 @@ export async function startService(
       store: stores.store,
       release: stores.release,
       shutdownTimeoutMs: config.server.shutdown_timeout_ms,
+      keepTurns: config.runtime.on_restart === 'resume',
       logger,
     });
     return {

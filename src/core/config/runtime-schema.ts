@@ -150,6 +150,13 @@ export const RuntimeConfigSchema = z.strictObject({
     .positive()
     .default(24 * 3600 * 1000),
   shell_timeout_ms: z.number().int().positive().default(120_000),
+  /**
+   * A turn a crash or a stop cut: `resume` takes it up at the next start, `fail` ends it as failed
+   * (docs/runtime.md "Durable turns").
+   */
+  on_restart: z.enum(['resume', 'fail']).default('resume'),
+  /** Restarts one turn is resumed across; at the next it ends failed (`resumption_cap_reached`). */
+  max_resumptions: z.number().int().nonnegative().default(3),
   /** When a provider or model stops being routed to, and when it is tried again (docs/configuration.md). */
   provider_health: z
     .strictObject({

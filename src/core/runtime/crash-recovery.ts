@@ -4,9 +4,17 @@ import { nowMicros } from '../events/clock.js';
 import type { Db } from '../store/database.js';
 import { SqliteOpenWork } from '../store/open-work.js';
 import { SessionStore } from '../store/session-store.js';
+import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
 import { usdDecimal } from './pricing.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { TurnEvents } from './turn-events.js';
+import { closeCutCall } from './turn-resume-close.js';
+import {
+  type ArchivedStreamEvent,
+  type CutTurn,
+  planResume,
+  type StoredTurnEvent,
+} from './turn-resume-plan.js';
 
 /** What start-up recovery closed, for the log and the tests. */
 export interface RecoveryReport {
@@ -19,15 +27,16 @@ export interface RecoveryReport {
   readonly workerSessions: number;
   /** `tool_calls` rows left `pending` or `running`, now `failed`. */
   readonly toolCallRows: number;
+  /**
+   * Turns left open for the runtime to take up (`runtime.on_restart: resume`), each with where it stood
+   * (turn-resume-plan.ts); their delegations in flight are closed here, as failed.
+   */
+  readonly resumable: readonly CutTurn[];
+  /** Turns of `turns` ended because they reached `runtime.max_resumptions`. */
+  readonly capReached: number;
 }
 
-interface StoredEvent {
-  readonly id: string;
-  readonly type: string;
-  readonly parent_event_id: string | null;
-  readonly timestamp_us: number;
-  readonly payload: Record<string, any>;
-}
+type StoredEvent = StoredTurnEvent;
 
 /** The events that end a call, a tool call or a delegation: their parent is what they end. */
 const ENDINGS = new Set([
@@ -40,6 +49,8 @@ const ENDINGS = new Set([
 ]);
 
 const STOPPED = 'the server stopped before this ended (closed at the next start)';
+/** A delegation a restart cut, in a turn that resumes: the planner's model is told, and goes on. */
+const INTERRUPTED = 'interrupted: the server stopped while this ran (its turn resumed at the next start)';
 
 /**
  * Closes what a crash left open, before the server takes requests (docs/decisions.md "Turns a crash
@@ -49,6 +60,12 @@ const STOPPED = 'the server stopped before this ended (closed at the next start)
  * ends `error`), then `turn.completed` in the failed-turn shape, with parent its `turn.started` and
  * `signals_extra.failure: "server_stopped"`. Tool-call rows left pending or running are marked failed.
  * Messages need nothing: a message is stored only once it ends, so a cut one was never stored.
+ *
+ * With `onRestart: resume` (docs/runtime.md "Durable turns") a planner's turn is not closed but planned
+ * for the runtime to take up (`resumable`): only its delegations in flight end here (the worker is not
+ * resumed), and its cut model call is closed (turn-resume-close.ts). A turn past `maxResumptions`
+ * restarts (counted as the `session.resumed` its session has since the turn started) is closed as
+ * above, with `failure: "resumption_cap_reached"`.
  *
  * Only the process that holds the database lock may call this: it writes into sessions it now owns,
  * through its own bus, so per-session `seq` continues without a hole or a duplicate.
@@ -61,6 +78,10 @@ export function recoverCrashedTurns(
     logger: Logger;
     /** Only these sessions and their workers (a session taken over from a dead node); default every one. */
     sessions?: readonly string[];
+    /** `runtime.on_restart` (default `fail`: every cut turn is closed as failed). */
+    onRestart?: 'resume' | 'fail';
+    /** `runtime.max_resumptions`. */
+    maxResumptions?: number;
   },
 ): RecoveryReport {
   const sessions = new SessionStore(db);
@@ -81,8 +102,13 @@ export function recoverCrashedTurns(
     delegations: 0,
     workerSessions: 0,
     toolCallRows: 0,
+    resumable: [] as CutTurn[],
+    capReached: 0,
   };
   const cutWorkers: string[] = [];
+  const resume = options.onRestart === 'resume';
+  const maxResumptions = options.maxResumptions ?? 3;
+  const archive = resume ? new SqliteStreamArchiveRows(db) : null;
 
   // Workers first: a worker's turn ends before the delegation of its planner's turn does.
   const ordered = [
@@ -100,6 +126,12 @@ export function recoverCrashedTurns(
           payload: JSON.parse(payload_json) as Record<string, any>,
         }));
       const ended = new Set(stored.filter((e) => ENDINGS.has(e.type)).map((e) => e.parent_event_id));
+      // Workers are not resumed: their delegation ends failed and the planner's turn goes on.
+      // An ended session takes nothing up (and would count no resumption): its turn is closed.
+      const resumable =
+        resume && turn.parent_session_id === null && sessions.getSession(turn.session_id)?.status !== 'ended';
+      const resumption = resumable ? open.resumedSince(turn.session_id, turn.id) + 1 : 0;
+      const capped = resumption > maxResumptions;
       const lastUs = stored.reduce((last, e) => Math.max(last, e.timestamp_us), 0);
       const latency = (e: StoredEvent) => Math.max(0, Math.round((lastUs - e.timestamp_us) / 1000));
       const events = new TurnEvents(
@@ -112,7 +144,7 @@ export function recoverCrashedTurns(
 
       for (const e of stored) {
         if (ended.has(e.id)) continue;
-        if (e.type === 'llm.call_started') {
+        if (e.type === 'llm.call_started' && (resumption === 0 || capped)) {
           events.emit('llm.call_failed', e.id, {
             model: e.payload.model,
             provider: e.payload.provider,
@@ -128,13 +160,32 @@ export function recoverCrashedTurns(
             tool_use_id: e.payload.tool_use_id,
             worker_session_id: workerId,
             failure_mode: 'worker_error',
-            error_message: STOPPED,
+            error_message: resumption === 0 || capped ? STOPPED : INTERRUPTED,
             worker_total_cost_usd: usdDecimal(sessions.storedCost(workerId)),
             pricing_version: options.pricingVersion,
           });
           cutWorkers.push(workerId);
           report.delegations += 1;
         }
+      }
+      if (resumption > 0 && !capped) {
+        const plan = planResume({
+          sessionId: turn.session_id,
+          turnId: turn.turn_id,
+          turnStartedId: turn.id,
+          events: stored,
+          messages: sessions
+            .messages(turn.session_id, { limit: 200 })
+            .filter((m) => m.turn_id === turn.turn_id),
+          toolRow: (id) => sessions.toolCall(id, turn.session_id),
+          streamed: cutStream(archive!, turn, stored, ended),
+          resumption,
+          maxResumptions,
+        });
+        report.resumable.push(
+          closeCutCall(plan, { bus, sessions, archive: archive!, pricingVersion: options.pricingVersion }),
+        );
+        continue;
       }
       for (const e of stored) {
         if (ended.has(e.id) || e.type !== 'tool.called') continue;
@@ -155,9 +206,16 @@ export function recoverCrashedTurns(
         total_output_tokens: sum(completed, 'output_tokens'),
         total_cost_usd: sum(completed, 'cost_usd'),
         wall_time_seconds: Math.max(0, lastUs - (stored[0]?.timestamp_us ?? lastUs)) / 1_000_000,
-        signals_extra: { failure: 'server_stopped' },
+        signals_extra: capped
+          ? {
+              failure: 'resumption_cap_reached',
+              resumptions: resumption - 1,
+              max_resumptions: maxResumptions,
+            }
+          : { failure: 'server_stopped' },
       });
       report.turns += 1;
+      if (capped) report.capReached += 1;
     } catch (error) {
       options.logger.error(
         { session_id: turn.session_id, turn_id: turn.turn_id, err: error },
@@ -179,7 +237,9 @@ export function recoverCrashedTurns(
     report.workerSessions += 1;
   }
 
-  const withOpenRows = open.sessionsWithOpenToolCalls();
+  // A resumed turn's rows are its resumption's to settle (ToolDispatcher.resume).
+  const resuming = new Set(report.resumable.map((t) => t.sessionId));
+  const withOpenRows = open.sessionsWithOpenToolCalls().filter((row) => !resuming.has(row.session_id));
   for (const { session_id: sessionId } of withOpenRows.filter(inScope)) {
     report.toolCallRows += sessions.closeOpenToolCalls(sessionId, {
       status: 'failed',
@@ -187,10 +247,29 @@ export function recoverCrashedTurns(
       output: STOPPED,
     });
   }
-  if (report.turns > 0 || report.toolCallRows > 0) {
-    options.logger.warn({ ...report }, 'closed what the last run left open when it stopped');
+  if (report.turns > 0 || report.toolCallRows > 0 || report.resumable.length > 0) {
+    const { resumable, ...counts } = report;
+    options.logger.warn(
+      { ...counts, resuming: resumable.length },
+      'closed what the last run left open when it stopped; the turns it cut resume',
+    );
   }
   return report;
+}
+
+/** The streaming events archived after the turn's open model call: the message it was streaming. */
+function cutStream(
+  archive: SqliteStreamArchiveRows,
+  turn: { session_id: string; turn_id: string },
+  stored: readonly StoredEvent[],
+  ended: ReadonlySet<string | null>,
+): ArchivedStreamEvent[] {
+  const open = stored.filter((e) => e.type === 'llm.call_started' && !ended.has(e.id)).at(-1);
+  if (open === undefined) return [];
+  return archive
+    .after(turn.session_id, open.id, 20_000)
+    .map((json) => JSON.parse(json) as ArchivedStreamEvent & { turn_id: string | null })
+    .filter((e) => e.turn_id === turn.turn_id);
 }
 
 function sum(events: readonly StoredEvent[], field: string): number {

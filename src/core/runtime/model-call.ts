@@ -237,6 +237,8 @@ export class ModelCaller {
     usage: Record<string, unknown>,
     completeEventId: string,
   ): void {
+    // Handed over (turn-drain.ts): the call is issued again at the next start; its message is not kept.
+    if (turn.events.frozen) return;
     this.sessions.saveMessage(
       {
         id: messageId,

@@ -35,9 +35,12 @@ import { builtinTools } from './tools/builtin.js';
 import { createDelegateTool } from './tools/delegate.js';
 import { SecretPaths } from './tools/secret-paths.js';
 import type { Tool } from './tools/tool.js';
+import { drainTurns, isHandedOver, trackTurnEvents } from './turn-drain.js';
 import { TurnEvents } from './turn-events.js';
+import { failedOutsideTheLoop } from './turn-progress.js';
 import { TurnQueues } from './turn-queue.js';
 import { queueHost, turnHooks } from './turn-queue-hooks.js';
+import type { CutTurn } from './turn-resume-plan.js';
 import { TurnRunner } from './turn-runner.js';
 import { type CancelReason, cancelTurnState, type TurnOutcome, type TurnState } from './turn-state.js';
 
@@ -108,6 +111,8 @@ export class Runtime {
   /** A user's turn waits for its `turn.started` to be stored before it calls a model (see TurnRequest). */
   private readonly startGate?: (turnStartedId: string) => Promise<void>;
   private closed = false;
+  private draining = false;
+  handedOver = 0;
 
   constructor(options: RuntimeOptions) {
     this.bus = options.bus;
@@ -372,15 +377,27 @@ export class Runtime {
     return turn ? { turnId: turn.state.turnId, done: turn.done } : null;
   }
 
-  /** Cancels every turn in flight and waits for them to end. Safe to call twice. */
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+  /** Takes up a turn the last run left open, where the store shows it stopped (docs/runtime.md). */
+  resumeTurn(cut: CutTurn): Promise<TurnOutcome> {
+    const state: TurnState = { turnId: cut.turnId, controller: new AbortController(), cancelReason: null };
+    const session = this.live.require(cut.sessionId);
+    return this.runTurn(session, cut.userText, null, null, state, undefined, undefined, undefined, cut);
+  }
+
+  /**
+   * Cancels every turn in flight and waits for them to end. Safe to call twice. With `handOver`: drains,
+   * then hands the turns still running after `waitMs` over to the next start (turn-drain.ts).
+   */
+  async close(handOver?: { waitMs: number }): Promise<void> {
+    if (this.closed || this.draining) return;
+    this.draining = handOver !== undefined;
     this.turnQueues.forgetAll();
+    if (handOver) this.handedOver = await drainTurns(() => this.live.all(), handOver.waitMs);
+    this.closed = true;
     const pending: Promise<unknown>[] = [];
     for (const session of this.live.all()) {
       if (session.inactivityTimer) clearTimeout(session.inactivityTimer);
-      if (session.turn && !session.isWorker) {
+      if (session.turn && !session.isWorker && !isHandedOver(session.turn.state)) {
         cancelTurnState(session.turn.state, 'client_disconnect');
         pending.push(session.turn.done.catch(() => undefined));
       }
@@ -407,13 +424,15 @@ export class Runtime {
     excludedTools?: ReadonlySet<string>,
     startGate?: (turnStartedId: string) => Promise<void>,
     clientTools?: readonly Tool[],
+    resumeFrom?: CutTurn,
   ): Promise<TurnOutcome> {
     const timer = setTimeout(() => cancelTurnState(state, 'timeout'), this.config.turn_timeout_ms);
     session.recommendation = null;
     const entry = { state, timer, done: undefined as unknown as Promise<TurnOutcome> };
     session.turn = entry;
-    session.turnCount += 1;
+    if (resumeFrom === undefined) session.turnCount += 1;
     const events = new TurnEvents(this.bus, this.streaming, session.id, state.turnId, session.isWorker);
+    trackTurnEvents(state, events);
     entry.done = this.runner
       .run({
         events,
@@ -431,26 +450,13 @@ export class Runtime {
         sessionAllowed: session.sessionAllowed,
         beforeToolExecute: this.beforeToolExecute,
         startGate,
+        resumeFrom,
         advise: adviserFor(this.patterns, session)?.(message),
         onDeferredPattern: (deferred) => {
           session.recommendation = { ...deferred, turnId: state.turnId };
         },
       })
-      .catch((error: unknown): TurnOutcome => {
-        this.logger.error(
-          { session_id: session.id, turn_id: state.turnId, err: error },
-          'turn failed outside the agent loop',
-        );
-        return {
-          status: 'failed',
-          model: '',
-          finalText: '',
-          llmCalls: 0,
-          toolCalls: 0,
-          costUsd: 0,
-          wallTimeSeconds: 0,
-        };
-      })
+      .catch(failedOutsideTheLoop(this.logger, session.id, state.turnId))
       .then((outcome) => {
         clearTimeout(timer);
         if (clientTools !== undefined) this.clientToolResults.forget(session.id);
@@ -481,6 +487,8 @@ export class Runtime {
   }
 
   private assertOpen(): void {
+    if (this.draining)
+      throw new MetisError('METIS_ERR_SERVER_DRAINING', 'the server is stopping: it takes no new turn');
     if (this.closed) throw new MetisError('METIS_ERR_SESSION_ENDED', 'the runtime is shutting down');
   }
 }

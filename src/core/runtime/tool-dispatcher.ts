@@ -16,7 +16,9 @@ import {
   type ToolErrorClass,
 } from './tools/tool.js';
 import { visibleSummary } from './tools/visible-summary.js';
+import { haltIfFrozen } from './turn-drain.js';
 import type { TurnEvents } from './turn-events.js';
+import type { StoredToolUse } from './turn-resume-plan.js';
 
 type ToolUseBlock = Extract<ContentBlock, { type: 'tool_use' }>;
 type ToolResultBlock = Extract<ContentBlock, { type: 'tool_result' }>;
@@ -144,6 +146,94 @@ export class ToolDispatcher {
     return { results, lastEventId, toolCallCount: scheduled.length, cancelled: request.signal.aborted };
   }
 
+  /**
+   * The tool uses of a call a restart cut (docs/runtime.md "Durable turns"), in order: a stored result
+   * is handed back and the tool not run; a call that never started runs now (asking again for the
+   * confirmation its policy needs); one that was running runs again only when its tool is `repeatSafe`,
+   * otherwise it fails as interrupted; a use with no `tool.called` stored is dispatched as new.
+   */
+  async resume(
+    request: DispatchRequest,
+    stored: ReadonlyMap<string, StoredToolUse>,
+  ): Promise<DispatchResult> {
+    const results: ToolResultBlock[] = [];
+    let lastEventId: string | null = request.callCompletedId;
+    let toolCallCount = 0;
+    for (const use of request.toolUses) {
+      const entry = stored.get(use.id);
+      let outcome: { result: ToolResultBlock; eventId: string | null };
+      if (entry === undefined) {
+        const fresh = await this.dispatch({ ...request, toolUses: [use] });
+        toolCallCount += fresh.toolCallCount;
+        outcome = { result: fresh.results[0]!, eventId: fresh.lastEventId };
+      } else if (entry.kind === 'ended') {
+        outcome = { result: entry.result, eventId: entry.eventId };
+      } else {
+        outcome = await this.resumeOne(use, entry, request);
+      }
+      results.push(outcome.result);
+      lastEventId = outcome.eventId ?? lastEventId;
+    }
+    return { results, lastEventId, toolCallCount, cancelled: request.signal.aborted };
+  }
+
+  private async resumeOne(
+    use: ToolUseBlock,
+    entry: Exclude<StoredToolUse, { kind: 'ended' }>,
+    request: DispatchRequest,
+  ): Promise<{ result: ToolResultBlock; eventId: string | null }> {
+    const { events } = request;
+    const row = {
+      id: use.id,
+      session_id: events.sessionId,
+      turn_id: events.turnId,
+      message_id: request.messageId,
+    };
+    const tool = this.tools.get(use.name) ?? request.clientTools?.find((t) => t.name === use.name);
+    const parsed = tool?.inputSchema.safeParse(use.input);
+    const end = (ok: boolean, content: string, errorClass: ToolErrorClass = 'execution_error') => {
+      const event = ok
+        ? events.emit('tool.completed', entry.calledId, {
+            tool_use_id: use.id,
+            success: true,
+            output_size_bytes: Buffer.byteLength(content),
+            latency_ms: 0,
+            files_modified: null,
+            command_executed: null,
+          })
+        : events.emit('tool.failed', entry.calledId, {
+            tool_use_id: use.id,
+            error_class: errorClass,
+            error_message: content,
+            latency_ms: 0,
+          });
+      if (!ok && entry.kind !== 'finished_unannounced')
+        this.sessions.updateToolCall(row, { status: 'failed', error_class: errorClass, output: content });
+      return {
+        result: { type: 'tool_result' as const, tool_use_id: use.id, content, is_error: !ok },
+        eventId: event.id,
+      };
+    };
+    if (entry.kind === 'finished_unannounced') {
+      const output =
+        typeof entry.row.output === 'string' ? entry.row.output : JSON.stringify(entry.row.output);
+      return end(
+        entry.row.status === 'completed',
+        output,
+        (entry.row.error_class ?? 'execution_error') as ToolErrorClass,
+      );
+    }
+    const runnable = entry.kind === 'not_started' || tool?.repeatSafe === true;
+    if (tool === undefined || parsed === undefined || !parsed.success || !runnable) {
+      return end(
+        false,
+        `interrupted: the server stopped while ${use.name} ran, and it is not safe to run twice; it was not run again`,
+      );
+    }
+    const inputHash = createHash('sha256').update(JSON.stringify(use.input)).digest('hex');
+    return this.runOne({ use, tool, input: parsed.data, calledId: entry.calledId, inputHash }, request);
+  }
+
   private async runOne(
     call: Scheduled,
     request: DispatchRequest,
@@ -196,7 +286,8 @@ export class ToolDispatcher {
     if (confirmation !== null) return fail(confirmation.errorClass, confirmation.message);
     if (request.beforeExecute) await request.beforeExecute();
     if (signal.aborted) return fail('cancelled', 'the turn was cancelled before this tool ran');
-
+    // Handed over to the next start: it runs there (it was never started), not here.
+    await haltIfFrozen(events);
     this.sessions.updateToolCall(row, { status: 'running' });
     try {
       const output = await call.tool.execute(call.input, context, check?.prepared);

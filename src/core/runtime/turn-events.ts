@@ -2,7 +2,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import { CATALOG, type EventType, type PayloadOf } from '../events/catalog/index.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { MessageBuilder } from './message-builder.js';
-import type { StreamingChannel } from './streaming-channel.js';
+import { StreamingChannel } from './streaming-channel.js';
 
 /**
  * What `emit` hands back: the event's id, to be the parent of what follows. An event that lenient
@@ -124,6 +124,9 @@ export class OpenTurnRecord {
   }
 }
 
+/** Where a frozen turn's streaming events go: nowhere (an event still has an id, for what follows). */
+const FROZEN_CHANNEL = new StreamingChannel(false);
+
 /**
  * Emits the events of one turn with its session and turn ids filled in. In a worker session the
  * agent's events carry the `worker` actor, so a planner's stream can tell them apart. It also keeps the
@@ -132,6 +135,11 @@ export class OpenTurnRecord {
 export class TurnEvents {
   readonly open = new OpenTurnRecord();
   private fallingBack = false;
+  /**
+   * Set when a stop hands the turn over to the next start (turn-drain.ts): from then on nothing of it
+   * is emitted, so the store keeps it exactly as it stood, for the next start to resume.
+   */
+  frozen = false;
 
   constructor(
     private readonly bus: EventBus,
@@ -146,6 +154,7 @@ export class TurnEvents {
    * validation drops the event, which the bus logs at ERROR, and the turn goes on (bus §3.5).
    */
   emit<T extends EventType>(type: T, parent: string | null, payload: PayloadOf<T>): EmittedEvent {
+    if (this.frozen) return { id: parent, event: null };
     const typical = CATALOG.get(type)?.actors[0];
     const event = this.bus.emit({
       type,
@@ -188,7 +197,7 @@ export class TurnEvents {
   }
 
   stream(type: string, parent: string | null, payload: Record<string, unknown>): MetisEvent {
-    const event = this.streaming.publish({
+    const event = (this.frozen ? FROZEN_CHANNEL : this.streaming).publish({
       type,
       session_id: this.sessionId,
       turn_id: this.turnId,

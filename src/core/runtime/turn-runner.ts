@@ -1,15 +1,11 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { RoutingRule, RuntimeConfig } from '../config/runtime-schema.js';
+import { nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
 import type { SessionRows } from '../store/store-port.js';
 import { memoryPrompt } from './memory/memory-prompt.js';
-import {
-  type AdapterResult,
-  type ConversationMessage,
-  estimateTokens,
-  type ModelAdapter,
-} from './model-adapter.js';
+import { type ConversationMessage, estimateTokens, type ModelAdapter } from './model-adapter.js';
 import { type CallingTurn, type CallResult, ModelCaller } from './model-call.js';
 import type { ModelRegistry } from './models/model-registry.js';
 import type { PatternAdvice } from './patterns/pattern-store.js';
@@ -18,8 +14,11 @@ import { joinPrompts, type SkillSessions } from './skills/skill-sessions.js';
 import type { DispatchRequest, DispatchResult, ToolDispatcher } from './tool-dispatcher.js';
 import { WORKER_FORBIDDEN_TOOLS } from './tools/delegate.js';
 import type { Tool } from './tools/tool.js';
+import { haltIfFrozen } from './turn-drain.js';
 import type { TurnEvents } from './turn-events.js';
 import { closeFailedTurn } from './turn-failure.js';
+import { TurnProgress } from './turn-progress.js';
+import type { CutTurn, StoredToolUse } from './turn-resume-plan.js';
 import { cancelTurnState, type TurnOutcome, type TurnState } from './turn-state.js';
 
 // The server reads a cancel's reason against these; they belong to the turn's state (turn-state.ts).
@@ -65,6 +64,8 @@ export interface TurnRequest {
   readonly beforeModelCall?: () => Promise<void>;
   /** Messages sent to the running turn (`multitask: steer`), taken just before each model call. */
   readonly takeSteered?: () => readonly string[];
+  /** A turn the last run left open, taken up where its stored events stop (turn-resume-plan.ts). */
+  readonly resumeFrom?: CutTurn;
   /** Told of each model call as it ended, to count its spend (budget.ts). */
   readonly afterModelCall?: (
     call: CallResult,
@@ -109,6 +110,7 @@ export class TurnRunner {
   async run(request: TurnRequest): Promise<TurnOutcome> {
     const startedAt = performance.now();
     try {
+      if (request.resumeFrom !== undefined) return await this.resumed(request, request.resumeFrom);
       return await this.loop(request, startedAt);
     } catch (error) {
       return closeFailedTurn(
@@ -132,6 +134,57 @@ export class TurnRunner {
     if (request.startGate && turnStartedId !== null) {
       if (!(await passStartGate(request.startGate, turnStartedId, state))) return progress.cancelled();
     }
+    return this.routed(request, route, progress, conversation, turnStartedId);
+  }
+
+  /**
+   * A turn a restart cut, going on in the same turn (docs/runtime.md "Durable turns"): its cut model
+   * call was closed at start-up; it ends if only its end was missing, runs the tool calls its last call
+   * asked for that did not end (ToolDispatcher.resume), or calls the model again on the stored history.
+   */
+  private async resumed(request: TurnRequest, cut: CutTurn): Promise<TurnOutcome> {
+    const { events, state } = request;
+    const startedAt = performance.now() - Math.max(0, nowMicros() - cut.turnStartedUs) / 1000;
+    const progress = new TurnProgress(events, state, cut.turnStartedId, startedAt, cut.model ?? '');
+    progress.seed(cut.totals);
+    // Should this fail, closeFailedTurn ends the turn from the open record: it is started, and routed.
+    Object.assign(events.open, {
+      turnStarted: true,
+      turnStartedId: cut.turnStartedId,
+      model: progress.model,
+    });
+    Object.assign(events.open, { llmCalls: cut.totals.llmCalls, toolCalls: cut.totals.toolCalls });
+    const step = cut.step;
+    if (step.kind === 'end') return progress.completed(step.stopReason, step.status);
+    if (step.kind === 'cancelled') return progress.cancelled();
+    const conversation = [...request.history()];
+    if (step.kind === 'route') {
+      const route = this.route(request, false);
+      progress.model = route.chosen_model ?? '';
+      return this.routed(request, route, progress, conversation, cut.turnStartedId);
+    }
+    const resolution = this.models.resolve(progress.model);
+    if (!resolution.ok) return progress.completed('end_turn', 'failed', { failure: 'no_model_available' });
+    let parent = step.kind === 'call' ? step.parent : null;
+    if (step.kind === 'tools') {
+      const call = { completedEventId: step.callCompletedId, messageId: step.messageId };
+      const dispatched = await this.runTools(request, call, step.uses, step.stored);
+      progress.toolCalls += dispatched.toolCallCount;
+      if (dispatched.cancelled) return progress.cancelled();
+      conversation.push({ role: 'tool', content: dispatched.results });
+      parent = dispatched.lastEventId;
+    }
+    return this.converse(request, progress, resolution.adapter, conversation, parent);
+  }
+
+  private routed(
+    request: TurnRequest,
+    route: RouteDecision | NoRoute,
+    progress: TurnProgress,
+    conversation: ConversationMessage[],
+    turnStartedId: string | null,
+  ): Promise<TurnOutcome> | TurnOutcome {
+    const { events } = request;
     // No candidate can serve: route.decided needs a chosen model, so there is none; the turn still
     // ends, as a failed turn without model calls (docs/decisions.md "A turn no model can serve").
     const resolution = route.chosen_model === null ? null : this.models.resolve(route.chosen_model);
@@ -261,6 +314,7 @@ export class TurnRunner {
     let adapter = routedAdapter;
     let parent = turnStartedId;
     for (;;) {
+      await haltIfFrozen(events);
       if (signal.aborted) return progress.cancelled();
       // A budget pauses here, between two calls: no call is cut (issue 31).
       await request.beforeModelCall?.();
@@ -276,6 +330,7 @@ export class TurnRunner {
         parent = events.emit('route.overridden', redirect.routeDecidedId, redirect.payload).id;
       }
       const call = await this.caller.call(adapter, progress.model, conversation, parent, turn);
+      await haltIfFrozen(events);
       progress.addCall(call);
       request.afterModelCall?.(call, progress.model, conversation);
       // An override cut the call, or came as it finished: the turn goes on with the new model.
@@ -325,11 +380,15 @@ export class TurnRunner {
   /** Runs the tool uses of a completed call and stores their results as the turn's tool message. */
   private async runTools(
     request: TurnRequest,
-    call: Extract<CallResult, { kind: 'completed' }>,
+    call: { completedEventId: string | null; messageId: string },
     toolUses: DispatchRequest['toolUses'],
+    /** A resumed turn's tool uses, as the store has them (ToolDispatcher.resume). */
+    stored?: ReadonlyMap<string, StoredToolUse>,
   ): Promise<DispatchResult> {
     const { events, state } = request;
-    const dispatched = await this.dispatcher.dispatch({
+    const dispatch = (r: DispatchRequest) =>
+      stored === undefined ? this.dispatcher.dispatch(r) : this.dispatcher.resume(r, stored);
+    const dispatched = await dispatch({
       events,
       toolUses,
       callCompletedId: call.completedEventId,
@@ -341,6 +400,7 @@ export class TurnRunner {
       excludedTools: excludedFor(request),
       clientTools: request.clientTools,
     });
+    await haltIfFrozen(events);
     this.sessions.saveMessage(
       {
         id: newId('msg'),
@@ -401,75 +461,6 @@ async function passStartGate(
     return false;
   }
   return !state.controller.signal.aborted;
-}
-
-/** What a turn has done so far, which model serves it now, and its two terminal events. */
-class TurnProgress {
-  llmCalls = 0;
-  toolCalls = 0;
-  private inputTokens = 0;
-  private outputTokens = 0;
-  private costUsd = 0;
-  private finalText = '';
-
-  constructor(
-    private readonly events: TurnEvents,
-    private readonly state: TurnState,
-    private readonly turnStartedId: string | null,
-    private readonly startedAt: number,
-    /** Empty only when no model can serve the turn; an override changes it. */
-    public model: string,
-  ) {}
-
-  addCall(call: CallResult): void {
-    this.llmCalls += 1;
-    this.inputTokens += call.usage.input_tokens;
-    this.outputTokens += call.usage.output_tokens;
-    this.costUsd += call.costUsd;
-    this.finalText = call.text || this.finalText;
-  }
-
-  cancelled(): TurnOutcome {
-    this.state.ending = true;
-    this.events.emit('turn.cancelled', this.turnStartedId, {
-      reason: this.state.cancelReason ?? 'user_cancel',
-      partial_llm_calls: this.llmCalls,
-      partial_tool_calls: this.toolCalls,
-    });
-    return this.outcome('cancelled');
-  }
-
-  /** `turn.completed`, which also ends a turn that failed (`status`). */
-  completed(
-    stopReason: AdapterResult['stop_reason'],
-    status: TurnOutcome['status'],
-    signalsExtra?: Record<string, unknown>,
-  ): TurnOutcome {
-    this.state.ending = true;
-    this.events.emit('turn.completed', this.turnStartedId, {
-      stop_reason: stopReason,
-      llm_call_count: this.llmCalls,
-      tool_call_count: this.toolCalls,
-      total_input_tokens: this.inputTokens,
-      total_output_tokens: this.outputTokens,
-      total_cost_usd: this.costUsd,
-      wall_time_seconds: (performance.now() - this.startedAt) / 1000,
-      ...(signalsExtra === undefined ? {} : { signals_extra: signalsExtra }),
-    });
-    return this.outcome(status);
-  }
-
-  private outcome(status: TurnOutcome['status']): TurnOutcome {
-    return {
-      status,
-      model: this.model,
-      finalText: this.finalText,
-      llmCalls: this.llmCalls,
-      toolCalls: this.toolCalls,
-      costUsd: this.costUsd,
-      wallTimeSeconds: (performance.now() - this.startedAt) / 1000,
-    };
-  }
 }
 
 function excludedFor(request: TurnRequest): ReadonlySet<string> | undefined {

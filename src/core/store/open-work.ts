@@ -27,6 +27,8 @@ export interface OpenWork {
   turnEvents(turnId: string): TurnEventRow[];
   /** Sessions (with their parent) that have a tool-call row still pending or running. */
   sessionsWithOpenToolCalls(): { readonly session_id: string; readonly parent_session_id: string | null }[];
+  /** How many `session.resumed` the session has after event `afterId`: the restarts since (durable turns). */
+  resumedSince(sessionId: string, afterId: string): number;
 }
 
 export class SqliteOpenWork implements OpenWork {
@@ -50,6 +52,13 @@ export class SqliteOpenWork implements OpenWork {
         'SELECT id, type, parent_event_id, timestamp_us, payload_json FROM events WHERE turn_id = ? ORDER BY id',
       )
       .all(turnId) as TurnEventRow[];
+  }
+
+  resumedSince(sessionId: string, afterId: string): number {
+    return this.db
+      .prepare("SELECT count(*) FROM events WHERE session_id = ? AND type = 'session.resumed' AND id > ?")
+      .pluck()
+      .get(sessionId, afterId) as number;
   }
 
   sessionsWithOpenToolCalls(): { session_id: string; parent_session_id: string | null }[] {

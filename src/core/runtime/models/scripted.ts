@@ -24,7 +24,15 @@ export interface ScriptedOptions {
 
 type Plan =
   | { kind: 'text'; text: string; thinking?: string }
-  | { kind: 'tool'; name: string; input: Record<string, unknown>; preface: string; thinking?: string }
+  | {
+      kind: 'tool';
+      name: string;
+      input: Record<string, unknown>;
+      preface: string;
+      thinking?: string;
+      /** More calls in the same message (`run-each:`), after this one. */
+      more?: readonly { name: string; input: Record<string, unknown> }[];
+    }
   | { kind: 'slow'; text: string }
   | { kind: 'fail'; errorClass: ErrorClass; message: string };
 
@@ -46,6 +54,9 @@ type Plan =
  *   `recall`          → answers with the system prompt it was given (the workspace memory, skills)
  *   `skill: <name>`   → calls `skill_load` with that name; `skills? <query>` → calls `skill_search`
  *   `slow: X`         → streams slowly, so a cancel lands mid-message
+ *   `run-each: a ;; b` → calls `shell` once per command, all in one message
+ *   `slow-after: <trigger>` → does what `<trigger>` does, then streams its answer to the tool result
+ *                       slowly: a restart can land after the tool ended, mid-answer (durable turns)
  *   `fail: <class>`   → fails with that `error_class` (rate_limit, auth, server_error, ...)
  *
  * After a tool result it answers with a short summary of the result and ends the turn.
@@ -110,16 +121,18 @@ export class ScriptedModel implements ModelAdapter {
       outputTokens += 1;
     }
     index += 1;
-    if (plan.kind === 'tool') {
+    const calls = plan.kind === 'tool' ? [{ name: plan.name, input: plan.input }, ...(plan.more ?? [])] : [];
+    for (const call of calls) {
       const toolUseId = newId('tu');
-      yield { kind: 'tool_use_start', index, tool_use_id: toolUseId, tool_name: plan.name };
-      const json = JSON.stringify(plan.input);
+      yield { kind: 'tool_use_start', index, tool_use_id: toolUseId, tool_name: call.name };
+      const json = JSON.stringify(call.input);
       for (let at = 0; at < json.length; at += 8) {
         await pause(this.tokenDelayMs);
         yield { kind: 'tool_input', index, tool_use_id: toolUseId, partial_json: json.slice(at, at + 8) };
         outputTokens += 1;
       }
-      yield { kind: 'tool_use_end', index, tool_use_id: toolUseId, final_input: plan.input };
+      yield { kind: 'tool_use_end', index, tool_use_id: toolUseId, final_input: call.input };
+      index += 1;
     }
     return {
       stop_reason: plan.kind === 'tool' ? 'tool_use' : 'end_turn',
@@ -168,10 +181,14 @@ function planFor(
         b.type === 'tool_result' ? `${b.is_error ? 'failed: ' : ''}${b.content.slice(0, 200)}` : '',
       )
       .join('; ');
+    // The user's message the tool answered: `slow-after:` asks for a slow answer to the result.
+    const asked = messages.findLast((m) => m.role === 'user' && m.content.some((b) => b.type === 'text'));
+    const askedText = asked?.content.map((b) => (b.type === 'text' ? b.text : '')).join('') ?? '';
+    if (askedText.trim().startsWith('slow-after:')) return { kind: 'slow', text: `the result (${summary})` };
     return { kind: 'text', text: `The tool returned ${summary}` };
   }
   const [, trigger, rest = ''] =
-    /^(think|run|read|delegate|client|remember user|remember|consolidate|skill|slow|fail):\s*(.*)$/s.exec(
+    /^(think|run|read|delegate|client|remember user|remember|consolidate|skill|slow-after|run-each|slow|fail):\s*(.*)$/s.exec(
       text,
     ) ?? [];
   if (text === 'time')
@@ -196,6 +213,11 @@ function planFor(
     }
     case 'run':
       return { kind: 'tool', name: 'shell', input: { command: rest }, preface: 'Running it.' };
+    case 'run-each': {
+      const [head = '', ...tail] = rest.split(';;').map((command) => command.trim());
+      const more = tail.map((command) => ({ name: 'shell', input: { command } }));
+      return { kind: 'tool', name: 'shell', input: { command: head }, preface: 'Running them.', more };
+    }
     case 'read':
       return { kind: 'tool', name: 'read_file', input: { path: rest }, preface: 'Reading it.' };
     case 'delegate':
@@ -229,6 +251,8 @@ function planFor(
       };
     case 'slow':
       return { kind: 'slow', text: rest };
+    case 'slow-after':
+      return planFor([{ role: 'user', content: [{ type: 'text', text: rest }] }], offered, system);
     case 'fail': {
       const errorClass = (ERROR_CLASSES as readonly string[]).includes(rest)
         ? (rest as ErrorClass)

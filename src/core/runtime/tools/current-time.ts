@@ -21,6 +21,7 @@ export const currentTimeTool = defineTool({
     'Returns the current date and time as ISO 8601 in UTC, the name of the local timezone and the local time with its UTC offset.',
   inputSchema: z.strictObject({}),
   sideEffects: 'none',
+  repeatSafe: true,
   summarize: () => ({ input_summary: 'read the current time' }),
   async execute() {
     const now = new Date();

@@ -71,6 +71,7 @@ export function createReadFileTool(options: ReadFileToolOptions = {}) {
       `Content longer than ${maxBytes} bytes is truncated; binary files are reported, not shown.`,
     inputSchema,
     sideEffects: 'read',
+    repeatSafe: true,
     summarize: (input) => ({ input_summary: `read ${input.path}` }),
     checkCall: (input, context) => check(input.path, context),
     async execute(input, context, prepared) {

@@ -78,6 +78,11 @@ export interface Tool<S extends z.ZodType = z.ZodType, P = unknown> {
   /** The input's JSON Schema as the model is shown it, when not derived from `inputSchema` (a client's tool). */
   readonly inputJsonSchema?: Record<string, unknown>;
   readonly sideEffects: SideEffects;
+  /**
+   * Whether running the same call twice is harmless: a call a restart cut while it ran is run again
+   * only then, otherwise the model is told it was interrupted (docs/runtime.md "Durable turns").
+   */
+  readonly repeatSafe?: boolean;
   /** Human summary for confirmation prompts: the input whole up to `SUMMARY_MAX_CHARS`, an explicit cut past it (summary-bound.ts). */
   summarize?(input: z.output<S>): {
     input_summary: string;

@@ -1,0 +1,78 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { expect } from 'vitest';
+import { eventually } from '../helpers/protocol.js';
+import { serveCli } from '../helpers/run-cli.js';
+import { post, storeReader } from './durable-helpers.js';
+
+/** A seeded generator (mulberry32): the same seed, the same rounds. */
+export function seededRandom(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Turns with tools (side effects counted in a file of their own), thinking, delegation, slow answers. */
+const SHAPES = [
+  (file: string) => `slow-after: run: echo once >> ${file}`,
+  (file: string) => `think: run: echo once >> ${file}`,
+  (file: string) => `run-each: echo once >> ${file} ;; sleep 1`,
+  () => 'slow-after: time',
+  () => 'think: slow: a story',
+  // A worker runs the command: cut, it is not resumed, and its planner is told it was interrupted.
+  (file: string) => `delegate: run: echo once >> ${file}`,
+];
+
+/**
+ * `rounds` times: a real `metis serve` (`args`) gets two turns, is killed (SIGKILL or SIGTERM) at a
+ * seeded random moment and started again; every turn must end. Then, for every turn: it completed
+ * (one restart each, the cap is not reached), no command ran twice, its session's seq is whole.
+ */
+export async function killDuringTurns(options: {
+  home: string;
+  args: readonly string[];
+  /** The SQLite file the server runs on (the working copy on PostgreSQL), known once it started. */
+  tracePath: (banner: Record<string, any>) => string;
+  seed: number;
+  rounds: number;
+}): Promise<void> {
+  const next = seededRandom(options.seed);
+  const { home, args } = options;
+  let store: ReturnType<typeof storeReader> | null = null;
+  const turns: { sessionId: string; turnId: string; file: string }[] = [];
+  for (let round = 0; round < options.rounds; round += 1) {
+    const server = await serveCli(home, args);
+    store ??= storeReader(options.tracePath(JSON.parse(server.stdout().split('\n')[0]!)));
+    for (let i = 0; i < 2; i += 1) {
+      const file = join(home, `side-${round}-${i}.txt`);
+      const message = SHAPES[Math.floor(next() * SHAPES.length)]!(file);
+      const sessionId = (await post(server.url, '/sessions', { workspace_path: home })).body
+        .session_id as string;
+      const turnId = (await post(server.url, `/sessions/${sessionId}/turns`, { message })).body
+        .turn_id as string;
+      turns.push({ sessionId, turnId, file });
+    }
+    const wait = Math.floor(next() * 2500);
+    const signal = next() < 0.5 ? 'SIGKILL' : 'SIGTERM';
+    await new Promise((resolve) => setTimeout(resolve, wait));
+    const code = await server.stop(signal);
+    if (signal === 'SIGTERM') expect(code, `round ${round}: ${server.stderr().slice(-1500)}`).toBe(0);
+    const again = await serveCli(home, args);
+    const allEnded = () => turns.every((t) => store!.ended(t.turnId));
+    expect(await eventually(allEnded, 30_000), `round ${round} (${signal} after ${wait} ms)`).toBe(true);
+    expect(await again.stop('SIGTERM')).toBe(0);
+  }
+  for (const { sessionId, turnId, file } of turns) {
+    const events = store!.turn(turnId);
+    const end = events.at(-1)!;
+    expect(end.type, turnId).toBe('turn.completed');
+    expect(end.payload.signals_extra ?? null, turnId).toBeNull();
+    if (existsSync(file)) expect(readFileSync(file, 'utf8').trim().split('\n')).toEqual(['once']);
+    expect(store!.seqWhole(sessionId), sessionId).toBe(true);
+  }
+}
