@@ -11,6 +11,9 @@ const SLOW_FIRST = [
   'test/cluster/cluster-node.test.ts',
   'test/conformance/server-suite.test.ts',
   'test/cluster/three-nodes.test.ts',
+  'test/durable/restart-property.test.ts',
+  'test/durable/durable-turns.test.ts',
+  'test/durable/restart-property-postgres.test.ts',
   'test/store/serve-on-postgres.test.ts',
   'test/store/store-copy.test.ts',
   'test/cluster/fault-accounting.test.ts',
@@ -21,6 +24,8 @@ const SLOW_FIRST = [
   'test/bench-cluster-smoke.test.ts',
   'test/cli/session-commands.test.ts',
   'test/soak/server-soak.test.ts',
+  'test/durable/durable-stop.test.ts',
+  'test/durable/durable-clients.test.ts',
 ];
 
 export default class SlowFirstSequencer extends BaseSequencer {
