@@ -1,6 +1,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { EventSource } from 'eventsource';
 import { expect } from 'vitest';
+import { STREAMING_TYPES } from '../../src/core/events/streaming.js';
+import { serverToken } from '../helpers/home-token.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
 import { post, storeReader } from './durable-helpers.js';
@@ -29,9 +32,31 @@ const SHAPES = [
 ];
 
 /**
- * `rounds` times: a real `metis serve` (`args`) gets two turns, is killed (SIGKILL or SIGTERM) at a
- * seeded random moment and started again; every turn must end. Then, for every turn: it completed
- * (one restart each, the cap is not reached), no command ran twice, its session's seq is whole.
+ * A client following a session over SSE, as a browser's `EventSource` does: it reconnects by itself
+ * with Last-Event-ID when the server comes back on the same port. Keeps every event it was shown.
+ */
+async function follow(
+  url: string,
+  sessionId: string,
+): Promise<{ shown: any[]; since: string; close: () => void }> {
+  const token = encodeURIComponent(serverToken(url) ?? '');
+  const source = new EventSource(`${url}/sessions/${sessionId}/events?filter=preset:full&token=${token}`);
+  const shown: any[] = [];
+  let snapshotAt: string | null = null;
+  source.onmessage = (message) => shown.push(JSON.parse(message.data).event);
+  source.addEventListener('snapshot', (message) => {
+    snapshotAt ??= JSON.parse(message.data).snapshot_at_event_id as string;
+  });
+  expect(await eventually(() => snapshotAt !== null, 10_000), `no snapshot for ${sessionId}`).toBe(true);
+  return { shown, since: snapshotAt!, close: () => source.close() };
+}
+
+/**
+ * `rounds` times: a real `metis serve` (`args`) gets two turns, each followed by an SSE client, is
+ * killed (SIGKILL or SIGTERM) at a seeded random moment and started again on the same port; every turn
+ * must end. Then, for every turn: it completed (one restart each, the cap is not reached), no command
+ * ran twice, its session's seq is whole, and its client was shown exactly the session's stored events,
+ * in their order (nothing a crash took back, nothing lost, nothing twice).
  */
 export async function killDuringTurns(options: {
   home: string;
@@ -45,14 +70,25 @@ export async function killDuringTurns(options: {
   const { home, args } = options;
   let store: ReturnType<typeof storeReader> | null = null;
   const turns: { sessionId: string; turnId: string; file: string }[] = [];
+  // What a client subscribed at `since` must be shown: the session's stored events after its snapshot.
+  const storedIds = (sessionId: string, since: string) =>
+    store!
+      .query<{ id: string }>(
+        'SELECT id FROM events WHERE session_id = ? AND id > ? ORDER BY id',
+        sessionId,
+        since,
+      )
+      .map((r) => r.id);
   for (let round = 0; round < options.rounds; round += 1) {
     const server = await serveCli(home, args);
+    const clients: { sessionId: string; shown: any[]; since: string; close: () => void }[] = [];
     store ??= storeReader(options.tracePath(JSON.parse(server.stdout().split('\n')[0]!)));
     for (let i = 0; i < 2; i += 1) {
       const file = join(home, `side-${round}-${i}.txt`);
       const message = SHAPES[Math.floor(next() * SHAPES.length)]!(file);
       const sessionId = (await post(server.url, '/sessions', { workspace_path: home })).body
         .session_id as string;
+      clients.push({ sessionId, ...(await follow(server.url, sessionId)) });
       const turnId = (await post(server.url, `/sessions/${sessionId}/turns`, { message })).body
         .turn_id as string;
       turns.push({ sessionId, turnId, file });
@@ -62,9 +98,23 @@ export async function killDuringTurns(options: {
     await new Promise((resolve) => setTimeout(resolve, wait));
     const code = await server.stop(signal);
     if (signal === 'SIGTERM') expect(code, `round ${round}: ${server.stderr().slice(-1500)}`).toBe(0);
-    const again = await serveCli(home, args);
+    const again = await serveCli(home, args, server.port);
     const allEnded = () => turns.every((t) => store!.ended(t.turnId));
     expect(await eventually(allEnded, 30_000), `round ${round} (${signal} after ${wait} ms)`).toBe(true);
+    for (const client of clients) {
+      const shownIds = () =>
+        client.shown
+          .filter((e) => e.session_id === client.sessionId && !STREAMING_TYPES.has(e.type))
+          .map((e) => e.id as string);
+      const same = () =>
+        JSON.stringify(shownIds()) === JSON.stringify(storedIds(client.sessionId, client.since));
+      await eventually(same, 15_000);
+      expect(
+        shownIds(),
+        `round ${round} (${signal} after ${wait} ms): what ${client.sessionId}'s client was shown`,
+      ).toEqual(storedIds(client.sessionId, client.since));
+      client.close();
+    }
     expect(await again.stop('SIGTERM')).toBe(0);
   }
   for (const { sessionId, turnId, file } of turns) {
