@@ -4,8 +4,8 @@ import { sseEvents } from '../helpers/sse-server.js';
 
 export interface Upstream {
   readonly url: string;
-  /** Every request, in order: path and JSON body. */
-  readonly requests: { path: string; body: any }[];
+  /** Every request, in order: path, JSON body, and the client's port (one per connection). */
+  readonly requests: { path: string; body: any; port: number | undefined }[];
   close(): Promise<void>;
 }
 
@@ -22,7 +22,7 @@ export async function startUpstream(fixtures: readonly string[]): Promise<Upstre
     });
     req.on('end', async () => {
       const fixture = fixtures[requests.length];
-      requests.push({ path: req.url ?? '', body: text ? JSON.parse(text) : {} });
+      requests.push({ path: req.url ?? '', body: text ? JSON.parse(text) : {}, port: req.socket.remotePort });
       if (fixture === undefined) {
         res.writeHead(500, { 'content-type': 'application/json' });
         return res.end(JSON.stringify({ error: { type: 'api_error', message: 'no recording left' } }));

@@ -92,6 +92,7 @@ export class GatewayTurns {
           input_schema: tool.parameters,
         })),
         ...(request.system === null ? {} : { system: request.system }),
+        ...request.sampling,
       },
       state.controller.signal,
       turn.onChunk,

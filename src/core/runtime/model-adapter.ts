@@ -39,6 +39,10 @@ export interface ModelRequest {
   readonly tools: readonly ToolSpec[];
   readonly system?: string;
   readonly maxTokens?: number;
+  /** Sampling a gateway client asked for (its request's own fields); the provider's defaults without. */
+  readonly temperature?: number;
+  readonly topP?: number;
+  readonly stopSequences?: readonly string[];
 }
 
 /** One piece of a provider's stream, already in canonical terms; `index` is the content block index. */

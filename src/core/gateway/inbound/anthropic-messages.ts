@@ -13,6 +13,7 @@ import {
   requireModel,
   requireObject,
   type StreamEncoder,
+  samplingOf,
   sseFrame,
   textOfParts,
 } from './inbound-request.js';
@@ -63,6 +64,7 @@ function parse(raw: unknown): InboundRequest {
     tools: tools(body.tools),
     stream: optionalBoolean(body, 'stream'),
     includeUsage: false,
+    sampling: samplingOf(body, { maxTokens: ['max_tokens'], stop: 'stop_sequences' }),
   };
 }
 

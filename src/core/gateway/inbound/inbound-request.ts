@@ -3,6 +3,7 @@ import type {
   AdapterChunk,
   ContentBlock,
   ConversationMessage,
+  ModelRequest,
   StopReason,
   TokenUsage,
 } from '../../runtime/model-adapter.js';
@@ -25,6 +26,50 @@ export interface InboundRequest {
   readonly stream: boolean;
   /** OpenAI chat's `stream_options.include_usage`: a last chunk with the usage. */
   readonly includeUsage: boolean;
+  /** The client's output cap and sampling, passed to the provider call as they were asked. */
+  readonly sampling: Sampling;
+}
+
+export type Sampling = Pick<ModelRequest, 'maxTokens' | 'temperature' | 'topP' | 'stopSequences'>;
+
+/**
+ * The output cap and sampling fields of a request, each where its provider puts it: the first of
+ * `maxTokens` that is set (OpenAI chat's `max_completion_tokens` replaced `max_tokens`), `temperature`,
+ * `top_p`, and `stop` (a string or a list). A field of the wrong type is a 400 naming it; the ranges
+ * are the provider's to check, since they differ (temperature up to 2 at OpenAI, 1 at Anthropic).
+ */
+export function samplingOf(
+  body: Record<string, unknown>,
+  fields: { readonly maxTokens: readonly string[]; readonly stop: string | null },
+): Sampling {
+  const sampling: { -readonly [K in keyof Sampling]: Sampling[K] } = {};
+  for (const field of fields.maxTokens) {
+    const value = body[field];
+    if (value === undefined || value === null) continue;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1)
+      throw invalid(field, 'must be a positive integer');
+    sampling.maxTokens = value;
+    break;
+  }
+  const number = (field: string): number | undefined => {
+    const value = body[field];
+    if (value === undefined || value === null) return undefined;
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0)
+      throw invalid(field, 'must be a number, 0 or more');
+    return value;
+  };
+  const temperature = number('temperature');
+  if (temperature !== undefined) sampling.temperature = temperature;
+  const topP = number('top_p');
+  if (topP !== undefined) sampling.topP = topP;
+  const stop = fields.stop === null ? undefined : body[fields.stop];
+  if (stop !== undefined && stop !== null) {
+    const list = typeof stop === 'string' ? [stop] : stop;
+    if (!Array.isArray(list) || !list.every((s) => typeof s === 'string'))
+      throw invalid(fields.stop!, 'must be a string or a list of strings');
+    if (list.length > 0) sampling.stopSequences = list;
+  }
+  return sampling;
 }
 
 /** What the model answered, for a plain (not streamed) answer and a stream's last frames. */

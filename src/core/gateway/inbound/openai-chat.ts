@@ -20,6 +20,7 @@ import {
   requireModel,
   requireObject,
   type StreamEncoder,
+  samplingOf,
   sseFrame,
   textOfParts,
 } from './inbound-request.js';
@@ -84,6 +85,7 @@ function parse(raw: unknown): InboundRequest {
     tools: tools(body.tools),
     stream,
     includeUsage: stream && isRecord(options) && options.include_usage === true,
+    sampling: samplingOf(body, { maxTokens: ['max_completion_tokens', 'max_tokens'], stop: 'stop' }),
   };
 }
 

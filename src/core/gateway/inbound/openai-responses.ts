@@ -15,6 +15,7 @@ import {
   requireModel,
   requireObject,
   type StreamEncoder,
+  samplingOf,
   sseFrame,
   textOfParts,
 } from './inbound-request.js';
@@ -100,6 +101,7 @@ function parse(raw: unknown): InboundRequest {
     tools: tools(body.tools),
     stream: optionalBoolean(body, 'stream'),
     includeUsage: false,
+    sampling: samplingOf(body, { maxTokens: ['max_output_tokens'], stop: null }),
   };
 }
 

@@ -124,16 +124,25 @@ export class AnthropicAdapter implements ModelAdapter {
     request: ModelRequest,
     signal: AbortSignal,
   ): AsyncGenerator<AdapterChunk, AdapterResult, void> {
+    const budget = this.thinkingBudgetTokens;
+    // With thinking on, the API wants max_tokens above the budget: a client's cap is raised as the
+    // configured one is (constructor). The Messages API takes no temperature or top_p (not in the SDK's
+    // parameters): a gateway client's are not sent here.
+    const maxTokens =
+      request.maxTokens === undefined
+        ? this.maxTokens
+        : budget === undefined
+          ? request.maxTokens
+          : Math.max(request.maxTokens, budget + 1024);
     const params: Anthropic.MessageCreateParamsStreaming = {
       model: apiModelName(request.model),
-      max_tokens: request.maxTokens ?? this.maxTokens,
+      max_tokens: maxTokens,
       messages: toAnthropicMessages(request.messages),
       stream: true,
       ...(request.system ? { system: request.system } : {}),
       ...(request.tools.length > 0 ? { tools: request.tools.map(toAnthropicTool) } : {}),
-      ...(this.thinkingBudgetTokens !== undefined
-        ? { thinking: { type: 'enabled', budget_tokens: this.thinkingBudgetTokens } }
-        : {}),
+      ...(budget !== undefined ? { thinking: { type: 'enabled', budget_tokens: budget } } : {}),
+      ...(request.stopSequences !== undefined ? { stop_sequences: [...request.stopSequences] } : {}),
     };
     const { data: stream, request_id: requestId } = await this.client.messages
       .create(params, { signal })

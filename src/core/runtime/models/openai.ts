@@ -15,6 +15,7 @@ import {
 import { explainRefusal, type ProviderWhereabouts } from './adapter-advice.js';
 import { apiModelName, pairToolCalls, parseToolInput } from './conversation.js';
 import { type SdkErrors, StreamIncompleteError } from './error-mapping.js';
+import { openChatStream } from './openai-stream.js';
 import { adapterRetryPolicy, streamProviderCall } from './provider-call.js';
 import type { RetryPolicy } from './retry.js';
 
@@ -53,8 +54,9 @@ interface ToolCallState {
 }
 
 /**
- * `openai:<model>` and every `openai-compatible` provider (Ollama, vLLM, llama.cpp server) through the
- * `openai` SDK's streaming chat completions, with `stream_options.include_usage`:
+ * `openai:<model>` and every `openai-compatible` provider (Ollama, vLLM, llama.cpp server) through
+ * streaming chat completions, with `stream_options.include_usage`; the `openai` SDK's client holds the
+ * base URL and key and its types and error classes are used, but the request is openai-stream.ts's:
  *
  *   delta.content                        → text (one text block)
  *   delta.reasoning_content / reasoning  → thinking without a signature (servers of reasoning models)
@@ -129,10 +131,11 @@ export class OpenAIAdapter implements ModelAdapter {
       stream_options: { include_usage: true },
       ...(request.tools.length > 0 ? { tools: request.tools.map(toOpenAITool) } : {}),
       ...(maxTokens !== undefined ? { max_tokens: maxTokens } : {}),
+      ...(request.temperature !== undefined ? { temperature: request.temperature } : {}),
+      ...(request.topP !== undefined ? { top_p: request.topP } : {}),
+      ...(request.stopSequences !== undefined ? { stop: [...request.stopSequences] } : {}),
     };
-    const { data: stream, request_id: requestId } = await this.client.chat.completions
-      .create(params, { signal })
-      .withResponse();
+    const { chunks: stream, requestId } = await openChatStream({ client: this.client, params, signal });
 
     let nextIndex = 0;
     let textIndex: number | null = null;
@@ -213,7 +216,7 @@ export class OpenAIAdapter implements ModelAdapter {
         }
       }
     }
-    // The SDK ends the iteration quietly when the request is aborted.
+    // The stream ends quietly when the request is aborted (as the SDK's did).
     if (signal.aborted) throw new AdapterError('cancelled', 'the request was cancelled');
     if (finishReason === null) throw new StreamIncompleteError('the stream ended before a finish_reason');
     const madeCalls = [...calls.values()].some((c) => c.ended);
