@@ -44,7 +44,10 @@ async function nodeWithTakeOver(takeOver: (sessionId: string) => Promise<void>) 
     logger: silentLogger(),
     lag: () => ({ backlog: 0, shippedAtUs: null }),
     rowIdBlock: () => {},
-    takeOver: (sessionId) => takeOver(sessionId),
+    takeOver: async (sessionId) => {
+      await takeOver(sessionId);
+      return undefined;
+    },
   });
   onTestFinished(() => node.close());
   return node;

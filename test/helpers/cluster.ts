@@ -31,7 +31,13 @@ export async function startClusterNode(
   store: string,
   nats: string,
   nodeId: string,
-  options: { home?: string; heartbeatMs?: number; nodeTimeoutMs?: number } = {},
+  options: {
+    home?: string;
+    heartbeatMs?: number;
+    nodeTimeoutMs?: number;
+    /** More `runtime` settings (on_restart, tool_confirmation, ...). */
+    runtime?: Record<string, unknown>;
+  } = {},
 ): Promise<ClusterTestNode> {
   const home = options.home ?? tempDir();
   const config = join(home, 'metis.config.json');
@@ -40,7 +46,7 @@ export async function startClusterNode(
     JSON.stringify({
       cluster: { heartbeat_ms: options.heartbeatMs ?? 200, node_timeout_ms: options.nodeTimeoutMs ?? 1_000 },
       // A `slow:` turn lasts about 3 s: long enough to kill a node in the middle of it.
-      runtime: { scripted: { slow_tokens: 120, slow_token_delay_ms: 25 } },
+      runtime: { scripted: { slow_tokens: 120, slow_token_delay_ms: 25 }, ...options.runtime },
     }),
   );
   const child = spawnCli(

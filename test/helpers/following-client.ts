@@ -19,6 +19,16 @@ export const turnEnd = (turnId: string) => (event: any) =>
   event.turn_id === turnId && (event.type === 'turn.completed' || event.type === 'turn.cancelled');
 
 /**
+ * How a turn's end says it ended: `cancelled`, `failed: <why>` (a failed turn is a `turn.completed` with
+ * `signals_extra.failure`, e.g. `server_stopped` from crash recovery), or `completed`.
+ */
+export function turnOutcome(end: { type: string; payload: any }): string {
+  if (end.type === 'turn.cancelled') return 'cancelled';
+  const failure = end.payload?.signals_extra?.failure;
+  return failure === undefined ? 'completed' : `failed: ${failure}`;
+}
+
+/**
  * A client of one session that follows it across the nodes of a cluster: when its connection closes
  * (its node died, or ended the stream) it resumes from its cursor on a live node, as a real client
  * behind a load balancer would.
@@ -26,6 +36,8 @@ export const turnEnd = (turnId: string) => (event: any) =>
 export class FollowingClient {
   readonly events: any[] = [];
   snapshotAt: string | null = null;
+  /** The snapshot frame of its first attach, for rendering what it shows (src/client/reducer.ts). */
+  snapshot: any = null;
   reconnects = 0;
   /** Event ids that arrived on a connection at or below one it had already delivered. */
   readonly outOfOrder: string[] = [];
@@ -45,7 +57,10 @@ export class FollowingClient {
     });
     const from = client.frames.length;
     const subscribed = await subscribeOn(client, { filter: 'preset:full', since, snapshot: since === null });
-    if (since === null) this.snapshotAt = subscribed.snapshot.snapshot_at_event_id as string;
+    if (since === null) {
+      this.snapshotAt = subscribed.snapshot.snapshot_at_event_id as string;
+      this.snapshot = subscribed.snapshot;
+    }
     this.client = client;
     // Frames are read as they come; on a close the client resumes from its cursor on a live node.
     let seen = from;

@@ -1,6 +1,11 @@
 import type { Logger } from 'pino';
 import type { JoinedNode, PreparedCluster } from '../cluster/cluster-start.js';
-import { type TakeOverReport, takeOverSession } from '../cluster/take-over.js';
+import {
+  type DurableTurns,
+  resumeTakenTurns,
+  type TakeOverReport,
+  takeOverSession,
+} from '../cluster/take-over.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { StoredSession } from '../store/postgres/session-pull.js';
@@ -67,7 +72,11 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
     },
     adoptable: (sessionId) => sessions.turnState(sessionId).currentTurnId !== null,
     rowIdBlock: (block, usedInStore) => useRowIdBlock(trace.db, block, usedInStore),
-    takeOver: takeOverHere({ ...parts, sequencer: server.hub.sequencer }),
+    takeOver: takeOverHere({
+      ...parts,
+      sequencer: server.hub.sequencer,
+      durableTurns: parts.prepared.durableTurns,
+    }),
     lag: () => {
       // Read from the working copy; after a forced stop closed it, the last figure read stands.
       try {
@@ -95,7 +104,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
 /**
  * Takes a session over on this node (take-over.ts): the events brought in that this node's clients
  * were not given yet go to them first, in order, then the session's events are this node's own to
- * release, in this node's order.
+ * release, in this node's order. The turns it found cut go on (`whenHeld`) once the node holds the lease.
  */
 export function takeOverHere(parts: {
   readonly trace: TraceContext;
@@ -104,7 +113,12 @@ export function takeOverHere(parts: {
   readonly sessions: SessionRows;
   readonly pricingVersion: string;
   readonly logger: Logger;
-}): (sessionId: string, read: (sessionId: string) => Promise<StoredSession>) => Promise<TakeOverReport> {
+  /** Default: the turns found cut are closed as failed (`runtime.on_restart: fail`). */
+  readonly durableTurns?: DurableTurns;
+}): (
+  sessionId: string,
+  read: (sessionId: string) => Promise<StoredSession>,
+) => Promise<TakeOverReport & { readonly whenHeld: () => void }> {
   const { sequencer } = parts;
   return async (sessionId, read) => {
     const report = await takeOverSession(
@@ -114,6 +128,7 @@ export function takeOverHere(parts: {
         runtime: parts.runtime,
         pricingVersion: parts.pricingVersion,
         logger: parts.logger,
+        durableTurns: parts.durableTurns,
         release: (events) => {
           for (const event of events) {
             const released = sequencer.remoteMark(event.session_id);
@@ -124,6 +139,6 @@ export function takeOverHere(parts: {
       sessionId,
     );
     sequencer.forgetRemote(selfAndDescendants(parts.sessions, sessionId));
-    return report;
+    return { ...report, whenHeld: () => resumeTakenTurns(parts.runtime, report.resumable, parts.logger) };
   };
 }

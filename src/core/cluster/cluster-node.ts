@@ -150,11 +150,14 @@ export async function joinCluster(options: {
   readonly lag: () => NodeLag;
   /** Called with this start's block of row ids (src/core/store/row-ids.ts), before the node serves. */
   readonly rowIdBlock: (block: number, usedInStore: number | null) => void;
-  /** Brings a session another node ran into this node's copy (take-over.ts), read with `read`. */
+  /**
+   * Brings a session another node ran into this node's copy (take-over.ts), read with `read`. Its
+   * `whenHeld` runs once this node holds the session: the turns the take-over resumes start then.
+   */
   readonly takeOver: (
     sessionId: string,
     read: (sessionId: string) => Promise<StoredSession>,
-  ) => Promise<unknown>;
+  ) => Promise<{ readonly whenHeld?: () => void } | undefined>;
   /**
    * Whether a session whose node is gone is worth taking at once, without waiting for a request (a turn
    * it left open, which clients wait to see end). Default: never.
@@ -231,15 +234,22 @@ export async function joinCluster(options: {
     // Another node ran it since this node did: the copy is brought up to the store's first (the
     // connection is given back before: bringing a session in writes locally, and must not hold it).
     if (outcome.taken) unpulled.add(sessionId);
+    let whenHeld: (() => void) | undefined;
     if (unpulled.has(sessionId)) {
-      await options.takeOver(sessionId, (id) =>
-        withConnection(id, (connection) => readStoredSession(connection, id)),
-      );
+      whenHeld = (
+        await options.takeOver(sessionId, (id) =>
+          withConnection(id, (connection) => readStoredSession(connection, id)),
+        )
+      )?.whenHeld;
       unpulled.delete(sessionId);
     }
     held.add(sessionId);
+    whenHeld?.();
   };
-  /** Takes the sessions a gone node left with a turn open: the turn is closed as crash recovery does. */
+  /**
+   * Takes the sessions a gone node left with a turn open: the turn is resumed here or closed, as crash
+   * recovery does at a restart (`runtime.on_restart`).
+   */
   const adoptOrphans = async (adoptable: (sessionId: string) => boolean) => {
     let taken = 0;
     // This node's copy holds only the sessions it ran or its clients watched: the store says which

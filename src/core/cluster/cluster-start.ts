@@ -24,6 +24,7 @@ import { forwardToOwner } from './forward-to-owner.js';
 import { answerForwarded, FORWARDED_HEADER, type RunInProcess } from './request-forwarding.js';
 import { sealBroker } from './sealed-broker.js';
 import { mirrorSessions } from './session-mirror.js';
+import type { DurableTurns } from './take-over.js';
 
 /** The server's URL as other hosts reach it: a bind to every address is named by the host name. */
 export function advertisedUrl(serverUrl: string): string {
@@ -66,6 +67,8 @@ export interface PreparedCluster {
   readonly nodeId: string;
   /** The sessions whose lease names this node: what it ran before a restart, its to recover. */
   leasedHere(): Promise<string[]>;
+  /** What a take-over does with the turns a gone node cut (`runtime.on_restart`, `max_resumptions`). */
+  readonly durableTurns: DurableTurns;
   /**
    * Registers the node (its server listens at `url`), starts publishing its sessions' events, mirrors
    * the other nodes' and answers the requests they forward.
@@ -158,6 +161,10 @@ export async function prepareCluster(
   return {
     nodeId,
     leasedHere: () => sessionsLeasedTo(storeUrl, nodeId),
+    durableTurns: {
+      onRestart: config.runtime.on_restart,
+      maxResumptions: config.runtime.max_resumptions,
+    },
     join: async (parts) => {
       const { trace, upstream, streaming, sequencer, url, token } = parts;
       if (token === null) {

@@ -4,6 +4,7 @@ import type { MetisEvent } from '../events/envelope.js';
 import { ensureIdsAfter } from '../events/ids.js';
 import { recoverCrashedTurns } from '../runtime/crash-recovery.js';
 import type { Runtime } from '../runtime/runtime.js';
+import type { CutTurn } from '../runtime/turn-resume-plan.js';
 import { type StoredSession, writeStoredSession } from '../store/postgres/session-pull.js';
 import { copiedRowToEvent } from '../store/store-copy.js';
 import type { TraceContext } from '../store/trace-context.js';
@@ -14,6 +15,17 @@ export interface TakeOverReport {
   readonly added: number;
   /** Turns the previous owner left open, closed as crash recovery closes them. */
   readonly recoveredTurns: number;
+  /**
+   * Turns the previous owner left open that go on here (`runtime.on_restart: resume`), for
+   * `resumeTakenTurns` once this node holds the session.
+   */
+  readonly resumable: readonly CutTurn[];
+}
+
+/** `runtime.on_restart` and `runtime.max_resumptions`: what a take-over does with the turns it finds cut. */
+export interface DurableTurns {
+  readonly onRestart: 'resume' | 'fail';
+  readonly maxResumptions: number;
 }
 
 /**
@@ -21,7 +33,10 @@ export interface TakeOverReport {
  * since this node last did): its rows and events brought in from the store, the bus's seq and the
  * runtime's memory of it forgotten (the runtime then resumes it as a session of an earlier process),
  * ids continuing after its newest, and the turns the previous owner left open closed the way crash
- * recovery closes them (docs/decisions.md "Several nodes on one store").
+ * recovery closes them (docs/decisions.md "Several nodes on one store"), or, with `on_restart: resume`,
+ * planned to go on here as a restarting node's do (docs/runtime.md "Durable turns"): their cut calls are
+ * closed now, and `resumeTakenTurns` takes them up once the lease is this node's in its memory too (a
+ * streaming delta of a session it does not hold yet is nobody's).
  */
 export async function takeOverSession(
   parts: {
@@ -37,6 +52,8 @@ export async function takeOverSession(
      * between storing and publishing them), and its clients would miss them for good.
      */
     readonly release?: (events: readonly MetisEvent[]) => void;
+    /** Default: every cut turn is closed as failed (`on_restart: fail`). */
+    readonly durableTurns?: DurableTurns;
   },
   sessionId: string,
 ): Promise<TakeOverReport> {
@@ -60,11 +77,40 @@ export async function takeOverSession(
     pricingVersion: parts.pricingVersion,
     logger,
     sessions: stored.sessionIds,
+    onRestart: parts.durableTurns?.onRestart ?? 'fail',
+    maxResumptions: parts.durableTurns?.maxResumptions,
   });
-  if (added > 0 || recovery.turns > 0)
+  if (added > 0 || recovery.turns > 0 || recovery.resumable.length > 0)
     logger.info(
-      { session_id: sessionId, events_added: added, turns_closed: recovery.turns },
+      {
+        session_id: sessionId,
+        events_added: added,
+        turns_closed: recovery.turns,
+        turns_resuming: recovery.resumable.length,
+      },
       'took the session over from another node',
     );
-  return { added, recoveredTurns: recovery.turns };
+  return { added, recoveredTurns: recovery.turns, resumable: recovery.resumable };
+}
+
+/**
+ * Takes up the turns a take-over found cut, as a restarting node does (start-service.ts): the runtime
+ * loads the session again, which emits the `session.resumed` the resumption cap counts
+ * (open-work.ts `resumedSince`), and the turn goes on in its own session and turn. Called once this node
+ * holds the lease, so what the turn emits is shipped by the owner the fence lets through.
+ */
+export function resumeTakenTurns(runtime: Runtime, resumable: readonly CutTurn[], logger: Logger): void {
+  for (const cut of resumable) {
+    try {
+      // A request let in meanwhile may have started a turn of the session: that one runs.
+      if (runtime.currentTurn(cut.sessionId) !== null) throw new Error('another turn of the session runs');
+      void runtime.resumeTurn(cut);
+    } catch (error) {
+      // Left open: the node that takes the session next (or this one's next start) tries again.
+      logger.error(
+        { session_id: cut.sessionId, turn_id: cut.turnId, err: error },
+        'could not resume a turn taken over from another node',
+      );
+    }
+  }
 }
