@@ -55,9 +55,30 @@ function npm(args: readonly string[], cwd: string, env: Record<string, string>) 
   });
 }
 
+/**
+ * How this machine reaches the registry (its proxy, the certificates it trusts): passed on, or npm
+ * fails where `npm ping` in the suite's own environment succeeds (a package whose metadata is not in the
+ * cache yet is fetched through them).
+ */
+const NETWORK_ENV = [
+  'NODE_EXTRA_CA_CERTS',
+  'SSL_CERT_FILE',
+  'SSL_CERT_DIR',
+  'HTTPS_PROXY',
+  'https_proxy',
+  'HTTP_PROXY',
+  'http_proxy',
+  'NO_PROXY',
+  'no_proxy',
+];
+
 /** A child's environment: the PATH given (then node's folder, the system's), nothing of the suite's. */
 function childEnv(tmp: string, path: readonly string[] = [], extra: Record<string, string> = {}) {
+  const network = Object.fromEntries(
+    NETWORK_ENV.flatMap((name) => (process.env[name] === undefined ? [] : [[name, process.env[name]!]])),
+  );
   return {
+    ...network,
     PATH: [...path, dirname(process.execPath), '/usr/local/bin', '/usr/bin', '/bin'].join(':'),
     HOME: process.env.HOME ?? tmp,
     METIS_HOME: join(tmp, 'metis-home'),
