@@ -33,7 +33,7 @@ describe.skipIf(!postgresTestsRun || process.platform !== 'linux')(
         }),
       );
       const args = ['--store', url, '--config', configPath];
-      await killDuringTurns({ home, args, tracePath: (banner) => banner.db, seed: SEED, rounds: 3 });
+      await killDuringTurns({ home, args, tracePath: (banner) => banner.db, seed: SEED, rounds: 2 });
       const dbName = new URL(url).pathname.slice(1);
       // PostgreSQL holds each session whole too: as many events as its highest seq.
       const holes = pg.psql(
