@@ -17,6 +17,7 @@ import {
   takeRowIdBlock,
   usedInRowIdBlock,
 } from '../store/postgres/node-registry.js';
+import { checkOut } from '../store/postgres/pg-util.js';
 import { acquireLease, leasedTo, orphanedLeases } from '../store/postgres/session-leases.js';
 import { readStoredSession, type StoredSession } from '../store/postgres/session-pull.js';
 import { packageVersion } from '../version.js';
@@ -212,14 +213,16 @@ export async function joinCluster(options: {
   const unpulled = new Set<string>();
   /** Runs `work` on a connection of the pool; a store that does not answer is named as away. */
   const withConnection = async <T>(sessionId: string, work: (connection: pg.PoolClient) => Promise<T>) => {
-    let connection: pg.PoolClient;
+    let connection: Awaited<ReturnType<typeof checkOut>>;
     try {
-      connection = await client.connect();
+      // checkOut listens for the connection's 'error' while it is out: a database restart must fail
+      // the work, not end the process.
+      connection = await checkOut(client);
     } catch (error) {
       throw storeAway(sessionId, error);
     }
     try {
-      return await work(connection);
+      return await work(connection.client);
     } catch (error) {
       throw error instanceof MetisError ? error : storeAway(sessionId, error);
     } finally {

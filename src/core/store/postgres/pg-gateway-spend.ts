@@ -1,5 +1,6 @@
 import type { GatewaySpendRow } from '../gateway-spend.js';
 import { postgresPool } from './connect.js';
+import { checkOut } from './pg-util.js';
 
 const DAY_US = 86_400_000_000;
 
@@ -26,7 +27,7 @@ export function pgSharedSpend(url: string): SharedSpendReader {
   const pool = postgresPool(url, 'serve', 1);
   return {
     read: async (sinceUs, eventIds) => {
-      const client = await pool.connect();
+      const { client, release } = await checkOut(pool);
       try {
         await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
         const sums = await client.query<{
@@ -66,7 +67,7 @@ export function pgSharedSpend(url: string): SharedSpendReader {
         await client.query('ROLLBACK').catch(() => undefined);
         throw error;
       } finally {
-        client.release();
+        release();
       }
     },
     close: () => pool.end(),

@@ -5,6 +5,7 @@ import { SYSTEM_SESSION_ID } from '../../events/envelope.js';
 import { type Db, openDatabase } from '../database.js';
 import { handOff } from '../handoff-queue.js';
 import { plan, sweep } from '../retention-sweep.js';
+import { checkOut } from './pg-util.js';
 import { writePulled } from './working-copy.js';
 
 /**
@@ -105,7 +106,7 @@ async function recordFinishedSweeps(pool: pg.Pool, db: Db, claimant: string): Pr
     'SELECT sweep_id FROM metis_retention_sweeps WHERE swept_json IS NOT NULL AND recorded_by IS NULL ORDER BY sweep_id',
   );
   for (const { sweep_id: sweepId } of open.rows) {
-    const client = await pool.connect();
+    const { client, release } = await checkOut(pool);
     try {
       await client.query('BEGIN');
       const claimed = await client.query<{ swept_json: string }>(
@@ -121,7 +122,7 @@ async function recordFinishedSweeps(pool: pg.Pool, db: Db, claimant: string): Pr
       await client.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
-      client.release();
+      release();
     }
   }
 }
