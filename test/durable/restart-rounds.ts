@@ -3,22 +3,11 @@ import { join } from 'node:path';
 import { EventSource } from 'eventsource';
 import { expect } from 'vitest';
 import { STREAMING_TYPES } from '../../src/core/events/streaming.js';
+import { seeded } from '../helpers/following-client.js';
 import { serverToken } from '../helpers/home-token.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
 import { post, storeReader } from './durable-helpers.js';
-
-/** A seeded generator (mulberry32): the same seed, the same rounds. */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Turns with tools (side effects counted in a file of their own), thinking, delegation, slow answers. */
 const SHAPES = [
@@ -66,7 +55,7 @@ export async function killDuringTurns(options: {
   seed: number;
   rounds: number;
 }): Promise<void> {
-  const next = seededRandom(options.seed);
+  const next = seeded(options.seed);
   const { home, args } = options;
   let store: ReturnType<typeof storeReader> | null = null;
   const turns: { sessionId: string; turnId: string; file: string }[] = [];

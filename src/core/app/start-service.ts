@@ -9,6 +9,7 @@ import { resolveServerAuth, type ServerAuth, tokenFilePath } from '../http/local
 import { isLoopbackBind } from '../http/security.js';
 import { ChildProcessRecord } from '../runtime/child-process-record.js';
 import type { RecoveryReport } from '../runtime/crash-recovery.js';
+import { resumeCutTurns } from '../runtime/resume-cut-turns.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
 import type { TraceContext } from '../store/trace-context.js';
@@ -137,19 +138,7 @@ export async function startService(
     // The turns the last run left open go on, so a client coming back finds them running. On a single
     // node before any request is read (the server listened, but reads nothing before this tick ends);
     // a cluster node once it has joined, so that the other nodes' clients get the resumed turns' events.
-    for (const cut of recovered.recovery.resumable) {
-      try {
-        // A cluster node may have started a turn of that session while it joined: that one runs.
-        if (runtime.currentTurn(cut.sessionId) !== null) throw new Error('another turn of the session runs');
-        void runtime.resumeTurn(cut);
-      } catch (error) {
-        // Left open: the next start tries again, and closes it at its resumption cap.
-        logger.error(
-          { session_id: cut.sessionId, turn_id: cut.turnId, err: error },
-          'could not resume a turn',
-        );
-      }
-    }
+    resumeCutTurns(runtime, recovered.recovery.resumable, logger, 'at start');
     const { stop, abandon } = serviceStop({
       server,
       runtime,

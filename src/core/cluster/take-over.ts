@@ -3,6 +3,7 @@ import { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { ensureIdsAfter } from '../events/ids.js';
 import { recoverCrashedTurns } from '../runtime/crash-recovery.js';
+import { resumeCutTurns } from '../runtime/resume-cut-turns.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { CutTurn } from '../runtime/turn-resume-plan.js';
 import { type StoredSession, writeStoredSession } from '../store/postgres/session-pull.js';
@@ -93,24 +94,7 @@ export async function takeOverSession(
   return { added, recoveredTurns: recovery.turns, resumable: recovery.resumable };
 }
 
-/**
- * Takes up the turns a take-over found cut, as a restarting node does (start-service.ts): the runtime
- * loads the session again, which emits the `session.resumed` the resumption cap counts
- * (open-work.ts `resumedSince`), and the turn goes on in its own session and turn. Called once this node
- * holds the lease, so what the turn emits is shipped by the owner the fence lets through.
- */
+/** Takes up the turns a take-over found cut, once this node holds the lease (the fence lets them through). */
 export function resumeTakenTurns(runtime: Runtime, resumable: readonly CutTurn[], logger: Logger): void {
-  for (const cut of resumable) {
-    try {
-      // A request let in meanwhile may have started a turn of the session: that one runs.
-      if (runtime.currentTurn(cut.sessionId) !== null) throw new Error('another turn of the session runs');
-      void runtime.resumeTurn(cut);
-    } catch (error) {
-      // Left open: the node that takes the session next (or this one's next start) tries again.
-      logger.error(
-        { session_id: cut.sessionId, turn_id: cut.turnId, err: error },
-        'could not resume a turn taken over from another node',
-      );
-    }
-  }
+  resumeCutTurns(runtime, resumable, logger, 'after a take-over');
 }

@@ -1,0 +1,29 @@
+import type { Logger } from 'pino';
+import type { Runtime } from './runtime.js';
+import type { CutTurn } from './turn-resume-plan.js';
+
+/**
+ * Takes up the turns crash recovery left open (docs/runtime.md "Durable turns"): at a start, or when a
+ * cluster node takes a dead node's session over. Loading the session again emits the `session.resumed`
+ * the resumption cap counts, and each turn goes on in its own session and turn. A session that already
+ * runs another turn (a request let in meanwhile) keeps that one: the cut turn stays open, logged, for
+ * the next start or take-over, which closes it at its cap.
+ */
+export function resumeCutTurns(
+  runtime: Runtime,
+  cuts: readonly CutTurn[],
+  logger: Logger,
+  where: 'at start' | 'after a take-over',
+): void {
+  for (const cut of cuts) {
+    try {
+      if (runtime.currentTurn(cut.sessionId) !== null) throw new Error('another turn of the session runs');
+      void runtime.resumeTurn(cut);
+    } catch (error) {
+      logger.error(
+        { session_id: cut.sessionId, turn_id: cut.turnId, err: error },
+        `could not resume a turn ${where}`,
+      );
+    }
+  }
+}
