@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
 import { searchSessions } from '../../src/core/store/session-search.js';
 import { usageByBucket } from '../../src/core/store/usage-stats.js';
+import { DROP_BUDGET_COLUMNS } from '../helpers/old-schema.js';
 import { type Rig, startRig } from './trace-api-rig.js';
 
 /**
@@ -57,7 +58,7 @@ describe('migration 7 on a store written before it', () => {
       .all() as string[])
       db.exec(`DROP TRIGGER ${trigger}`);
     db.exec(`DROP TABLE session_summaries; DROP TABLE session_titles; DROP TABLE message_search;
-             DROP TABLE usage_hourly; DROP INDEX idx_sessions_created;`);
+             DROP TABLE usage_hourly; DROP INDEX idx_sessions_created; ${DROP_BUDGET_COLUMNS}`);
     db.pragma('user_version = 6');
     db.close();
 

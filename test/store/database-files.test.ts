@@ -9,6 +9,7 @@ import { purgeOldEvents } from '../../src/core/store/retention.js';
 import { SCHEMA_VERSION } from '../../src/core/store/schema.js';
 import { openTraceContext } from '../../src/core/store/trace-context.js';
 import { sessionCreated } from '../helpers/events.js';
+import { DROP_BUDGET_COLUMNS } from '../helpers/old-schema.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
 const modeOf = (path: string) => statSync(path).mode & 0o777;
@@ -70,6 +71,32 @@ describe('database files', () => {
 });
 
 describe('schema migrations', () => {
+  it('version 8 gives the sessions of a version-7 database no caps and nothing spent', async () => {
+    const dbPath = join(tempDir(), 'v7.db');
+    const context = openTraceContext({ dbPath, validation: 'strict' });
+    context.bus.emit(sessionCreated('sess_before_budgets'));
+    await context.flush();
+    await context.close();
+    const old = new Database(dbPath);
+    old.exec(DROP_BUDGET_COLUMNS);
+    old.pragma('user_version = 7');
+    old.close();
+
+    const db = openDatabase(dbPath);
+    try {
+      expect(db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+      expect(
+        db
+          .prepare(
+            "SELECT budget_caps_json, spent_usd, spent_tokens FROM sessions WHERE id = 'sess_before_budgets'",
+          )
+          .get(),
+      ).toEqual({ budget_caps_json: null, spent_usd: 0, spent_tokens: 0 });
+    } finally {
+      db.close();
+    }
+  });
+
   it('version 2 adds sessions.sticky_model, filled from session.created for version-1 databases', async () => {
     const dbPath = join(tempDir(), 'v1.db');
     const context = openTraceContext({ dbPath, validation: 'strict' });
@@ -82,7 +109,7 @@ describe('schema migrations', () => {
     await context.close();
     // Make it the database a version-1 metis wrote.
     const old = new Database(dbPath);
-    old.exec('ALTER TABLE sessions DROP COLUMN sticky_model');
+    old.exec(`ALTER TABLE sessions DROP COLUMN sticky_model; ${DROP_BUDGET_COLUMNS}`);
     old.pragma('user_version = 1');
     old.close();
 

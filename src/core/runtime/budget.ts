@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import type { BudgetCaps, RuntimeConfig } from '../config/runtime-schema.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
+import type { BudgetRows } from '../store/budget-rows.js';
 import { type ConversationMessage, estimateTokens } from './model-adapter.js';
 import type { CallResult } from './model-call.js';
 import { costOf, usdDecimal } from './pricing.js';
@@ -61,6 +62,8 @@ const NO_CAPS: BudgetCaps = { usd: null, tokens: null };
  * per-delegation-tree caps on cost and tokens. A turn whose session or tree has reached a cap waits
  * before its next model call (the call in flight is never cut) until a cap is raised, or the turn is
  * cancelled (the session ended, its timeout, a cancel). `quota.alert` (USD caps) at 80 % and 100 %.
+ * Caps set by request and every charge are written to the session's row as they happen; the maps here
+ * are filled from the rows on first use, so a restarted or taking-over server pauses at the same caps.
  */
 export class Budgets {
   private readonly caps = new Map<string, { session: BudgetCaps; tree: BudgetCaps }>();
@@ -73,18 +76,21 @@ export class Budgets {
   constructor(
     private readonly bus: EventBus,
     private readonly config: RuntimeConfig,
-    /** The session a worker was delegated from; null for a session no one delegated to. */
-    private readonly parentOf: (sessionId: string) => string | null,
+    /** Knows the session a worker was delegated from (null for a session no one delegated to). */
+    private readonly lineage: { parentOf(sessionId: string): string | null },
     private readonly logger: Logger,
+    private readonly rows: BudgetRows,
   ) {}
 
   /** Sets caps (a field left out keeps its value; null lifts a cap) and wakes the turns they free. */
   set(sessionId: string, budget: SessionBudget): BudgetView {
     const current = this.capsOf(sessionId);
-    this.caps.set(sessionId, {
+    const caps = {
       session: { ...current.session, ...definedOf(budget.session) },
       tree: { ...current.tree, ...definedOf(budget.tree) },
-    });
+    };
+    this.rows.setCaps(sessionId, caps);
+    this.caps.set(sessionId, caps);
     for (const [turnId, held] of this.held) {
       if (this.blocking(held.pause.session_id) === null) {
         this.held.delete(turnId);
@@ -118,8 +124,12 @@ export class Budgets {
     }
     if (usd === 0 && tokens === 0) return;
     const root = this.rootOf(sessionId);
-    add(this.spendOf(this.own, sessionId), usd, tokens);
-    add(this.spendOf(this.trees, root), usd, tokens);
+    // Both read from the rows before the row changes, so neither counts this call twice.
+    const own = this.spendOf(this.own, sessionId);
+    const tree = this.spendOf(this.trees, root);
+    this.rows.addSpend(sessionId, { usd, tokens });
+    add(own, usd, tokens);
+    add(tree, usd, tokens);
     this.alert(sessionId, 'session', this.spendOf(this.own, sessionId).usd);
     this.alert(root, 'tree', this.spendOf(this.trees, root).usd);
   }
@@ -182,7 +192,7 @@ export class Budgets {
   forget(sessionId: string): void {
     this.caps.delete(sessionId);
     this.own.delete(sessionId);
-    if (this.parentOf(sessionId) === null) this.trees.delete(sessionId);
+    if (this.lineage.parentOf(sessionId) === null) this.trees.delete(sessionId);
     for (const key of this.alerted) if (key.startsWith(`${sessionId}:`)) this.alerted.delete(key);
   }
 
@@ -232,9 +242,14 @@ export class Budgets {
   private capsOf(sessionId: string): { session: BudgetCaps; tree: BudgetCaps } {
     const set = this.caps.get(sessionId);
     if (set !== undefined) return set;
+    const stored = this.rows.capsOf(sessionId);
+    if (stored !== null) {
+      this.caps.set(sessionId, stored);
+      return stored;
+    }
     // Configured caps apply to sessions no one delegated to; a worker is bounded by its tree's.
     const configured = this.config.budgets;
-    return this.parentOf(sessionId) === null
+    return this.lineage.parentOf(sessionId) === null
       ? { session: { ...NO_CAPS, ...configured.session }, tree: { ...NO_CAPS, ...configured.tree } }
       : { session: NO_CAPS, tree: NO_CAPS };
   }
@@ -242,7 +257,7 @@ export class Budgets {
   private rootOf(sessionId: string): string {
     let id = sessionId;
     for (let depth = 0; depth < 64; depth += 1) {
-      const parent = this.parentOf(id);
+      const parent = this.lineage.parentOf(id);
       if (parent === null) return id;
       id = parent;
     }
@@ -252,10 +267,20 @@ export class Budgets {
   private spendOf(map: Map<string, Spend>, sessionId: string): Spend {
     let spend = map.get(sessionId);
     if (spend === undefined) {
-      spend = { usd: 0, tokens: 0 };
+      const scope: Scope = map === this.own ? 'session' : 'tree';
+      spend = { ...(scope === 'session' ? this.rows.spentBy(sessionId) : this.rows.spentByTree(sessionId)) };
       map.set(sessionId, spend);
+      // The alerts a spend read back has already passed were emitted by the run that counted it.
+      this.markAlerted(sessionId, scope, spend.usd);
     }
     return spend;
+  }
+
+  private markAlerted(owner: string, scope: Scope, spent: number): void {
+    const cap = this.capsOf(owner)[scope].usd;
+    if (cap === null || !(cap > 0)) return;
+    for (const pct of ALERT_THRESHOLDS_PCT)
+      if (round(spent) >= (cap * pct) / 100) this.alerted.add(`${owner}:${scope}:${cap}:${pct}`);
   }
 }
 

@@ -149,7 +149,7 @@ export class Runtime {
       routingVersion: () => this.routing.version,
       closed: () => this.closed,
     });
-    this.budgets = new Budgets(this.bus, this.config, (id) => this.live.parentOf(id), this.logger);
+    this.budgets = new Budgets(this.bus, this.config, this.live, this.logger, options.store.budgets);
     this.turnQueues = new TurnQueues(queueHost(this, this.logger, () => this.closed));
     const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>

@@ -193,6 +193,14 @@ export const MIGRATIONS: readonly string[] = [
   `,
   // 7 (issue 30): the session list's summaries, user titles, message text index and the usage rollup.
   SESSION_INDEX_MIGRATION,
+  // 8 (issue 31): budgets outlive the process. The caps a request set (null: the configured ones
+  // apply) and what the session's model calls cost as billed, estimates of cut calls included, which
+  // the events alone cannot give back. On the session's row, so that they ship, copy and move with it.
+  `
+  ALTER TABLE sessions ADD COLUMN budget_caps_json TEXT;
+  ALTER TABLE sessions ADD COLUMN spent_usd REAL NOT NULL DEFAULT 0;
+  ALTER TABLE sessions ADD COLUMN spent_tokens INTEGER NOT NULL DEFAULT 0;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

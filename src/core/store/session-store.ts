@@ -3,7 +3,7 @@ import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
 import { MessageMarks } from './message-marks.js';
 import { nextRowId } from './row-ids.js';
-import { type RowWrite, writerOf } from './trace-writer.js';
+import { type RowWrite, writeRow } from './trace-writer.js';
 
 export type MessageRole = 'user' | 'assistant' | 'tool';
 export type MessageStatus = 'complete' | 'cancelled' | 'error';
@@ -109,13 +109,7 @@ export class SessionStore {
 
   /** Runs `run` now (no writer) or queues it on the writer; see the class comment. */
   private write(what: string, run: () => void, settled?: RowWrite['settled']): void {
-    const writer = writerOf(this.db);
-    if (writer === undefined) {
-      run();
-      settled?.(true);
-      return;
-    }
-    writer.writeRow({ what, run, settled });
+    writeRow(this.db, { what, run, settled });
   }
 
   createSession(session: {

@@ -32,6 +32,9 @@ export const COPIED_TABLES = [
       'created_at_us',
       'updated_at_us',
       'sticky_model',
+      'budget_caps_json',
+      'spent_usd',
+      'spent_tokens',
     ],
   },
   {

@@ -1,3 +1,4 @@
+import { type BudgetRows, SqliteBudgetRows } from './budget-rows.js';
 import type { Db } from './database.js';
 import { type PatternRows, SqlitePatternRows } from './pattern-rows.js';
 import { SessionStore } from './session-store.js';
@@ -17,6 +18,8 @@ export interface StorePort {
   readonly sessions: SessionRows;
   readonly lookups: TraceLookups;
   readonly patterns: PatternRows;
+  /** What each session's budget is and what it spent: what pauses a turn, after a restart too. */
+  readonly budgets: BudgetRows;
   /**
    * Resolves once an event the bus took is stored (at once when the store commits before `emit` returns:
    * no writer attached); rejects with the storage error after `timeoutMs` when one is given.
@@ -30,6 +33,7 @@ export function sqliteStorePort(db: Db, lookups: TraceLookups = new SqliteTraceL
     sessions: new SessionStore(db),
     lookups,
     patterns: new SqlitePatternRows(db),
+    budgets: new SqliteBudgetRows(db),
     // Looked up at each call: a writer may be attached after the port is made.
     whenStored: (id, timeoutMs) => writerOf(db)?.whenCommitted(id, timeoutMs) ?? Promise.resolve(),
   };

@@ -81,6 +81,20 @@ export function writerOf(db: Db): TraceWriter | undefined {
 }
 
 /**
+ * Writes a row now when no writer is attached, else queues it behind the events before it: with a
+ * writer, a row never throws a SQLite error (an outage, a lock) into a turn.
+ */
+export function writeRow(db: Db, row: RowWrite): void {
+  const writer = writerOf(db);
+  if (writer === undefined) {
+    row.run();
+    row.settled?.(true);
+    return;
+  }
+  writer.writeRow(row);
+}
+
+/**
  * The trace store's fast-path subscriber (bus spec §3.3). Group commit: the events of one dispatch
  * tick are written in one `BEGIN IMMEDIATE` transaction (DESIGN.md invariant 3), and listeners
  * registered with `onCommit` get each batch after it committed: the server publishes only from there

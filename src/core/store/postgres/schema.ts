@@ -164,6 +164,13 @@ export const PG_MIGRATIONS: readonly string[] = [
     recorded_by text
   );
   `,
+  // 9 (issue 31): a session's budget, as SQLite's schema version 8 keeps it (the caps a request set and
+  // the spend as billed), so that a restart, a take-over or a copy keeps pausing at the same cap.
+  `
+  ALTER TABLE sessions ADD COLUMN budget_caps_json text;
+  ALTER TABLE sessions ADD COLUMN spent_usd double precision NOT NULL DEFAULT 0;
+  ALTER TABLE sessions ADD COLUMN spent_tokens bigint NOT NULL DEFAULT 0;
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
