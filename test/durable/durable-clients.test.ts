@@ -3,7 +3,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { serverToken } from '../helpers/home-token.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli, spawnCli } from '../helpers/run-cli.js';
-import { durableProject, post } from './durable-helpers.js';
+import { durableProject, notLinux, post } from './durable-helpers.js';
 
 /*
  * Issue 31 part 1, the clients' side: a client following a turn through a SIGKILL and a restart of a
@@ -12,7 +12,7 @@ import { durableProject, post } from './durable-helpers.js';
  * complete (docs/runtime.md "Durable turns").
  */
 
-const linuxOnly = process.platform !== 'linux';
+const linuxOnly = notLinux('durable-clients');
 
 describe.skipIf(linuxOnly)('durable turns: clients following a turn across a restart', () => {
   it('an SSE client reconnecting with Last-Event-ID sees the cut message closed, then the turn go on', async () => {

@@ -64,3 +64,10 @@ export function storeReader(dbPath: string) {
     },
   };
 }
+
+/** True off Linux, saying so: these tests read /proc and send POSIX signals to real servers. */
+export function notLinux(file: string): boolean {
+  const skip = process.platform !== 'linux';
+  if (skip) console.log(`${file}: skipped on ${process.platform} (needs Linux: /proc and POSIX signals)`);
+  return skip;
+}

@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
-import { durableProject, post, storeReader } from './durable-helpers.js';
+import { durableProject, notLinux, post, storeReader } from './durable-helpers.js';
 
 /*
  * Issue 31 part 1: the cap on resumptions of one turn, and a SIGTERM that drains running turns and
  * hands the rest over to the next start, on a real `metis serve` child (docs/runtime.md "Durable turns").
  */
 
-const linuxOnly = process.platform !== 'linux';
+const linuxOnly = notLinux('durable-stop');
 
 async function startTurn(url: string, home: string, message: string) {
   const sessionId = (await post(url, '/sessions', { workspace_path: home })).body.session_id as string;

@@ -5,7 +5,7 @@ import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/pos
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
-import { post, storeReader } from './durable-helpers.js';
+import { notLinux, post, storeReader } from './durable-helpers.js';
 
 /*
  * Durable turns on `metis serve --store postgres://…` (docs/runtime.md "Durable turns"): the server
@@ -14,7 +14,7 @@ import { post, storeReader } from './durable-helpers.js';
  */
 
 const pg = postgresForFile();
-const onPostgres = describe.skipIf(!postgresTestsRun || process.platform !== 'linux');
+const onPostgres = describe.skipIf(!postgresTestsRun || notLinux('durable-turns-postgres'));
 
 onPostgres('durable turns on PostgreSQL', () => {
   it('a turn cut mid-tool resumes: the stored tool result reused, the running one interrupted', async () => {

@@ -3,14 +3,14 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
-import { durableProject, post, storeReader } from './durable-helpers.js';
+import { durableProject, notLinux, post, storeReader } from './durable-helpers.js';
 
 /*
  * Issue 31 part 1: a turn a crash (SIGKILL) or a stop (SIGTERM) cut goes on at the next start of a
  * real `metis serve` child on the same SQLite file (docs/runtime.md "Durable turns").
  */
 
-const linuxOnly = process.platform !== 'linux';
+const linuxOnly = notLinux('durable-turns');
 
 async function startTurn(url: string, home: string, message: string) {
   const sessionId = (await post(url, '/sessions', { workspace_path: home })).body.session_id as string;

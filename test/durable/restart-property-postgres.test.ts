@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { describe, it } from 'vitest';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { tempDir } from '../helpers/tmp.js';
+import { notLinux } from './durable-helpers.js';
 import { killDuringTurns } from './restart-rounds.js';
 
 /*
@@ -14,7 +15,7 @@ import { killDuringTurns } from './restart-rounds.js';
 const SEED = Number(process.env.METIS_PROPERTY_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const pg = postgresForFile();
 
-describe.skipIf(!postgresTestsRun || process.platform !== 'linux')(
+describe.skipIf(!postgresTestsRun || notLinux('restart-property-postgres'))(
   'durable turns on PostgreSQL (property)',
   () => {
     it(`every turn completes, no side effect twice, seq whole (seed ${SEED})`, async () => {

@@ -1,5 +1,5 @@
 import { describe, it } from 'vitest';
-import { durableProject } from './durable-helpers.js';
+import { durableProject, notLinux } from './durable-helpers.js';
 import { killDuringTurns } from './restart-rounds.js';
 
 /*
@@ -13,7 +13,7 @@ const SEED = Number(process.env.METIS_PROPERTY_SEED ?? Math.floor(Math.random() 
 /** Bounded for the suite's 20 minutes; METIS_PROPERTY_ROUNDS runs more. */
 const ROUNDS = Number(process.env.METIS_PROPERTY_ROUNDS ?? 3);
 
-describe.skipIf(process.platform !== 'linux')('durable turns under random restarts (property)', () => {
+describe.skipIf(notLinux('restart-property'))('durable turns under random restarts (property)', () => {
   it(`every turn completes, no side effect twice, seq whole (seed ${SEED})`, async () => {
     console.log(`restart-property seed: ${SEED} (replay with METIS_PROPERTY_SEED=${SEED})`);
     const { home, dbPath, args } = durableProject({}, { shutdown_timeout_ms: 1500 });

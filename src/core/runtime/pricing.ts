@@ -20,3 +20,15 @@ export function costOf(model: string, usage: TokenUsage, config: RuntimeConfig):
 export function usdDecimal(value: number): string {
   return value.toFixed(8).replace(/\.?0+$/, '') || '0';
 }
+
+/** A message's usage when no call billed it (a message closed as cut): nothing, at this pricing. */
+export function unbilledUsage(pricingVersion: string) {
+  return {
+    input_tokens: 0,
+    output_tokens: 0,
+    cached_input_tokens: 0,
+    cache_creation_input_tokens: 0,
+    cost_usd: 0,
+    pricing_version: pricingVersion,
+  };
+}

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
 import type { SessionRows } from '../store/store-port.js';
+import { unbilledUsage } from './pricing.js';
 import type { TurnEvents } from './turn-events.js';
 import type { TurnOutcome, TurnState } from './turn-state.js';
 
@@ -62,14 +63,7 @@ export function closeFailedTurn(
   if (openMessage !== null) {
     const builder = openMessage.builder;
     const content = builder?.content() ?? [];
-    const usage = {
-      input_tokens: 0,
-      output_tokens: 0,
-      cached_input_tokens: 0,
-      cache_creation_input_tokens: 0,
-      cost_usd: 0,
-      pricing_version: config.pricing_version,
-    };
+    const usage = unbilledUsage(config.pricing_version);
     let cutEventId: string | null = null;
     attempt('close the streamed message', () => {
       for (const use of builder?.openToolUses() ?? []) {

@@ -1,6 +1,7 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { SessionStore } from '../store/session-store.js';
 import type { StreamArchiveRows } from '../store/stream-archive-rows.js';
+import { unbilledUsage } from './pricing.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { TurnEvents } from './turn-events.js';
 import type { CutTurn } from './turn-resume-plan.js';
@@ -23,14 +24,7 @@ export function closeCutCall(
   const channel = new StreamingChannel();
   const archived = channel.subscribe((event) => deps.archive.write([event], () => {}));
   const events = new TurnEvents(deps.bus, channel, cut.sessionId, cut.turnId, false);
-  const usage = {
-    input_tokens: 0,
-    output_tokens: 0,
-    cached_input_tokens: 0,
-    cache_creation_input_tokens: 0,
-    cost_usd: 0,
-    pricing_version: deps.pricingVersion,
-  };
+  const usage = unbilledUsage(deps.pricingVersion);
   const save = (id: string, content: unknown[], visibleWith: string | null) =>
     deps.sessions.saveMessage(
       {
