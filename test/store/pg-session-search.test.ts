@@ -3,12 +3,7 @@ import { postgresClient } from '../../src/core/store/postgres/connect.js';
 import { searchPgSessions } from '../../src/core/store/postgres/pg-session-search.js';
 import { pgEventsPerHour } from '../../src/core/store/postgres/pg-store-reads.js';
 import { pgUsageByBucket } from '../../src/core/store/postgres/pg-usage-stats.js';
-import {
-  localTitles,
-  type SessionSearch,
-  searchSessions,
-  setSessionTitle,
-} from '../../src/core/store/session-search.js';
+import { type SessionSearch, searchSessions, setSessionTitle } from '../../src/core/store/session-search.js';
 import { eventsPerHour } from '../../src/core/store/stats.js';
 import { copyStore } from '../../src/core/store/store-copy.js';
 import { type UsageQuery, usageByBucket } from '../../src/core/store/usage-stats.js';
@@ -91,7 +86,7 @@ describe.skipIf(!postgresTestsRun)('the session list read from PostgreSQL', () =
       ...(partial.q === 'placeholder' ? { q: made.failing } : {}),
     };
     const fromSqlite = searchSessions(rig.context.db, search);
-    const fromPostgres = await searchPgSessions(client, search, localTitles(rig.context.db));
+    const fromPostgres = await searchPgSessions(client, search);
     expect(fromPostgres).toEqual(fromSqlite);
   });
 
@@ -101,9 +96,7 @@ describe.skipIf(!postgresTestsRun)('the session list read from PostgreSQL', () =
     const after = { createdAtUs: last.created_at_us, id: last.id };
     const search: SessionSearch = { includeConformance: true, limit: 3, after };
     expect(first.more).toBe(true);
-    expect(await searchPgSessions(client, search, localTitles(rig.context.db))).toEqual(
-      searchSessions(rig.context.db, search),
-    );
+    expect(await searchPgSessions(client, search)).toEqual(searchSessions(rig.context.db, search));
   });
 
   const usageQueries: [string, Pick<UsageQuery, 'bucket' | 'model'>][] = [

@@ -147,7 +147,9 @@ export function sessionListRoutes(
         body: TitleBody,
         success: { status: 200, description: 'the session as the list shows it', schema: SessionItemAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', ...STORAGE_ERRORS],
-        placement: 'here',
+        // Written by the session's owner, whose copy holds it, and shipped with its rows (a title is the
+        // session's, not one node's).
+        placement: 'owner',
       },
       async ({ params: [id], body }) => {
         const [before] = sessionListRows(trace.db, [id!]);

@@ -8,7 +8,6 @@ import type { ServerAuth } from '../http/local-token.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { pgSharedSpend } from '../store/postgres/pg-gateway-spend.js';
 import { pgStoreReads } from '../store/postgres/pg-store-reads.js';
-import { localTitles } from '../store/session-search.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { FaultName } from '../stream/faults.js';
@@ -35,10 +34,7 @@ export function startServiceServer(parts: ServerParts): Promise<MetisServer> {
   const heartbeatIntervalMs = conformance ? CONFORMANCE_HEARTBEAT_MS : config.server.heartbeat_interval_ms;
   // A cluster node's working copy holds only the sessions it ran or read: the list and the usage chart
   // are the store's.
-  const wholeStore =
-    seat.clustered && config.store.url !== null
-      ? pgStoreReads(config.store.url, localTitles(trace.db))
-      : null;
+  const wholeStore = seat.clustered && config.store.url !== null ? pgStoreReads(config.store.url) : null;
   if (wholeStore !== null) trace.onClose(() => wholeStore.close());
   return startServer(runtime, trace, {
     host: config.server.host,

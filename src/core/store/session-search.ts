@@ -164,34 +164,6 @@ export function sessionListRows(db: Db, ids: readonly string[]): SessionListRow[
 /** One page of sessions as `GET /sessions` answers it: from this database, or from the store of record. */
 export type SessionLister = (search: SessionSearch) => Promise<{ rows: SessionListRow[]; more: boolean }>;
 
-/**
- * The titles users gave sessions in this database (`session_titles` is not shipped: a title is this
- * server's), for a list read from elsewhere.
- */
-export function localTitles(db: Db): {
-  titlesOf(ids: readonly string[]): ReadonlyMap<string, string>;
-  titled(text: string): readonly string[];
-} {
-  return {
-    titlesOf: (ids) => {
-      if (ids.length === 0 || !db.open) return new Map();
-      const rows = db
-        .prepare(
-          'SELECT session_id, title FROM session_titles WHERE session_id IN (SELECT value FROM json_each(?))',
-        )
-        .all(JSON.stringify(ids)) as { session_id: string; title: string }[];
-      return new Map(rows.map((row) => [row.session_id, row.title]));
-    },
-    titled: (text) =>
-      db.open
-        ? (db
-            .prepare("SELECT session_id FROM session_titles WHERE title LIKE ? ESCAPE '\\'")
-            .pluck()
-            .all(`%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`) as string[])
-        : [],
-  };
-}
-
 /** Sets the title a user gave a session; null clears it (the first message titles it again). */
 export function setSessionTitle(db: Db, sessionId: string, title: string | null, atUs: number): void {
   try {

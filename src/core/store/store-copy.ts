@@ -90,6 +90,12 @@ export const COPIED_TABLES = [
     ],
   },
   {
+    name: 'session_titles',
+    pk: 'session_id',
+    key: 'session_id',
+    columns: ['session_id', 'title', 'set_at_us'],
+  },
+  {
     name: 'pattern_fingerprints',
     pk: 'id',
     key: 'id',

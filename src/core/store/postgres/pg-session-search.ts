@@ -33,9 +33,10 @@ const SELECT = `
 SELECT s.id, s.parent_session_id, s.workspace_path, s.workspace_hash, s.active_model, s.sticky_model,
        s.status, s.disposition, s.created_at_us, s.updated_at_us,
        sm.turn_count, sm.cost_usd, sm.input_tokens, sm.output_tokens, sm.model, sm.bins,
-       lt.last_turn_status, fm.first_message, cf.conformance,
+       lt.last_turn_status, fm.first_message, cf.conformance, t.title AS user_title,
        (SELECT e.timestamp_us FROM events e WHERE e.session_id = s.id ORDER BY e.id DESC LIMIT 1) AS last_us
   FROM (SELECT * FROM sessions WHERE %WHERE% ORDER BY created_at_us DESC, id DESC OFFSET 0) AS s
+  LEFT JOIN session_titles t ON t.session_id = s.id
   CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE c.type = 'turn.started')::int AS turn_count,
            coalesce(sum((c.p ->> 'cost_usd')::float8) FILTER (WHERE c.type = 'llm.call_completed'), 0) AS cost_usd,
@@ -100,6 +101,7 @@ interface PgRow {
   first_message: string | null;
   conformance: boolean;
   last_us: number | null;
+  user_title: string | null;
 }
 
 /** The user's words as a tsquery: each word a prefix, all required (as ftsQuery does for FTS5). */
@@ -112,14 +114,6 @@ export function tsQuery(text: string): string | null {
     .join(' & ');
 }
 
-/** What the list reads besides PostgreSQL: the titles users gave sessions on this server. */
-export interface LocalTitles {
-  /** The title set for each of these sessions, if any. */
-  titlesOf(ids: readonly string[]): ReadonlyMap<string, string>;
-  /** The sessions whose title contains `text`. */
-  titled(text: string): readonly string[];
-}
-
 /**
  * One page of sessions from PostgreSQL, newest first (created_at_us, then id), as `searchSessions` of
  * session-search.ts answers it from SQLite; `more` when another page follows.
@@ -127,7 +121,6 @@ export interface LocalTitles {
 export async function searchPgSessions(
   client: pg.ClientBase | pg.Pool,
   search: SessionSearch,
-  titles: LocalTitles,
 ): Promise<{ rows: SessionListRow[]; more: boolean }> {
   const inner = ["id <> 'system'"];
   const outer: string[] = [];
@@ -160,16 +153,17 @@ export async function searchPgSessions(
       ? `s.id IN (SELECT m.session_id FROM messages m WHERE m.role IN ('user', 'assistant')
                    AND to_tsvector('simple', coalesce(${messageText('m.content_json')}, '')) @@ to_tsquery('simple', ${param(match)}))`
       : 'false';
-    outer.push(`(${textMatch} OR s.id = ANY(${param([...titles.titled(q)])}::text[]) OR s.id = ${param(q)})`);
+    // A title matches as SQLite's LIKE does: the words anywhere in it, ASCII case aside.
+    const titleLike = `%${q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+    outer.push(`(${textMatch} OR t.title ILIKE ${param(titleLike)} OR s.id = ${param(q)})`);
   }
   const text = `${SELECT.replace('%WHERE%', inner.join(' AND '))}
     ${outer.length === 0 ? '' : `WHERE ${outer.join(' AND ')}`}
     ORDER BY s.created_at_us DESC, s.id DESC LIMIT ${param(search.limit + 1)}`;
   const found = (await client.query<PgRow>(text, values)).rows;
   const page = found.slice(0, search.limit);
-  const userTitles = titles.titlesOf(page.map((row) => row.id));
   return {
-    rows: page.map((row) => listRow(row, userTitles.get(row.id) ?? null)),
+    rows: page.map((row) => listRow(row, row.user_title)),
     more: found.length > search.limit,
   };
 }

@@ -48,6 +48,7 @@ const SESSION_COLUMN: Readonly<Record<string, string>> = {
   sessions: 'id',
   messages: 'session_id',
   tool_calls: 'session_id',
+  session_titles: 'session_id',
 };
 
 /** Tables whose rows are named by an integer. */

@@ -4,7 +4,7 @@ import type { HourCount } from '../stats.js';
 import type { WholeStoreReads } from '../whole-store-reads.js';
 import { postgresPool } from './connect.js';
 import { postgresTraceStats } from './pg-inspect.js';
-import { type LocalTitles, searchPgSessions } from './pg-session-search.js';
+import { searchPgSessions } from './pg-session-search.js';
 import { pgUsageByBucket } from './pg-usage-stats.js';
 
 const HOUR_MS = 3_600_000;
@@ -33,10 +33,10 @@ export async function pgEventsPerHour(
 }
 
 /** The reads spanning every session, from the store of record, on a pool of their own. */
-export function pgStoreReads(url: string, titles: LocalTitles): WholeStoreReads & { close(): Promise<void> } {
+export function pgStoreReads(url: string): WholeStoreReads & { close(): Promise<void> } {
   const pool = postgresPool(url, 'serve', 2);
   return {
-    sessions: (search) => searchPgSessions(pool, search, titles),
+    sessions: (search) => searchPgSessions(pool, search),
     usage: (query) => pgUsageByBucket(pool, query),
     storeStats: async (hours) => {
       const { by_session: _, ...stats } = await postgresTraceStats(url);

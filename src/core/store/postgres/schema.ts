@@ -171,6 +171,15 @@ export const PG_MIGRATIONS: readonly string[] = [
   ALTER TABLE sessions ADD COLUMN spent_usd double precision NOT NULL DEFAULT 0;
   ALTER TABLE sessions ADD COLUMN spent_tokens bigint NOT NULL DEFAULT 0;
   `,
+  // 10 (issue 35): the titles users give sessions, shipped like the session's other rows, so that every
+  // node lists and finds a session by the title set through any of them (SQLite's session_titles).
+  `
+  CREATE TABLE session_titles (
+    session_id text COLLATE "C" PRIMARY KEY,
+    title text NOT NULL,
+    set_at_us bigint NOT NULL
+  );
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;

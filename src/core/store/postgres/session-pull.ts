@@ -17,6 +17,7 @@ const SESSION_TABLES = [
   [table('sessions'), 'id'],
   [table('messages'), 'session_id'],
   [table('tool_calls'), 'session_id'],
+  [table('session_titles'), 'session_id'],
 ] as const;
 
 /**
