@@ -110,7 +110,12 @@ describe.skipIf(!postgresTestsRun)('taking a session over', () => {
       sessionId,
     );
     // Without `durableTurns` (runtime.on_restart: fail) the cut turn is closed, none resumes.
-    expect(report).toEqual({ added: copied.length, recoveredTurns: 1, resumable: [] });
+    expect(report).toEqual({
+      added: copied.length,
+      recoveredTurns: 1,
+      resumable: [],
+      sessionIds: [sessionId],
+    });
     await second.trace.flush();
     expect(local()).toBeGreaterThan(copied.length); // brought in, and closed
     expect(

@@ -139,6 +139,6 @@ export function takeOverHere(parts: {
       sessionId,
     );
     sequencer.forgetRemote(selfAndDescendants(parts.sessions, sessionId));
-    return { ...report, whenHeld: () => resumeTakenTurns(parts.runtime, report.resumable, parts.logger) };
+    return { ...report, whenHeld: () => resumeTakenTurns(parts.runtime, report, parts.logger) };
   };
 }

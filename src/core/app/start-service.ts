@@ -138,7 +138,8 @@ export async function startService(
     // The turns the last run left open go on, so a client coming back finds them running. On a single
     // node before any request is read (the server listened, but reads nothing before this tick ends);
     // a cluster node once it has joined, so that the other nodes' clients get the resumed turns' events.
-    resumeCutTurns(runtime, recovered.recovery.resumable, logger, 'at start');
+    const queued = trace.port.queues.queuedSessions();
+    resumeCutTurns(runtime, recovered.recovery.resumable, logger, 'at start', queued);
     const { stop, abandon } = serviceStop({
       server,
       runtime,

@@ -21,6 +21,8 @@ export interface TakeOverReport {
    * `resumeTakenTurns` once this node holds the session.
    */
   readonly resumable: readonly CutTurn[];
+  /** The session and its workers: their queued messages are taken up with the turns. */
+  readonly sessionIds: readonly string[];
 }
 
 /** `runtime.on_restart` and `runtime.max_resumptions`: what a take-over does with the turns it finds cut. */
@@ -91,10 +93,15 @@ export async function takeOverSession(
       },
       'took the session over from another node',
     );
-  return { added, recoveredTurns: recovery.turns, resumable: recovery.resumable };
+  return {
+    added,
+    recoveredTurns: recovery.turns,
+    resumable: recovery.resumable,
+    sessionIds: stored.sessionIds,
+  };
 }
 
 /** Takes up the turns a take-over found cut, once this node holds the lease (the fence lets them through). */
-export function resumeTakenTurns(runtime: Runtime, resumable: readonly CutTurn[], logger: Logger): void {
-  resumeCutTurns(runtime, resumable, logger, 'after a take-over');
+export function resumeTakenTurns(runtime: Runtime, report: TakeOverReport, logger: Logger): void {
+  resumeCutTurns(runtime, report.resumable, logger, 'after a take-over', report.sessionIds);
 }

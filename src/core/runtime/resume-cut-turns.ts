@@ -7,13 +7,15 @@ import type { CutTurn } from './turn-resume-plan.js';
  * cluster node takes a dead node's session over. Loading the session again emits the `session.resumed`
  * the resumption cap counts, and each turn goes on in its own session and turn. A session that already
  * runs another turn (a request let in meanwhile) keeps that one: the cut turn stays open, logged, for
- * the next start or take-over, which closes it at its cap.
+ * the next start or take-over, which closes it at its cap. Then the messages queued in `queued`
+ * sessions are taken up: behind a resumed turn, or started now when none runs.
  */
 export function resumeCutTurns(
   runtime: Runtime,
   cuts: readonly CutTurn[],
   logger: Logger,
   where: 'at start' | 'after a take-over',
+  queued: readonly string[],
 ): void {
   for (const cut of cuts) {
     try {
@@ -24,6 +26,13 @@ export function resumeCutTurns(
         { session_id: cut.sessionId, turn_id: cut.turnId, err: error },
         `could not resume a turn ${where}`,
       );
+    }
+  }
+  for (const sessionId of queued) {
+    try {
+      runtime.turnQueues.restore(sessionId);
+    } catch (error) {
+      logger.error({ session_id: sessionId, err: error }, `could not take up the queued messages ${where}`);
     }
   }
 }

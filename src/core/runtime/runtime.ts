@@ -150,7 +150,7 @@ export class Runtime {
       closed: () => this.closed,
     });
     this.budgets = new Budgets(this.bus, this.config, this.live, this.logger, options.store.budgets);
-    this.turnQueues = new TurnQueues(queueHost(this, this.logger, () => this.closed));
+    this.turnQueues = new TurnQueues(queueHost(this, this.logger, () => this.closed, options.store.queues));
     const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>
         this.createSession({

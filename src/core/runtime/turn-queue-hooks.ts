@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { QueueRows } from '../store/queue-rows.js';
 import type { Budgets } from './budget.js';
 import type { ConversationMessage } from './model-adapter.js';
 import type { CallResult } from './model-call.js';
@@ -14,7 +15,12 @@ interface TurnsOfSessions {
 }
 
 /** The runtime as the turn queue sees it; an interrupt cancels with `user_cancel` (the user's choice). */
-export function queueHost(runtime: TurnsOfSessions, logger: Logger, closed: () => boolean): TurnQueueHost {
+export function queueHost(
+  runtime: TurnsOfSessions,
+  logger: Logger,
+  closed: () => boolean,
+  rows: QueueRows,
+): TurnQueueHost {
   return {
     startTurn: (sessionId, message, model) => runtime.submitTurn(sessionId, message, { model }),
     runningTurn: (sessionId) => runtime.currentTurn(sessionId),
@@ -27,6 +33,7 @@ export function queueHost(runtime: TurnsOfSessions, logger: Logger, closed: () =
         return false;
       }
     },
+    rows,
     logger,
   };
 }

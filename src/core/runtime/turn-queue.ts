@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { MetisError } from '../errors.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
+import type { QueueRows, StoredQueue } from '../store/queue-rows.js';
 import type { TurnOutcome } from './turn-state.js';
 
 /** What `POST /sessions/{id}/turns` does with a message that comes while a turn runs (issue 31). */
@@ -52,6 +53,8 @@ export interface TurnQueueHost {
   interrupt(sessionId: string, turnId: string): void;
   /** Whether a session takes turns (not ended, the runtime open): else its queue is dropped. */
   acceptsTurns(sessionId: string): boolean;
+  /** Where the queues are kept (the session's row). */
+  readonly rows: QueueRows;
   readonly logger: Logger;
 }
 
@@ -72,17 +75,56 @@ interface Steer {
 }
 
 /**
- * Messages sent while a turn runs, per session, in memory only (docs/http-api.md "Input while a turn
- * runs"): the turns to start after the running one, in order, and the steers the running turn takes at
- * its next model call. A steer the turn had no model call left for becomes the next turn instead, so
- * nothing said is lost. A session that ends drops its queue; so does the server when it stops.
+ * Messages sent while a turn runs, per session (docs/http-api.md "Input while a turn runs"): the turns
+ * to start after the running one, in order, and the steers the running turn takes at its next model
+ * call. A steer the turn had no model call left for becomes the next turn instead, so nothing said is
+ * lost. Each change is written to the session's row: a server that stops or dies leaves the queue in
+ * the store, and the next start or a node taking the session over serves it (`restore`). A session
+ * that ends drops its queue.
  */
 export class TurnQueues {
   private readonly turns = new Map<string, Entry[]>();
   /** Per running turn id: the steers it has not taken yet. */
   private readonly steers = new Map<string, { sessionId: string; items: Steer[] }>();
+  /** Set when the server stops: what is queued stays in the store for the next start, as it is. */
+  private stopped = false;
 
-  constructor(private readonly host: TurnQueueHost) {}
+  private readonly rows: QueueRows;
+
+  constructor(private readonly host: TurnQueueHost) {
+    this.rows = host.rows;
+  }
+
+  /**
+   * Takes up what the store holds queued for a session (a restart, a take-over), behind what this
+   * process queued since, and starts the next turn when none runs. No request waits for these starts.
+   */
+  restore(sessionId: string): void {
+    const stored = this.rows.queueOf(sessionId);
+    if (stored === null) return;
+    const known = new Set(this.list(sessionId).map((item) => item.queued_id));
+    const entries = this.turns.get(sessionId) ?? [];
+    for (const turn of stored.turns)
+      if (!known.has(turn.queued_id))
+        entries.push(entryOf(turn.queued_id, turn.mode, turn.message, turn.model, turn.queued_at_us));
+    if (entries.length > 0) this.turns.set(sessionId, entries);
+    for (const steer of stored.steers) {
+      if (known.has(steer.queued_id)) continue;
+      const pending = this.steers.get(steer.turn_id) ?? { sessionId, items: [] };
+      pending.items.push({
+        queuedId: steer.queued_id,
+        message: steer.message,
+        queuedAtUs: steer.queued_at_us,
+      });
+      this.steers.set(steer.turn_id, pending);
+    }
+    // A steer for a turn that is over (it ended before the restart) becomes a turn, as turnEnded does.
+    for (const [turnId, pending] of this.steers)
+      if (pending.sessionId === sessionId && this.host.runningTurn(sessionId)?.turnId !== turnId)
+        this.turnEnded(sessionId, turnId);
+    this.startNext(sessionId);
+    this.save(sessionId);
+  }
 
   /**
    * Submits a message with a strategy. With no turn running every strategy starts one; `reject` with a
@@ -94,6 +136,18 @@ export class TurnQueues {
     const waiting = this.turns.get(sessionId)?.length ?? 0;
     if (running === null && (waiting === 0 || multitask === 'reject' || multitask === 'interrupt'))
       return { status: 'started', turn: this.host.startTurn(sessionId, message, model) };
+    const submitted = this.queue(sessionId, running, message, model, multitask);
+    this.save(sessionId);
+    return submitted;
+  }
+
+  private queue(
+    sessionId: string,
+    running: StartedTurn | null,
+    message: string,
+    model: string | null,
+    multitask: Multitask,
+  ): Submitted {
     switch (multitask) {
       case 'reject':
         throw new MetisError(
@@ -156,12 +210,14 @@ export class TurnQueues {
     if (index >= 0) {
       const [entry] = entries.splice(index, 1);
       entry!.reject(new MetisError('METIS_ERR_TURN_NOT_FOUND', `queued message ${queuedId} was dropped`));
+      this.save(sessionId);
       return true;
     }
     for (const { sessionId: owner, items } of this.steers.values()) {
       const at = owner === sessionId ? items.findIndex((s) => s.queuedId === queuedId) : -1;
       if (at >= 0) {
         items.splice(at, 1);
+        this.save(sessionId);
         return true;
       }
     }
@@ -173,6 +229,7 @@ export class TurnQueues {
     const pending = this.steers.get(turnId);
     if (pending === undefined || pending.items.length === 0) return [];
     this.steers.delete(turnId);
+    this.save(pending.sessionId);
     return pending.items.map((s) => s.message);
   }
 
@@ -190,6 +247,7 @@ export class TurnQueues {
       this.turns.set(sessionId, entries);
     }
     this.startNext(sessionId);
+    this.save(sessionId);
   }
 
   /** Drops a session's queue (it ended, or the server stops); those waiting for a start are told. */
@@ -199,11 +257,44 @@ export class TurnQueues {
     this.turns.delete(sessionId);
     for (const [turnId, pending] of this.steers)
       if (pending.sessionId === sessionId) this.steers.delete(turnId);
+    this.save(sessionId);
   }
 
+  /** The server stops: those waiting for a start are told; the store keeps the queues for the next start. */
   forgetAll(): void {
+    this.stopped = true;
     for (const sessionId of [...this.turns.keys()]) this.forget(sessionId);
     this.steers.clear();
+  }
+
+  /** Writes the session's queue as it is now to its row (nothing once the server stops). */
+  private save(sessionId: string): void {
+    if (this.stopped) return;
+    const queue: StoredQueue = {
+      turns: (this.turns.get(sessionId) ?? []).map((e) => ({
+        queued_id: e.queuedId,
+        mode: e.mode,
+        message: e.message,
+        model: e.model,
+        queued_at_us: e.queuedAtUs,
+      })),
+      steers: [...this.steers].flatMap(([turnId, pending]) =>
+        pending.sessionId !== sessionId
+          ? []
+          : pending.items.map((s) => ({
+              turn_id: turnId,
+              queued_id: s.queuedId,
+              message: s.message,
+              queued_at_us: s.queuedAtUs,
+            })),
+      ),
+    };
+    const empty = queue.turns.length === 0 && queue.steers.length === 0;
+    try {
+      this.rows.setQueue(sessionId, empty ? null : queue);
+    } catch (error) {
+      this.host.logger.warn({ session_id: sessionId, err: error }, 'could not store the session queue');
+    }
   }
 
   private startNext(sessionId: string): void {

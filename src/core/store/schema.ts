@@ -201,6 +201,11 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE sessions ADD COLUMN spent_usd REAL NOT NULL DEFAULT 0;
   ALTER TABLE sessions ADD COLUMN spent_tokens INTEGER NOT NULL DEFAULT 0;
   `,
+  // 9 (issue 31): messages queued while a turn ran (multitask enqueue, interrupt, steer) outlive the
+  // process: a 202 "queued" is kept like a turn is, and the next start or a take-over serves it.
+  `
+  ALTER TABLE sessions ADD COLUMN queue_json TEXT;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -35,6 +35,7 @@ export const COPIED_TABLES = [
       'budget_caps_json',
       'spent_usd',
       'spent_tokens',
+      'queue_json',
     ],
   },
   {

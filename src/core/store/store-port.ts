@@ -1,6 +1,7 @@
 import { type BudgetRows, SqliteBudgetRows } from './budget-rows.js';
 import type { Db } from './database.js';
 import { type PatternRows, SqlitePatternRows } from './pattern-rows.js';
+import { type QueueRows, SqliteQueueRows } from './queue-rows.js';
 import { SessionStore } from './session-store.js';
 import { SqliteTraceLookups, type TraceLookups } from './trace-lookups.js';
 import { writerOf } from './trace-writer.js';
@@ -20,6 +21,8 @@ export interface StorePort {
   readonly patterns: PatternRows;
   /** What each session's budget is and what it spent: what pauses a turn, after a restart too. */
   readonly budgets: BudgetRows;
+  /** Messages sent while a turn ran, waiting: served after a restart or a take-over too. */
+  readonly queues: QueueRows;
   /**
    * Resolves once an event the bus took is stored (at once when the store commits before `emit` returns:
    * no writer attached); rejects with the storage error after `timeoutMs` when one is given.
@@ -34,6 +37,7 @@ export function sqliteStorePort(db: Db, lookups: TraceLookups = new SqliteTraceL
     lookups,
     patterns: new SqlitePatternRows(db),
     budgets: new SqliteBudgetRows(db),
+    queues: new SqliteQueueRows(db),
     // Looked up at each call: a writer may be attached after the port is made.
     whenStored: (id, timeoutMs) => writerOf(db)?.whenCommitted(id, timeoutMs) ?? Promise.resolve(),
   };

@@ -180,6 +180,10 @@ export const PG_MIGRATIONS: readonly string[] = [
     set_at_us bigint NOT NULL
   );
   `,
+  // 11 (issue 31): a session's queued messages, as SQLite's schema version 9 keeps them.
+  `
+  ALTER TABLE sessions ADD COLUMN queue_json text;
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
