@@ -9,8 +9,8 @@ import { tempDir } from '../helpers/tmp.js';
 /** A database as metis wrote it at schema version 2: tool_calls keyed by the provider's id alone. */
 function versionTwoDatabase(path: string): void {
   const db = new Database(path);
-  db.exec(MIGRATIONS[0]!);
-  db.exec(MIGRATIONS[1]!);
+  db.exec(MIGRATIONS[0] as string);
+  db.exec(MIGRATIONS[1] as string);
   db.pragma('user_version = 2');
   db.exec(`
     INSERT INTO sessions (id, status, created_at_us, updated_at_us) VALUES ('sess_a', 'active', 1, 1);

@@ -132,7 +132,9 @@ function migrate(db: Db): void {
   const version = userVersion(db);
   for (let next = version + 1; next <= SCHEMA_VERSION; next += 1) {
     db.transaction(() => {
-      db.exec(MIGRATIONS[next - 1]!);
+      const migration = MIGRATIONS[next - 1]!;
+      if (typeof migration === 'string') db.exec(migration);
+      else migration(db);
       db.pragma(`user_version = ${next}`);
     }).immediate();
   }

@@ -6,9 +6,27 @@
  * on `(session_id, id)` (WITHOUT ROWID) so that replaying one session reads contiguous pages instead of
  * rows scattered among every other session's. `id` stays unique through its own index.
  */
+import type Database from 'better-sqlite3';
 import { SESSION_INDEX_MIGRATION } from './session-index-schema.js';
 
-export const MIGRATIONS: readonly string[] = [
+/** SQL to run, or a step that looks first (SQLite has no `ADD COLUMN IF NOT EXISTS`). */
+export type Migration = string | ((db: Database.Database) => void);
+
+/**
+ * Adds the columns the table lacks: a migration that also applies to a database whose version number
+ * was set back by hand (the migration tests do), as the `IF NOT EXISTS` of the others does.
+ */
+function addColumns(table: string, columns: readonly string[]): (db: Database.Database) => void {
+  return (db) => {
+    const present = new Set(
+      db.prepare(`SELECT name FROM pragma_table_info('${table}')`).pluck().all() as string[],
+    );
+    for (const column of columns)
+      if (!present.has(column.split(' ')[0]!)) db.exec(`ALTER TABLE ${table} ADD COLUMN ${column}`);
+  };
+}
+
+export const MIGRATIONS: readonly Migration[] = [
   `
   CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
@@ -196,16 +214,14 @@ export const MIGRATIONS: readonly string[] = [
   // 8 (issue 31): budgets outlive the process. The caps a request set (null: the configured ones
   // apply) and what the session's model calls cost as billed, estimates of cut calls included, which
   // the events alone cannot give back. On the session's row, so that they ship, copy and move with it.
-  `
-  ALTER TABLE sessions ADD COLUMN budget_caps_json TEXT;
-  ALTER TABLE sessions ADD COLUMN spent_usd REAL NOT NULL DEFAULT 0;
-  ALTER TABLE sessions ADD COLUMN spent_tokens INTEGER NOT NULL DEFAULT 0;
-  `,
+  addColumns('sessions', [
+    'budget_caps_json TEXT',
+    'spent_usd REAL NOT NULL DEFAULT 0',
+    'spent_tokens INTEGER NOT NULL DEFAULT 0',
+  ]),
   // 9 (issue 31): messages queued while a turn ran (multitask enqueue, interrupt, steer) outlive the
   // process: a 202 "queued" is kept like a turn is, and the next start or a take-over serves it.
-  `
-  ALTER TABLE sessions ADD COLUMN queue_json TEXT;
-  `,
+  addColumns('sessions', ['queue_json TEXT']),
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
