@@ -167,14 +167,14 @@ export const PG_MIGRATIONS: readonly string[] = [
   // 9 (issue 31): a session's budget, as SQLite's schema version 8 keeps it (the caps a request set and
   // the spend as billed), so that a restart, a take-over or a copy keeps pausing at the same cap.
   `
-  ALTER TABLE sessions ADD COLUMN budget_caps_json text;
-  ALTER TABLE sessions ADD COLUMN spent_usd double precision NOT NULL DEFAULT 0;
-  ALTER TABLE sessions ADD COLUMN spent_tokens bigint NOT NULL DEFAULT 0;
+  ALTER TABLE sessions ADD COLUMN IF NOT EXISTS budget_caps_json text;
+  ALTER TABLE sessions ADD COLUMN IF NOT EXISTS spent_usd double precision NOT NULL DEFAULT 0;
+  ALTER TABLE sessions ADD COLUMN IF NOT EXISTS spent_tokens bigint NOT NULL DEFAULT 0;
   `,
   // 10 (issue 35): the titles users give sessions, shipped like the session's other rows, so that every
   // node lists and finds a session by the title set through any of them (SQLite's session_titles).
   `
-  CREATE TABLE session_titles (
+  CREATE TABLE IF NOT EXISTS session_titles (
     session_id text COLLATE "C" PRIMARY KEY,
     title text NOT NULL,
     set_at_us bigint NOT NULL
@@ -182,7 +182,7 @@ export const PG_MIGRATIONS: readonly string[] = [
   `,
   // 11 (issue 31): a session's queued messages, as SQLite's schema version 9 keeps them.
   `
-  ALTER TABLE sessions ADD COLUMN queue_json text;
+  ALTER TABLE sessions ADD COLUMN IF NOT EXISTS queue_json text;
   `,
 ];
 
