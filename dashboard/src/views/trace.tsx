@@ -1,9 +1,10 @@
 import { useMemo, useState } from 'preact/hooks';
-import { api, type StoredEvent, type TraceAnswer } from '../api.js';
+import { api, type StoredEvent } from '../api.js';
 import { usd } from '../format.js';
-import { offline, usePolled } from '../hooks.js';
+import { offline } from '../hooks.js';
 import type { Report } from '../report.js';
 import { go, hrefOf, type Place } from '../router.js';
+import { useTraceFeed } from '../trace-feed.js';
 import { domainOf, type SpanNode, spanForest } from '../trace-model.js';
 import { markSummary } from './content.js';
 import { NoSuchSession } from './no-such-session.js';
@@ -28,14 +29,9 @@ const ANY = '';
  */
 export function TraceView({ place, report }: { place: Extract<Place, { view: 'trace' }>; report: Report }) {
   const { sessionId, eventId } = place;
-  const { data, error, refresh } = usePolled<TraceAnswer>(
-    `/sessions/${encodeURIComponent(sessionId)}/trace?include_worker_sessions=true&limit=5000`,
-    3000,
-    report,
-  );
+  const { events, content, loading, error, refresh } = useTraceFeed(sessionId, 3000, report);
   const [tab, setTab] = useState<Tab>('spans');
   const [filters, setFilters] = useState<Filters>({ domain: ANY, type: ANY, actor: ANY, sensitivity: ANY });
-  const events = data?.events ?? [];
   const turns = useMemo(() => spanForest(events), [events]);
   const spansById = useMemo(() => indexSpans(turns), [turns]);
   const shown = useMemo(
@@ -100,7 +96,12 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
             session {markSummary(score)}
           </span>
         ))}
-        {data?.has_more && <span class="muted"> (the first {events.length} events; more are stored)</span>}
+        {loading !== null && (
+          <span class="muted" data-testid="trace-loading">
+            {' '}
+            · loading events… {loading.toLocaleString('en-US')}
+          </span>
+        )}
       </p>
       <div role="tablist" class="tabs" aria-label="Trace views">
         {(['spans', 'waterfall', 'events'] as const).map((name) => (
@@ -120,14 +121,14 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
           {tab === 'spans' && (
             <SpanTree
               turns={turns}
-              content={data?.content}
+              content={content}
               sessionId={sessionId}
               selected={eventId}
               choose={choose}
               rate={rate}
             />
           )}
-          {tab === 'waterfall' && <Waterfall turns={turns} content={data?.content} choose={choose} />}
+          {tab === 'waterfall' && <Waterfall turns={turns} content={content} choose={choose} />}
           {tab === 'events' && (
             <>
               <div class="filters">
@@ -172,7 +173,7 @@ export function TraceView({ place, report }: { place: Extract<Place, { view: 'tr
               >
                 ×
               </button>
-              <Detail event={selected} span={spansById.get(selected.id) ?? null} content={data?.content} />
+              <Detail event={selected} span={spansById.get(selected.id) ?? null} content={content} />
             </>
           )}
         </aside>
@@ -197,7 +198,7 @@ function EventList({
   selected,
   choose,
 }: {
-  events: StoredEvent[];
+  events: readonly StoredEvent[];
   sessionId: string;
   selected: string | null;
   choose: (e: StoredEvent) => void;
