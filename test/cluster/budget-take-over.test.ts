@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { type ClusterTestNode, clusterRequest, startClusterNode } from '../helpers/cluster.js';
 import { natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { readUntil } from '../helpers/protocol.js';
 
 /*
  * Issue 31 on a cluster: a session's budget travels with it. A turn held at its cap on node A; A is
@@ -16,15 +17,6 @@ const inCluster = describe.skipIf(!postgresTestsRun || !natsTestsRun);
 const DOLLAR_A_TOKEN = {
   pricing: { 'scripted:*': { input_per_mtok: 1_000_000, output_per_mtok: 1_000_000 } },
 };
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 inCluster('a budget on a cluster (issue 31)', () => {
   it('a turn held at its cap on a node killed is held again by the node taking over, and completes after a raise', async () => {
@@ -43,13 +35,13 @@ inCluster('a budget on a cluster (issue 31)', () => {
         (await clusterRequest(node.url, 'GET', `/sessions/${sessionId}`)).body.session?.current_turn_id ??
         null;
       await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'hello' });
-      await until(
+      await readUntil(
         () => current(a),
         (turn) => turn === null,
       );
       const held = (await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, { message: 'again' }))
         .body.turn_id as string;
-      const before = await until(
+      const before = await readUntil(
         () => budgetOn(a),
         (budget) => budget.paused?.length === 1,
       );
@@ -57,7 +49,7 @@ inCluster('a budget on a cluster (issue 31)', () => {
 
       a.process.kill('SIGKILL');
       await a.exited();
-      const after = await until(
+      const after = await readUntil(
         () => budgetOn(b).catch(() => ({})),
         (budget: any) => budget.paused?.length === 1,
         30_000,
@@ -68,7 +60,7 @@ inCluster('a budget on a cluster (issue 31)', () => {
       const raised = await clusterRequest(b.url, 'POST', `/sessions/${sessionId}/budget`, { usd: 1_000 });
       expect(raised.status).toBe(200);
       expect(
-        await until(
+        await readUntil(
           () => current(b),
           (turn) => turn === null,
         ),

@@ -2,6 +2,7 @@ import { rmSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { readUntil } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
 import { durableProject, post } from './durable-helpers.js';
 
@@ -24,15 +25,6 @@ async function budgetOf(url: string, sessionId: string): Promise<any> {
   return (await jsonRequest(url, 'GET', `/sessions/${sessionId}/budget`)).body;
 }
 
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 async function turnStatus(url: string, sessionId: string): Promise<string | null> {
   return (await jsonRequest(url, 'GET', `/sessions/${sessionId}`)).body.session.current_turn_id ?? null;
 }
@@ -46,13 +38,13 @@ async function heldAcrossARestart(store: 'sqlite' | 'postgres') {
     await post(first.url, '/sessions', { workspace_path: home, budget: { usd: 1, tokens: 1_000_000 } })
   ).body.session_id as string;
   const spender = (await post(first.url, `/sessions/${sessionId}/turns`, { message: 'hello' })).body.turn_id;
-  await until(
+  await readUntil(
     () => turnStatus(first.url, sessionId),
     (current) => current === null,
   );
   const held = (await post(first.url, `/sessions/${sessionId}/turns`, { message: 'and again' })).body
     .turn_id as string;
-  const before = await until(
+  const before = await readUntil(
     () => budgetOf(first.url, sessionId),
     (b) => b.paused?.length === 1,
   );
@@ -66,7 +58,7 @@ async function heldAcrossARestart(store: 'sqlite' | 'postgres') {
   const second = await serveCli(home, args);
   try {
     expect(JSON.parse(second.stdout().split('\n')[0]!)).toMatchObject({ resumed_turns: 1 });
-    const after = await until(
+    const after = await readUntil(
       () => budgetOf(second.url, sessionId),
       (b) => b.paused?.length === 1,
       10_000,
@@ -84,7 +76,7 @@ async function heldAcrossARestart(store: 'sqlite' | 'postgres') {
     const raised = await post(second.url, `/sessions/${sessionId}/budget`, { usd: 1_000_000 });
     expect(raised.status).toBe(200);
     expect(
-      await until(
+      await readUntil(
         () => turnStatus(second.url, sessionId),
         (current) => current === null,
       ),

@@ -163,6 +163,20 @@ export async function eventually(check: () => boolean, timeoutMs = 10_000): Prom
   return check();
 }
 
+/** Reads until `done` holds of what was read (or the time is up), and returns the last read. */
+export async function readUntil<T>(
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  timeoutMs = 20_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value) || Date.now() > deadline) return value;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 /** Terminates the client's socket (an abrupt drop, no close handshake) once it has received `count` events. */
 export function dropAfterEvents(client: TestClient, count: number): void {
   let seen = 0;
