@@ -15,12 +15,17 @@
  *   start) while the three nodes serve turns (lib/cluster-prune.ts).
  * - start-up: a node's start until `/healthz` on that store of 1,000,000 events, beside a store of
  *   100,000 (lib/cluster-startup.ts).
+ * - under load: 30 sessions owned by different nodes, 120 clients over three nodes of their own, all
+ *   turns at once; delta p99 on other nodes beside the owners' (lib/cluster-load.ts), and the nodes'
+ *   CPU per turn beside the same on one node (lib/cluster-cpu.ts).
  */
 
 import WebSocket from 'ws';
 import { isoToMicros, nowMicros } from '../src/core/events/clock.js';
 import { NATS_BIN, startNats } from '../test/helpers/nats.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
+import { benchClusterCpu } from './lib/cluster-cpu.js';
+import { benchCrossNodeLoad } from './lib/cluster-load.js';
 import { BENCH_TOKEN, type BenchNode, nodeRequest, startBenchNode } from './lib/cluster-nodes.js';
 import { benchPruneWhileServing, loadOldEvents } from './lib/cluster-prune.js';
 import { benchNodeStart } from './lib/cluster-startup.js';
@@ -127,6 +132,9 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
     const spread = await fanOut((i) => nodes[i % 3]!);
     const single = await fanOut(() => a);
 
+    const underLoad = await benchCrossNodeLoad(postgres, nats.url, opts.quick);
+    const cpu = await benchClusterCpu(postgres, nats.url, opts.quick);
+
     const pruning = await benchPruneWhileServing(opts, store, nodes);
 
     // Failover: the node running a turn dies; a client on C waits, then a request goes to B.
@@ -197,6 +205,8 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
         unit: 'ms',
         baseline: { name: 'cluster.node_timeout_ms', value: TIMING.nodeTimeoutMs },
       }),
+      ...underLoad,
+      ...cpu,
       ...pruning,
       ...starting,
     ];

@@ -16,6 +16,8 @@ describe.skipIf(!postgresTestsRun || !natsTestsRun)('bench cluster smoke', () =>
       'fan-out: 60 clients over three nodes, delta latency p99',
       'failover: node killed mid-turn → its cut call closed and the turn resumed, seen on another node',
       'failover: node killed mid-turn → the session served by another node',
+      'cross-node delta latency p99 under load (6 sessions, 24 clients over 3 nodes)',
+      'cluster CPU per turn, sum over 3 nodes (6 turns at once, clients spread)',
       'turn request p99 while pruning 5,000 events on PostgreSQL (3 nodes serving)',
       'turn requests failed while pruning',
       'node start until /healthz, store of 5,000 events',

@@ -15,6 +15,8 @@ export const BENCH_TOKEN = 'cluster-bench-token-0123456789abcdef';
 export interface BenchNode {
   readonly nodeId: string;
   readonly url: string;
+  /** The node's process id: its CPU time is read from /proc (lib/cluster-cpu.ts). */
+  readonly pid: number;
   kill(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -67,7 +69,7 @@ export async function startBenchNode(
     await child;
     rmSync(home, { recursive: true, force: true });
   };
-  return { nodeId, url, kill: () => end('SIGKILL'), stop: () => end('SIGTERM') };
+  return { nodeId, url, pid: child.pid!, kill: () => end('SIGKILL'), stop: () => end('SIGTERM') };
 }
 
 /** A JSON request to a bench node, with the shared token. */

@@ -50,8 +50,9 @@ const CHANGES_ROWS = /^(session\.|turn\.|llm\.call_(completed|failed)$|tool\.|de
  * is written into the copy (not shipped back: the store has it) and then released to this node's
  * clients, each streaming event released as it comes. A bus event that does not follow the copy's last
  * one of its session (a message lost while the broker was away, a session new here) has the session
- * brought up to the store first, which holds it already. Messages are handled one at a time, in the
- * order they came; a refresh waits its turn among them. Sessions nobody here watches are not written
+ * brought up to the store first, which holds it already. A family's messages are handled one at a
+ * time, in the order they came, apart from other families' (one's trip to the store holds up no other);
+ * a refresh waits for the messages received before it. Sessions nobody here watches are not written
  * here: a read of one brings it up from the store first (`refresh`).
  */
 export function mirrorSessions(parts: {
@@ -72,11 +73,13 @@ export function mirrorSessions(parts: {
   const { db, sequencer, logger, broker } = parts;
   const rows = new MirrorRows(db);
   /**
-   * The work queued: each message and refresh runs after the one before. One queue for every session,
-   * not one each: a planner's stream carries its workers' events, which must keep their id order
-   * among its own (NATS delivers each node's messages in the order it published them).
+   * The work queued, by family root: each message and refresh of a family runs after the one before.
+   * One queue per family, not per session: a planner's stream carries its workers' events, which must
+   * keep their id order among its own (NATS delivers each node's messages in the order it published
+   * them). Not one for all families: a trip to the store for one session (a turn's start or end brings
+   * its rows) would hold every other session's deltas behind it, hundreds of milliseconds under load.
    */
-  let queue: Promise<void> = Promise.resolve();
+  const queues = new Map<string, Promise<void>>();
   /**
    * Sessions whose messages have come in order since their family was subscribed (or the broker was
    * last reconnected): their copy is as current as the messages received, and a reader needs no trip
@@ -107,13 +110,25 @@ export function mirrorSessions(parts: {
   };
   let closed = false;
 
-  const enqueue = (sessionId: string, work: () => Promise<void> | void): Promise<void> => {
-    const next = queue.then(work).catch((error: unknown) => {
-      // The copy may now miss what this work was to bring: the next reader goes to the store.
-      following.delete(sessionId);
-      logger.warn({ session_id: sessionId, err: (error as Error).message }, 'could not mirror a session');
+  const enqueue = (
+    root: string,
+    sessionId: string,
+    work: () => Promise<void> | void,
+    after: Promise<unknown> = Promise.resolve(),
+  ): Promise<void> => {
+    const previous = queues.get(root) ?? Promise.resolve();
+    const next = Promise.all([previous, after])
+      .then(work)
+      .catch((error: unknown) => {
+        // The copy may now miss what this work was to bring: the next reader goes to the store.
+        following.delete(sessionId);
+        logger.warn({ session_id: sessionId, err: (error as Error).message }, 'could not mirror a session');
+      });
+    queues.set(root, next);
+    // A family's queue is dropped once drained, so sessions followed once hold no memory here.
+    void next.then(() => {
+      if (queues.get(root) === next) queues.delete(root);
     });
-    queue = next;
     return next;
   };
 
@@ -123,7 +138,7 @@ export function mirrorSessions(parts: {
    * ones after it (and their streaming events, published between them) are on their way in order.
    * Returns the sessions brought up.
    */
-  const bringUp = async (sessionId: string, throughSeq?: number): Promise<readonly string[]> => {
+  const bringUpNow = async (sessionId: string, throughSeq?: number): Promise<readonly string[]> => {
     if (closed || !rows.open) return [];
     const after = new Map<string, number>();
     for (const id of selfAndDescendants(rows.lineage, sessionId)) after.set(id, rows.lastSeq(id));
@@ -153,6 +168,38 @@ export function mirrorSessions(parts: {
     return stored.sessionIds;
   };
 
+  /**
+   * The rows of events already released, being brought from the store, by family root: one after
+   * another, so an older read never overwrites a newer one's rows. Whatever else brings a family up
+   * waits for them first.
+   */
+  const rowFetches = new Map<string, Promise<void>>();
+  const bringUp = async (sessionId: string, throughSeq?: number): Promise<readonly string[]> => {
+    await rowFetches.get(parts.familyOf(sessionId));
+    return bringUpNow(sessionId, throughSeq);
+  };
+  /**
+   * Brings the rows written with a session's event at `seq` (released already) from the store, without
+   * holding up the family's messages behind the trip: a turn's start, then its deltas, would otherwise
+   * reach this node's clients only once the store answered (half a second with 30 turns starting).
+   */
+  const fetchRows = (root: string, sessionId: string, seq: number) => {
+    const next = (rowFetches.get(root) ?? Promise.resolve())
+      .then(() => bringUpNow(sessionId, seq))
+      .then(
+        () => {},
+        (error: unknown) => {
+          // The copy may now miss the rows: the next reader goes to the store.
+          following.delete(sessionId);
+          logger.warn({ session_id: sessionId, err: (error as Error).message }, 'could not mirror a session');
+        },
+      );
+    rowFetches.set(root, next);
+    void next.then(() => {
+      if (rowFetches.get(root) === next) rowFetches.delete(root);
+    });
+  };
+
   const receive = async (event: MetisEvent, family: string, root: string): Promise<void> => {
     if (closed || !rows.open || parts.runsHere(event.session_id)) return;
     // Queued before its family's last watcher left: nobody here wants it any more. (The family is the
@@ -164,10 +211,12 @@ export function mirrorSessions(parts: {
     }
     const have = rows.lastSeq(event.session_id);
     if (event.seq !== null && event.seq <= have) return;
-    // An event that comes with rows (a message, a turn's end, the session's own changes) brings them
-    // from the store, where they were shipped with it: snapshots and reads here show them.
-    if (event.seq === have + 1 && rows.hasSession(event.session_id) && !CHANGES_ROWS.test(event.type)) {
+    if (event.seq === have + 1 && rows.hasSession(event.session_id)) {
       rows.insertPulled(event);
+      // An event that comes with rows (a message, a turn's end, the session's own changes) brings them
+      // from the store, where they were shipped with it: snapshots and reads here show them once a
+      // refresh has waited for them.
+      if (CHANGES_ROWS.test(event.type)) fetchRows(root, event.session_id, event.seq);
       following.add(event.session_id);
       release(event);
       return;
@@ -188,12 +237,12 @@ export function mirrorSessions(parts: {
     }
     if (event.session_id === SYSTEM_SESSION_ID) return;
     const family = message.header(FAMILY_HEADER) ?? 'bus';
-    void enqueue(event.session_id, () => receive(event, family, root));
+    void enqueue(root, event.session_id, () => receive(event, family, root));
   };
 
   /** Brings a family up to the store; its sessions are then as current as the messages that follow. */
   const catchUp = (root: string) =>
-    enqueue(root, async () => {
+    enqueue(root, root, async () => {
       if (!families.has(root)) return;
       for (const id of await bringUp(root)) following.add(id);
     });
@@ -230,11 +279,19 @@ export function mirrorSessions(parts: {
   });
 
   return {
-    // A session followed in order needs only the messages already received applied first.
+    // A session followed in order needs only the messages already received applied first, and the
+    // rows they brought. Those of every family: a worker new here has no row yet naming its root,
+    // whose queue has its messages.
     refresh: (sessionId) =>
-      enqueue(sessionId, async () => {
-        if (!following.has(sessionId)) await bringUp(sessionId);
-      }),
+      enqueue(
+        parts.familyOf(sessionId),
+        sessionId,
+        async () => {
+          await Promise.all(rowFetches.values());
+          if (!following.has(sessionId)) await bringUp(sessionId);
+        },
+        Promise.all(queues.values()),
+      ),
     watch: (sessionId) => {
       if (closed || sessionId === SYSTEM_SESSION_ID) return () => {};
       const root = parts.familyOf(sessionId);
