@@ -83,6 +83,45 @@ export function writeStoredSession(
    */
   missedStreaming = true,
 ): { added: number; lastEventId: string | null; addedEvents: unknown[][] } {
+  const { upserts, insertEvent, markPulled, raiseHorizon } = pullStatements(db);
+  const idIndex = (EVENTS.columns as readonly string[]).indexOf('id');
+  const sessionIndex = (EVENTS.columns as readonly string[]).indexOf('session_id');
+  const newest = new Map<string, string>();
+  const addedEvents: unknown[][] = [];
+  writePulled(db, () => {
+    for (const [target, upsert] of upserts)
+      for (const row of stored.rows.get(target.name) ?? []) upsert.run(row);
+    for (const row of stored.events) {
+      newest.set(row[sessionIndex] as string, row[idIndex] as string);
+      if (insertEvent.run(row).changes === 0) continue;
+      markPulled.run(row[idIndex]);
+      addedEvents.push(row);
+    }
+    if (missedStreaming) for (const [session, id] of newest) raiseHorizon.run(session, id);
+  });
+  return {
+    added: addedEvents.length,
+    addedEvents,
+    lastEventId: (stored.events.at(-1)?.[idIndex] as string | undefined) ?? null,
+  };
+}
+
+/**
+ * The statements writing a pulled session, prepared once per connection: a follower writes one for
+ * every event that comes with rows, and preparing them each time was most of that write's cost.
+ */
+const STATEMENTS = new WeakMap<Db, ReturnType<typeof preparePull>>();
+
+function pullStatements(db: Db): ReturnType<typeof preparePull> {
+  let statements = STATEMENTS.get(db);
+  if (statements === undefined) {
+    statements = preparePull(db);
+    STATEMENTS.set(db, statements);
+  }
+  return statements;
+}
+
+function preparePull(db: Db) {
   const upserts = SESSION_TABLES.map(([target]) => {
     const others = target.columns.filter((column) => column !== target.pk);
     const updates = others.map((column) => `${column} = excluded.${column}`).join(', ');
@@ -106,24 +145,5 @@ export function writeStoredSession(
     `INSERT INTO stream_horizon (session_id, before_id) VALUES (?, ?)
      ON CONFLICT (session_id) DO UPDATE SET before_id = max(before_id, excluded.before_id)`,
   );
-  const idIndex = (EVENTS.columns as readonly string[]).indexOf('id');
-  const sessionIndex = (EVENTS.columns as readonly string[]).indexOf('session_id');
-  const newest = new Map<string, string>();
-  const addedEvents: unknown[][] = [];
-  writePulled(db, () => {
-    for (const [target, upsert] of upserts)
-      for (const row of stored.rows.get(target.name) ?? []) upsert.run(row);
-    for (const row of stored.events) {
-      newest.set(row[sessionIndex] as string, row[idIndex] as string);
-      if (insertEvent.run(row).changes === 0) continue;
-      markPulled.run(row[idIndex]);
-      addedEvents.push(row);
-    }
-    if (missedStreaming) for (const [session, id] of newest) raiseHorizon.run(session, id);
-  });
-  return {
-    added: addedEvents.length,
-    addedEvents,
-    lastEventId: (stored.events.at(-1)?.[idIndex] as string | undefined) ?? null,
-  };
+  return { upserts, insertEvent, markPulled, raiseHorizon };
 }
