@@ -172,7 +172,7 @@ export async function benchCrossNodeLoad(
   const nodes = await startLoadNodes(postgres, nats, 'load', 3);
   let round: LoadRound;
   try {
-    await runClusterLoad(nodes, shape);
+    if (!quick) await runClusterLoad(nodes, shape); // warm-up
     round = await runClusterLoad(nodes, shape);
   } finally {
     await stopNodes(nodes);
