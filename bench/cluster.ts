@@ -20,13 +20,12 @@
  *   CPU per turn beside the same on one node (lib/cluster-cpu.ts).
  */
 
-import WebSocket from 'ws';
 import { isoToMicros, nowMicros } from '../src/core/events/clock.js';
 import { NATS_BIN, startNats } from '../test/helpers/nats.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
 import { benchClusterCpu } from './lib/cluster-cpu.js';
 import { benchCrossNodeLoad } from './lib/cluster-load.js';
-import { BENCH_TOKEN, type BenchNode, nodeRequest, startBenchNode } from './lib/cluster-nodes.js';
+import { type BenchNode, followSession, nodeRequest, startBenchNode } from './lib/cluster-nodes.js';
 import { benchPruneWhileServing, loadOldEvents } from './lib/cluster-prune.js';
 import { benchNodeStart } from './lib/cluster-startup.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
@@ -41,27 +40,13 @@ interface Follower {
 }
 
 async function follow(node: BenchNode, sessionId: string): Promise<Follower> {
-  const handshake = await nodeRequest(node.url, 'GET', `/sessions/${sessionId}`);
-  const ws = new WebSocket(handshake.ws_url as string, {
-    headers: { authorization: `Bearer ${BENCH_TOKEN}` },
-  });
   const latenciesUs: number[] = [];
   const seen = new Set<string>();
-  await new Promise<void>((resolve, reject) => {
-    ws.once('error', reject);
-    ws.on('message', (data) => {
-      const frame = JSON.parse(String(data));
-      if (frame.type === 'subscribe_ack') resolve();
-      if (frame.type !== 'event') return;
-      seen.add(`${frame.event.type}:${frame.event.turn_id}`);
-      if (frame.event.type === 'text.delta')
-        latenciesUs.push(nowMicros() - isoToMicros(frame.event.timestamp));
-    });
-    ws.once('open', () =>
-      ws.send(JSON.stringify({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false })),
-    );
+  const close = await followSession(node, sessionId, (event) => {
+    seen.add(`${event.type}:${event.turn_id}`);
+    if (event.type === 'text.delta') latenciesUs.push(nowMicros() - isoToMicros(event.timestamp));
   });
-  return { latenciesUs, seen, close: () => ws.terminate() };
+  return { latenciesUs, seen, close };
 }
 
 async function until(check: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {

@@ -1,15 +1,6 @@
-/**
- * The cluster suite's figure under load (issue 35): many sessions, each owned by a different node
- * (made through it: the node making a session takes its lease), their `slow:` turns all running at
- * once, and 4 clients per session spread over the nodes, so half of them follow their session on its
- * owner and half on another node. Each delta's latency is its arrival minus its `timestamp` (both this
- * machine's clocks); the p99 seen by clients on other nodes must stay within 3× the owner's clients',
- * measured in the same turns. `runClusterLoad` is also the load the CPU figure runs (cluster-cpu.ts).
- */
-import WebSocket from 'ws';
 import { isoToMicros, nowMicros } from '../../src/core/events/clock.js';
 import { freshDatabase, type PostgresServer } from '../../test/helpers/postgres.js';
-import { BENCH_TOKEN, type BenchNode, nodeRequest, startBenchNode } from './cluster-nodes.js';
+import { type BenchNode, followSession, nodeRequest, startBenchNode } from './cluster-nodes.js';
 import { type Figure, figure, percentile } from './stats.js';
 
 /** The shape of the load: issue 35 names 30 sessions and 120 clients over three nodes. */
@@ -34,28 +25,13 @@ interface LoadClient {
 }
 
 async function attach(node: BenchNode, sessionId: string, onOwner: boolean): Promise<LoadClient> {
-  const handshake = await nodeRequest(node.url, 'GET', `/sessions/${sessionId}`);
-  const ws = new WebSocket(handshake.ws_url as string, {
-    headers: { authorization: `Bearer ${BENCH_TOKEN}` },
-  });
   const latenciesUs: number[] = [];
   const ended = new Set<string>();
-  await new Promise<void>((resolve, reject) => {
-    ws.once('error', reject);
-    ws.on('message', (data) => {
-      const frame = JSON.parse(String(data));
-      if (frame.type === 'subscribe_ack') resolve();
-      if (frame.type !== 'event') return;
-      const { type, timestamp, turn_id: turnId } = frame.event;
-      if (type === 'text.delta') latenciesUs.push(nowMicros() - isoToMicros(timestamp));
-      else if (type === 'turn.completed' || type === 'turn.failed' || type === 'turn.cancelled')
-        ended.add(turnId);
-    });
-    ws.once('open', () =>
-      ws.send(JSON.stringify({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false })),
-    );
+  const close = await followSession(node, sessionId, ({ type, timestamp, turn_id: turnId }) => {
+    if (type === 'text.delta') latenciesUs.push(nowMicros() - isoToMicros(timestamp));
+    else if ((type === 'turn.completed' || type === 'turn.cancelled') && turnId !== null) ended.add(turnId);
   });
-  return { onOwner, nodeId: node.nodeId, latenciesUs, ended, close: () => ws.terminate() };
+  return { onOwner, nodeId: node.nodeId, latenciesUs, ended, close };
 }
 
 /** What one round of the load saw: every delta latency (µs, ascending) on owners and on other nodes. */

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
+import WebSocket from 'ws';
 
 const ROOT = join(import.meta.dirname, '../..');
 const ENTRY = join(ROOT, 'test/helpers/cli-entry.ts');
@@ -85,4 +86,38 @@ export async function nodeRequest(url: string, method: string, path: string, bod
   const text = await response.text();
   if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
   return text ? JSON.parse(text) : null;
+}
+
+/** A stored or streamed event as a follower reads it from its frames. */
+export interface FollowedEvent {
+  readonly type: string;
+  readonly timestamp: string;
+  readonly turn_id: string | null;
+}
+
+/**
+ * A client of `node` following a session with the full preset from now on (no snapshot): each event
+ * handed to `onEvent` as it comes. Resolves once subscribed; the returned function drops the connection.
+ */
+export async function followSession(
+  node: Pick<BenchNode, 'url'>,
+  sessionId: string,
+  onEvent: (event: FollowedEvent) => void,
+): Promise<() => void> {
+  const handshake = await nodeRequest(node.url, 'GET', `/sessions/${sessionId}`);
+  const ws = new WebSocket(handshake.ws_url as string, {
+    headers: { authorization: `Bearer ${BENCH_TOKEN}` },
+  });
+  await new Promise<void>((resolve, reject) => {
+    ws.once('error', reject);
+    ws.on('message', (data) => {
+      const frame = JSON.parse(String(data));
+      if (frame.type === 'subscribe_ack') resolve();
+      if (frame.type === 'event') onEvent(frame.event);
+    });
+    ws.once('open', () =>
+      ws.send(JSON.stringify({ type: 'subscribe', filter: 'preset:full', since: null, snapshot: false })),
+    );
+  });
+  return () => ws.terminate();
 }

@@ -1,8 +1,8 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { CLUSTER_TOKEN, clusterRequest, startClusterNode, until, watchSession } from '../helpers/cluster.js';
+import { CLUSTER_TOKEN, clusterRequest, twoNodeCluster, until, watchSession } from '../helpers/cluster.js';
 import { turnEnd } from '../helpers/following-client.js';
-import { natsTestsRun, startNats } from '../helpers/nats.js';
-import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { natsTestsRun } from '../helpers/nats.js';
+import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 
 /**
  * Issue 35: any node answers for any session at once. A session created on node A after node B
@@ -36,15 +36,7 @@ async function sseStatus(url: string, sessionId: string): Promise<[number, strin
 
 inCluster('a session created on another node', () => {
   it('is answered by every route on a node that never saw it, as on the node that made it', async () => {
-    const nats = await startNats();
-    onTestFinished(() => nats.destroy());
-    const store = freshDatabase(pg);
-    const a = await startClusterNode(store, nats.url, 'node-a');
-    const b = await startClusterNode(store, nats.url, 'node-b');
-    onTestFinished(async () => {
-      await a.stop('SIGTERM');
-      await b.stop('SIGTERM');
-    });
+    const { a, b } = await twoNodeCluster(pg);
     const sessionId = (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;
     const turn = await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, {
       message: 'hello there',

@@ -1,10 +1,10 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
 import { workingCopyPath } from '../../src/core/store/postgres/working-copy.js';
-import { CLUSTER_TOKEN, clusterRequest, startClusterNode, until, watchSession } from '../helpers/cluster.js';
+import { CLUSTER_TOKEN, clusterRequest, twoNodeCluster, until, watchSession } from '../helpers/cluster.js';
 import { accountFor, FollowingClient, turnEnd } from '../helpers/following-client.js';
-import { natsTestsRun, startNats } from '../helpers/nats.js';
-import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { natsTestsRun } from '../helpers/nats.js';
+import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli } from '../helpers/run-cli.js';
 
 /**
@@ -36,15 +36,7 @@ async function openStreams(url: string): Promise<number> {
 
 inCluster('a node follows only the sessions its own clients watch', () => {
   it('writes no event of an unwatched session, serves a watcher gap-free, and stops after the last detach', async () => {
-    const nats = await startNats();
-    onTestFinished(() => nats.destroy());
-    const store = freshDatabase(pg);
-    const a = await startClusterNode(store, nats.url, 'node-a');
-    const b = await startClusterNode(store, nats.url, 'node-b');
-    onTestFinished(async () => {
-      await a.stop('SIGTERM');
-      await b.stop('SIGTERM');
-    });
+    const { store, a, b } = await twoNodeCluster(pg);
     const copyOfB = workingCopyPath(b.home, store);
     const create = async () =>
       (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;

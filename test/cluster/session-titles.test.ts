@@ -1,7 +1,7 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { clusterRequest, startClusterNode, until } from '../helpers/cluster.js';
-import { natsTestsRun, startNats } from '../helpers/nats.js';
-import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { clusterRequest, startClusterNode, twoNodeCluster, until } from '../helpers/cluster.js';
+import { natsTestsRun } from '../helpers/nats.js';
+import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 
 /**
  * Issue 35 (any node answers for any session; titles were kept per node): a title set through any node
@@ -15,15 +15,7 @@ const inCluster = describe.skipIf(!postgresTestsRun || !natsTestsRun);
 
 inCluster('a session title on a cluster', () => {
   it('set through any node, is listed and searched on every node', async () => {
-    const nats = await startNats();
-    onTestFinished(() => nats.destroy());
-    const store = freshDatabase(pg);
-    const a = await startClusterNode(store, nats.url, 'node-a');
-    const b = await startClusterNode(store, nats.url, 'node-b');
-    onTestFinished(async () => {
-      await a.stop('SIGTERM');
-      await b.stop('SIGTERM');
-    });
+    const { nats, store, a, b } = await twoNodeCluster(pg);
     const sessionId = (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;
 
     const patched = await clusterRequest(b.url, 'PATCH', `/sessions/${sessionId}`, {

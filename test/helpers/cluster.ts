@@ -7,6 +7,8 @@ import { clusterKeys } from '../../src/core/cluster/cluster-keys.js';
 import { associatedData, messageSealer } from '../../src/core/cluster/message-seal.js';
 import { type SealedBroker, sealBroker } from '../../src/core/cluster/sealed-broker.js';
 import { silentLogger } from '../../src/core/logger.js';
+import { startNats } from './nats.js';
+import { freshDatabase, type PostgresServer } from './postgres.js';
 import { subscribeOn } from './protocol.js';
 import { type CliChild, spawnCli } from './run-cli.js';
 import { openClient, type TestClient } from './server.js';
@@ -157,4 +159,21 @@ export async function watchSession(
   await subscribeOn(client, { filter: 'preset:full', since: null, snapshot: true });
   const events = () => client.frames.filter((frame) => frame.type === 'event').map((frame) => frame.event);
   return { client, events };
+}
+
+/**
+ * What most cluster tests start from: a nats-server, a fresh database on `pg`, and nodes `node-a` and
+ * `node-b` on them, all stopped when the test ends. `nats` and `store` let a test add nodes.
+ */
+export async function twoNodeCluster(pg: PostgresServer) {
+  const nats = await startNats();
+  onTestFinished(() => nats.destroy());
+  const store = freshDatabase(pg);
+  const a = await startClusterNode(store, nats.url, 'node-a');
+  const b = await startClusterNode(store, nats.url, 'node-b');
+  onTestFinished(async () => {
+    await a.stop('SIGTERM');
+    await b.stop('SIGTERM');
+  });
+  return { nats, store, a, b };
 }
