@@ -3,6 +3,7 @@ import WebSocket from 'ws';
 import { type MetisServer, type ServerOptions, startServer } from '../../src/core/app/metis-server.js';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
+import { type StreamReads, sqliteStreamReads } from '../../src/core/store/stream-reads.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
 import { testRuntimeConfig } from './runtime-config.js';
 import { tempDir, tempTraceContext } from './tmp.js';
@@ -29,7 +30,11 @@ export interface TestServer {
 /** A real server on port 0 over a real SQLite file, with the scripted model at full speed. */
 export async function startTestServer(
   config: RuntimeConfigInput = {},
-  options: ServerOptions & { beforeToolExecute?: () => Promise<void> } = {},
+  options: ServerOptions & {
+    beforeToolExecute?: () => Promise<void>;
+    /** Stands between subscriptions and the SQLite store's reads (slow-reads.ts: a store far away). */
+    wrapStreamReads?: (reads: StreamReads) => StreamReads;
+  } = {},
 ): Promise<TestServer> {
   const context = tempTraceContext();
   const workspace = tempDir('metis-ws-');
@@ -39,7 +44,9 @@ export async function startTestServer(
     config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });
-  const server = await startServer(runtime, context, { port: 0, ...options });
+  const { wrapStreamReads, ...serverOptions } = options;
+  const streamReads = wrapStreamReads?.(sqliteStreamReads(context.store, context.port.sessions));
+  const server = await startServer(runtime, context, { port: 0, streamReads, ...serverOptions });
   onTestFinished(async () => {
     await server.close();
     await runtime.close();

@@ -14,6 +14,7 @@ import {
 } from '../helpers/protocol.js';
 import { startTestServer, type TestClient } from '../helpers/server.js';
 import { recordServer } from '../helpers/server-record.js';
+import { slowReads } from '../helpers/slow-reads.js';
 
 /** Streaming spec §11.1 tests 11 (slow client closure, §8) and 15 (heartbeats, §3.8). */
 
@@ -81,7 +82,7 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     const early = [...((t.server.hub as any).targets.get(sessionId) as Set<any>)].find(
       (target) => target.state === 'awaiting_subscribe',
     );
-    expect(early.buffer).toHaveLength(0);
+    expect(early.accepted.events).toHaveLength(0);
     expect(await sync(idle)).toBe(true);
     await subscribeOn(idle, { snapshot: false });
     expect(await sync(idle)).toBe(true);
@@ -90,6 +91,33 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     expect(ofTurn(idle.events())).toEqual(ofTurn(healthy.events()));
     expect(idle.ws.readyState).toBe(idle.ws.OPEN);
     expect(healthy.ws.readyState).toBe(healthy.ws.OPEN);
+  });
+
+  it('11e. a socket past the accept bound that subscribes while turns run and the store answers slowly misses nothing released during the reads', async () => {
+    const t = await startTestServer(
+      { scripted: { slow_token_delay_ms: 0, slow_tokens: 100 } },
+      // Every read takes the full 30 ms: events keep being released while the subscribe waits on them.
+      { stream: { maxQueueEvents: 50 }, wrapStreamReads: (reads) => slowReads(reads, 30, () => 1) },
+    );
+    const sessionId = await t.createSession();
+    const { client: healthy } = await subscribe(t, sessionId, { snapshot: false });
+    const idle = await t.attach(sessionId);
+    const first = await t.submit(sessionId, 'slow: past the bound');
+    await waitForEvents(healthy, (e) => e.type === 'turn.completed' && e.turn_id === first, 1, 30_000);
+    // The idle socket is served by its cursor now; short turns back to back store events during its reads.
+    const driver = (async () => {
+      for (let i = 0; i < 6; i += 1) {
+        const turnId = await t.submit(sessionId, i % 2 === 0 ? 'hello' : 'time');
+        await waitForEvents(healthy, (e) => e.type === 'turn.completed' && e.turn_id === turnId, 1, 30_000);
+      }
+    })();
+    await waitForEvents(healthy, (e) => e.type === 'turn.started' && e.turn_id !== first, 1, 30_000);
+    await subscribeOn(idle, { snapshot: false });
+    await driver;
+    expect(await sync(healthy)).toBe(true);
+    expect(await sync(idle)).toBe(true);
+    expect(idle.events().map((e) => e.id)).toEqual(healthy.events().map((e) => e.id));
+    expect(strictlyIncreasing(idle.events())).toBe(true);
   });
 
   it('11c. the byte cap never closes a client that keeps reading, even for one frame bigger than the cap', async () => {

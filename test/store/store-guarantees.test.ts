@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { Db } from '../../src/core/store/database.js';
 import { parseExportFlags, writeExport } from '../../src/core/store/export.js';
 import { scanForGaps } from '../../src/core/store/gap-detector.js';
+import { sqliteStreamReads } from '../../src/core/store/stream-reads.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
 import { cursorProblem } from '../../src/core/stream/cursor.js';
 import { sessionCreated, turnCompleted, turnStarted } from '../helpers/events.js';
@@ -244,7 +245,7 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
   it("serves the streaming cursor's lookups (last sweep, oldest kept) from indexes", async () => {
     const { context, ids } = await populatedStore();
     const calls = await capturePrepared(context.db, () =>
-      cursorProblem(context.store, 'sess_0', ids.at(-1)!, 30),
+      cursorProblem(sqliteStreamReads(context.store, context.port.sessions), 'sess_0', ids.at(-1)!, 30),
     );
     expect(calls).toHaveLength(2);
     const [sweep, oldest] = calls;

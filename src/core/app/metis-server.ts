@@ -26,6 +26,7 @@ import type { Runtime } from '../runtime/runtime.js';
 import { serveTheLoop } from '../store/database.js';
 import { shippedCommits } from '../store/shipped-commits.js';
 import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
+import { type StreamReads, sqliteStreamReads } from '../store/stream-reads.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import type { StreamOptions } from '../stream/client-connection.js';
@@ -86,6 +87,11 @@ export interface ServerOptions {
   readonly gateway?: GatewayOptions;
   /** `server.dashboard_content`: the trace's content in full (default) or redacted (inspect-routes.ts). */
   readonly dashboardContent?: 'full' | 'redacted';
+  /**
+   * What subscriptions read of the store (snapshot, replay, cursor checks); by default the trace
+   * context's SQLite store, answered at once.
+   */
+  readonly streamReads?: StreamReads;
 }
 
 export interface MetisServer {
@@ -173,9 +179,11 @@ export async function startServer(
     const code = gate.issueLoginCode();
     return `http://${address}/${code === null ? '' : `?login=${encodeURIComponent(code)}`}`;
   };
+  const streamReads = options.streamReads ?? sqliteStreamReads(trace.store, runtime.sessions);
   const connectionDeps = () => ({
     hub,
     store: trace.store,
+    reads: streamReads,
     runtime,
     bus: trace.bus,
     options: streamOptions,

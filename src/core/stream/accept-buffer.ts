@@ -11,6 +11,8 @@ import type { MetisEvent } from '../events/envelope.js';
 export class AcceptBuffer {
   events: MetisEvent[] = [];
   early = false;
+  /** How often the bound was passed: a subscribe whose reads saw it happen must start again. */
+  overflows = 0;
 
   constructor(
     /** The last event released before accept: `events` holds everything after it. */
@@ -24,6 +26,21 @@ export class AcceptBuffer {
     else this.events.push(event);
   }
 
+  /**
+   * A subscribe's store reads begin: an `early` socket, which holds nothing, holds from now on what is
+   * released while they are under way (its replay covers what came before, by cursor).
+   */
+  holdFromNow(): void {
+    if (this.early) this.events = [];
+    this.early = false;
+  }
+
+  /** A subscribe that began `early` was refused: the socket is served by its cursor again. */
+  backToCursor(): void {
+    this.events = [];
+    this.early = true;
+  }
+
   /** The subscribe took what was buffered (or the connection closed). */
   clear(): void {
     this.events = [];
@@ -34,5 +51,6 @@ export class AcceptBuffer {
   protected overflow(): void {
     this.events = [];
     this.early = true;
+    this.overflows += 1;
   }
 }

@@ -22,7 +22,11 @@ export type {
   StreamOptions,
 } from './connection-deps.js';
 
-type State = 'awaiting_subscribe' | 'live' | 'closed';
+/** `subscribing`: the store's reads of a subscribe are under way; what is released meanwhile is held. */
+type State = 'awaiting_subscribe' | 'subscribing' | 'live' | 'closed';
+
+/** Subscribe attempts that may each find the accept bound passed during their reads before giving up. */
+const MAX_PLAN_ATTEMPTS = 4;
 
 const TOO_SLOW_REASON = JSON.stringify({
   code: 'client_too_slow',
@@ -42,7 +46,8 @@ const SUBSCRIPTION_PREFIX: Readonly<Record<TransportKind, string>> = {
  * (stream-transport.ts): a WebSocket, an SSE response, or a turn's own AI SDK or AG-UI stream
  * (turn-transport.ts). One subscription core under every transport:
  *
- *   accept ──▶ AcceptBuffer (§3.7 step 1) ──subscribe──▶ planSubscription: ack, snapshot or replay, seam
+ *   accept ──▶ AcceptBuffer (§3.7 step 1) ──subscribe──▶ planSubscription (store reads) ──▶ ack, snapshot
+ *     or replay, seam, in one synchronous step with going live
  *   hub.deliver ──filter──▶ transport.encodeEvent ──▶ OutboundQueue (bounded, §8) ──▶ transport.write
  *   client frame ──▶ readClientFrame (client-intents.ts): subscribe, cancel, ping, pong, ack
  *   heartbeat tick ──▶ ping (JSON + protocol ping, or an SSE comment); three unanswered close it
@@ -64,6 +69,8 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
   /** Nonces of the pings sent since the client last answered one; three unanswered close it. */
   private pingNonces: string[] = [];
   private sentSinceTick = false;
+  /** `finish` was asked while the subscribe's reads were under way: it runs once the stream is live. */
+  private finishWhenLive = false;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly closed: () => void;
 
@@ -110,11 +117,6 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
     this.closed = deps.opened?.(this) ?? (() => undefined);
   }
 
-  /** The events released since accept, while the connection waits for its subscribe (§3.7 step 1). */
-  private get buffer(): readonly MetisEvent[] {
-    return this.accepted.events;
-  }
-
   /** Frames waiting in the outbound queue, for the metrics' queue depth gauges. */
   queueDepth(): { events: number; bytes: number } {
     return this.queue.depth();
@@ -125,7 +127,7 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
   }
 
   deliver(event: MetisEvent, frames: EventFrames): void {
-    if (this.state === 'awaiting_subscribe') {
+    if (this.state === 'awaiting_subscribe' || this.state === 'subscribing') {
       this.accepted.add(event);
       return;
     }
@@ -135,16 +137,16 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
 
   /**
    * Closes a stream this node can no longer feed (a cluster node that lost its broker, for a session
-   * another node runs): an `error` frame naming why, then close code 1013, so the client reconnects,
-   * to this node later or to another now, with its cursor.
+   * another node runs; a store that cannot be read): an `error` frame naming why, then close code 1013,
+   * so the client reconnects, to this node later or to another now, with its cursor.
    */
-  closeFor(code: string, message: string): void {
+  closeFor(code: string, message: string, cause: CloseCause = 'broker_unavailable'): void {
     if (this.state === 'closed') return;
     this.sendError(code, message);
     this.queue.writeAll();
     // A close reason holds at most 123 bytes: the message went in the error frame.
     this.transport.close(CLOSE.tryAgainLater, JSON.stringify({ code }).slice(0, 123));
-    this.dispose('broker_unavailable');
+    this.dispose(cause);
   }
 
   /** Closes from the server side (shutdown). */
@@ -162,6 +164,10 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
    */
   finish(): void {
     if (this.state === 'closed') return;
+    if (this.state === 'subscribing') {
+      this.finishWhenLive = true;
+      return;
+    }
     this.queue.onceEmpty(() => {
       this.transport.close(CLOSE.normal, '');
       this.dispose('turn_ended');
@@ -190,15 +196,60 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
   }
 
   subscribe(frame: SubscribeFrame): void {
-    if (this.state === 'live') {
+    if (this.state === 'live' || this.state === 'subscribing') {
       this.sendError('already_subscribed', 'this connection is already subscribed');
       return;
     }
-    const { early, acceptedAfterId } = this.accepted;
-    const subscriber = { sessionId: this.sessionId, buffer: this.buffer, early, acceptedAfterId };
-    const plan = planSubscription(this.deps, subscriber, frame, this.cursorReplay);
+    this.state = 'subscribing';
+    void this.plan(frame, 1);
+  }
+
+  /**
+   * Reads what the subscribe needs of the store, holding what is released meanwhile, then goes live.
+   * When more than the accept bound arrived during the reads, what was held is gone: it starts again,
+   * served by cursor from where the socket was accepted.
+   */
+  private async plan(frame: SubscribeFrame, attempt: number): Promise<void> {
+    const { early, acceptedAfterId, overflows } = this.accepted;
+    this.accepted.holdFromNow();
+    const accepted = this.accepted;
+    const subscriber = {
+      sessionId: this.sessionId,
+      get buffer() {
+        return accepted.events;
+      },
+      early,
+      acceptedAfterId,
+    };
+    let ready: Awaited<ReturnType<typeof planSubscription>>;
+    try {
+      ready = await planSubscription(this.deps, subscriber, frame, this.cursorReplay);
+    } catch (error) {
+      if (this.state !== 'subscribing') return;
+      this.deps.logger.warn({ conn: this.id, err: (error as Error).message }, 'subscribe: store read failed');
+      this.closeFor(
+        'store_unavailable',
+        'The store could not be read for this subscribe; reconnect.',
+        'store_unavailable',
+      );
+      return;
+    }
+    // Closed meanwhile (the client left, a shutdown): nothing to send.
+    if (this.state !== 'subscribing') return;
+    if (this.accepted.overflows !== overflows) {
+      if (attempt < MAX_PLAN_ATTEMPTS) return this.plan(frame, attempt + 1);
+      this.closeFor(
+        'server_busy',
+        'Events arrived faster than this subscribe could be served; reconnect.',
+        'store_unavailable',
+      );
+      return;
+    }
+    const plan = ready.ok ? ready.complete() : ready;
     if (!plan.ok) {
+      this.state = 'awaiting_subscribe';
       // The buffer stays whole: a later subscribe on this socket may still rely on it.
+      if (early) this.accepted.backToCursor();
       if (plan.outcome !== null) this.counters.replay(plan.outcome, plan.events);
       this.subscribeError(plan.code, plan.message);
       return;
@@ -239,6 +290,7 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
         fast_path: true,
       },
     });
+    if (this.finishWhenLive) this.finish();
   }
 
   subscribeError(code: string, message: string): void {

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import type { SessionRouter } from '../http/session-router.js';
 import type { Runtime } from '../runtime/runtime.js';
+import type { StreamReads } from '../store/stream-reads.js';
 import type { TraceStore } from '../store/trace-store.js';
 import type { FaultSwitches } from './faults.js';
 import type { StreamHub } from './stream-hub.js';
@@ -24,6 +25,8 @@ export type CloseCause =
   | 'protocol_error'
   | 'shutdown'
   | 'broker_unavailable'
+  /** The store's reads of a subscribe failed, or could not keep up with what was released meanwhile. */
+  | 'store_unavailable'
   /** A turn's own stream (AI SDK, AG-UI) that ended with its turn. */
   | 'turn_ended';
 export type ReplayOutcome = 'served' | 'cursor_expired' | 'replay_too_large';
@@ -56,6 +59,8 @@ export interface OpenConnection {
 export interface ConnectionDeps {
   readonly hub: StreamHub;
   readonly store: TraceStore;
+  /** What a subscribe reads of the store (snapshot, replay, cursor checks), asynchronously. */
+  readonly reads: StreamReads;
   readonly runtime: Runtime;
   readonly bus: EventBus;
   readonly options: StreamOptions;

@@ -1,5 +1,5 @@
 import { eventIdTime } from '../events/ids.js';
-import type { TraceStore } from '../store/trace-store.js';
+import type { StreamReads } from '../store/stream-reads.js';
 
 const DAY_MS = 24 * 3600 * 1000;
 
@@ -12,12 +12,12 @@ const EXPIRED = 'The cursor is older than the retained trace. Reconnect with sna
  * events, so the oldest kept event can be older than events it deleted: only the sweep's cutoff tells
  * that events after the cursor may be gone.
  */
-export function cursorProblem(
-  store: TraceStore,
+export async function cursorProblem(
+  reads: Pick<StreamReads, 'retention'>,
   sessionId: string,
   since: string,
   retentionDays: number,
-): string | null {
+): Promise<string | null> {
   let time: number;
   try {
     time = eventIdTime(since);
@@ -25,8 +25,7 @@ export function cursorProblem(
     return `since: ${JSON.stringify(since)} is not an event id (evt_<ULID>). Reconnect with snapshot: true.`;
   }
   if (time < Date.now() - retentionDays * DAY_MS) return EXPIRED;
-  const swept = store.lastSweepCutoffMs();
+  const { sweptCutoffMs: swept, oldestKept: oldest } = await reads.retention(sessionId);
   if (swept !== null && time <= swept) return EXPIRED;
-  const oldest = store.getOldestKept(sessionId);
   return oldest !== null && oldest.type !== 'session.created' && since < oldest.id ? EXPIRED : null;
 }

@@ -1,6 +1,5 @@
 import type { Runtime } from '../runtime/runtime.js';
-import { storedEventBefore } from '../store/session-as-of.js';
-import type { TraceStore } from '../store/trace-store.js';
+import type { StreamReads } from '../store/stream-reads.js';
 import type { FaultSwitches } from './faults.js';
 import type { RecentStreams } from './recent-streams.js';
 import { pendingConfirmations } from './snapshot.js';
@@ -10,7 +9,7 @@ const MAX_STEPS = 8;
 
 export interface SnapshotPointInput {
   readonly runtime: Runtime;
-  readonly store: TraceStore;
+  readonly reads: Pick<StreamReads, 'eventBefore' | 'confirmationEventsThrough'>;
   readonly recent: RecentStreams;
   /** The attached session. */
   readonly sessionId: string;
@@ -31,8 +30,8 @@ export interface SnapshotPointInput {
  * `tool.confirmation_requested` of a question still pending. Those then
  * reach the client as ordinary events after the snapshot, ids increasing (issue 14 obs. 2 and 4).
  */
-export function snapshotPoint(input: SnapshotPointInput): string | null {
-  const { runtime, store, recent, sessionId, sessionIds, faults } = input;
+export async function snapshotPoint(input: SnapshotPointInput): Promise<string | null> {
+  const { runtime, reads, recent, sessionId, sessionIds, faults } = input;
   // The snapshot-live-state fault: the last released event, as before issue 14.
   if (faults.snapshotLiveState) return input.released;
   let point = input.released;
@@ -51,13 +50,13 @@ export function snapshotPoint(input: SnapshotPointInput): string | null {
     }
     const questionSessions = new Set(sessionIds);
     if (!faults.snapshotHidesConfirmation) {
-      for (const pending of pendingConfirmations(runtime, store, sessionId, at)) {
+      for (const pending of await pendingConfirmations(runtime, reads, sessionId, at)) {
         consider(pending.requested_event_id);
         questionSessions.add(pending.session_id);
       }
     }
     if (earliest === null) return at;
-    const before = eventBefore(store, recent, [...questionSessions], earliest);
+    const before = await eventBefore(reads, recent, [...questionSessions], earliest);
     // Nothing before it (cannot happen: `session.created` comes first): keep the point, and with it the
     // additive fields that describe what is in progress.
     if (before === null || before >= at) return at;
@@ -67,13 +66,13 @@ export function snapshotPoint(input: SnapshotPointInput): string | null {
 }
 
 /** The newest event of these sessions, stored or streamed, before `beforeId`. */
-function eventBefore(
-  store: TraceStore,
+async function eventBefore(
+  reads: Pick<StreamReads, 'eventBefore'>,
   recent: RecentStreams,
   sessionIds: readonly string[],
   beforeId: string,
-): string | null {
-  let newest = storedEventBefore(store.db, sessionIds, beforeId);
+): Promise<string | null> {
+  let newest = await reads.eventBefore(sessionIds, beforeId);
   for (const event of recent.inMemoryAfter(new Set(sessionIds), newest)) {
     if (event.id >= beforeId) break;
     newest = event.id;

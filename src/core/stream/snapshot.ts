@@ -1,8 +1,7 @@
 import { microsToIso } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { sessionAsOf } from '../store/session-as-of.js';
-import type { TraceStore } from '../store/trace-store.js';
+import type { StreamReads } from '../store/stream-reads.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
 import type { RecentStreams } from './recent-streams.js';
 
@@ -36,32 +35,35 @@ export interface PendingConfirmation {
  * the messages waiting while a turn runs (multitask; only when one waits), and `budget`, when the
  * session has a cap, its spend and the turns paused at a cap.
  */
-export function buildSnapshot(
+export async function buildSnapshot(
   runtime: Runtime,
-  store: TraceStore,
+  reads: StreamReads,
   recent: RecentStreams,
   sessionId: string,
   snapshotAt: string | null,
   faults: FaultSwitches = NO_FAULTS,
-): string {
-  const info = runtime.getSession(sessionId);
-  const asOf =
-    snapshotAt === null || faults.snapshotLiveState
-      ? {
-          turnCount: runtime.sessions.turnCount(sessionId),
-          currentTurnId: info.current_turn_id,
-          costUsd: info.cost_so_far_usd,
-        }
-      : sessionAsOf(store.db, sessionId, snapshotAt, runtime.costs.counted(sessionId));
-  const messages =
-    snapshotAt === null || faults.snapshotLiveState
+): Promise<string> {
+  const live = snapshotAt === null || faults.snapshotLiveState;
+  // Taken before the reads: what the runtime knows now, not after them.
+  const counted = runtime.costs.counted(sessionId);
+  const [asOf, messages, pending] = await Promise.all([
+    live ? null : reads.sessionAsOf(sessionId, snapshotAt, counted),
+    live
       ? runtime.sessions.messages(sessionId, { limit: SNAPSHOT_MESSAGE_LIMIT })
-      : runtime.sessions.messagesAsOf(sessionId, snapshotAt, SNAPSHOT_MESSAGE_LIMIT);
+      : reads.messagesAsOf(sessionId, snapshotAt, SNAPSHOT_MESSAGE_LIMIT),
+    pendingConfirmations(runtime, reads, sessionId, snapshotAt),
+  ]);
+  // The runtime's own fields (model, status, queue, budget) as they are once the reads are answered.
+  const info = runtime.getSession(sessionId);
+  const summary = asOf ?? {
+    turnCount: runtime.sessions.turnCount(sessionId),
+    currentTurnId: info.current_turn_id,
+    costUsd: info.cost_so_far_usd,
+  };
   const inFlight: MetisEvent[] =
-    asOf.currentTurnId === null
+    summary.currentTurnId === null
       ? []
       : recent.inFlight(sessionId).filter((e) => snapshotAt === null || e.id <= snapshotAt);
-  const pending = pendingConfirmations(runtime, store, sessionId, snapshotAt);
   const queue = runtime.turnQueues.list(sessionId);
   return JSON.stringify({
     type: 'snapshot',
@@ -70,10 +72,10 @@ export function buildSnapshot(
       workspace_path: info.workspace_path,
       active_model: info.active_model,
       routing_policy_version: info.routing_policy_version,
-      cost_so_far_usd: asOf.costUsd,
-      turn_count: asOf.turnCount,
-      current_turn_id: asOf.currentTurnId,
-      current_turn_status: asOf.currentTurnId === null ? null : 'in_flight',
+      cost_so_far_usd: summary.costUsd,
+      turn_count: summary.turnCount,
+      current_turn_id: summary.currentTurnId,
+      current_turn_status: summary.currentTurnId === null ? null : 'in_flight',
       parent_session_id: info.parent_session_id,
       status: info.status,
     },
@@ -104,18 +106,18 @@ interface RequestedPayload {
  * `tool.confirmation_resolved`; a restarted server forgot them). One requested after `snapshotAt`
  * reaches the client live instead, as its `tool.confirmation_requested` event.
  */
-export function pendingConfirmations(
+export async function pendingConfirmations(
   runtime: Runtime,
-  store: TraceStore,
+  reads: Pick<StreamReads, 'confirmationEventsThrough'>,
   sessionId: string,
   snapshotAt: string | null,
-): PendingConfirmation[] {
+): Promise<PendingConfirmation[]> {
   // A worker's question is the planner's too: its clients are who can answer it (a §7.1 exception).
   const requests = runtime.pendingConfirmations(sessionId);
   const waiting = new Set(requests.map((r) => r.confirmation_request_id));
   if (waiting.size === 0 || snapshotAt === null) return [];
   const sessionIds = [...new Set(requests.map((r) => r.session_id))];
-  const rows = store.lookups.confirmationEventsThrough(sessionIds, snapshotAt);
+  const rows = await reads.confirmationEventsThrough(sessionIds, snapshotAt);
   const pending = new Map<string, PendingConfirmation>();
   for (const {
     id,

@@ -1,7 +1,7 @@
 import type { MetisEvent } from '../events/envelope.js';
-import { storedEventBefore } from '../store/session-as-of.js';
+import type { EventJsonRow } from '../store/event-rows.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
-import type { TraceStore } from '../store/trace-store.js';
+import type { ReplayResult } from '../store/trace-store.js';
 import type { SubscribeFrame } from './client-frames.js';
 import type { ConnectionDeps, ReplayOutcome } from './connection-deps.js';
 import { cursorProblem } from './cursor.js';
@@ -21,7 +21,10 @@ import {
 /** What a connection knows of itself when its subscribe arrives. */
 export interface Subscriber {
   readonly sessionId: string;
-  /** Every event released to it since accept (§3.7 step 1), unless `early`. */
+  /**
+   * Every event released to it since accept (§3.7 step 1), or, when `early`, since the subscribe began.
+   * Read when the plan completes, after the store's reads: it keeps growing while they are under way.
+   */
   readonly buffer: readonly MetisEvent[];
   /**
    * More than `maxQueueEvents` arrived before subscribe: the buffer was dropped and the socket is served
@@ -46,6 +49,16 @@ export interface Accepted {
   readonly seam: readonly MetisEvent[];
 }
 
+/**
+ * The store's reads of a subscription are done: `complete` works out what goes out, from them and from
+ * what was released to the connection meanwhile. The connection calls it and goes live in one
+ * synchronous step, so nothing released can fall between the two.
+ */
+export interface Ready {
+  readonly ok: true;
+  complete(): Accepted | Refused;
+}
+
 /** A subscription refused with a `subscribe_error`. */
 export interface Refused {
   readonly ok: false;
@@ -56,7 +69,7 @@ export interface Refused {
   readonly events: number;
 }
 
-type Deps = Pick<ConnectionDeps, 'hub' | 'store' | 'runtime' | 'options' | 'faults'>;
+type Deps = Pick<ConnectionDeps, 'hub' | 'reads' | 'runtime' | 'options' | 'faults'>;
 
 interface Scope {
   readonly deps: Deps;
@@ -79,19 +92,27 @@ const refuse = (
   events,
 });
 
+/** What a replay read of the store: the session's own events, and its workers' questions. */
+interface StoredReplay {
+  readonly own: ReplayResult<EventJsonRow>;
+  readonly questions: ReplayResult<EventJsonRow>;
+}
+
 /**
- * The subscribe step (streaming §3.2–§3.7): checks the filter, then works out the snapshot or the
- * replay and the seam, so that what the connection sends, followed by the live events past it, has no
- * gap and no duplicate. `cursorReplay` sees a cursor's replay frames before they are counted and sent
- * (the identity but for the duplicate-replay fault, faults.ts).
+ * The subscribe step (streaming §3.2–§3.7): checks the filter, reads the store, then works out the
+ * snapshot or the replay and the seam, so that what the connection sends, followed by the live events
+ * past it, has no gap and no duplicate. What was released to clients is taken before the first read;
+ * everything released after it is in the subscriber's buffer when `complete` runs. `cursorReplay` sees
+ * a cursor's replay frames before they are counted and sent (the identity but for the
+ * duplicate-replay fault, faults.ts).
  */
-export function planSubscription(
+export async function planSubscription(
   deps: Deps,
   subscriber: Subscriber,
   frame: SubscribeFrame,
   cursorReplay: (frames: ReplayFrame[]) => ReplayFrame[],
-): Accepted | Refused {
-  const { runtime, store, hub, options } = deps;
+): Promise<Ready | Refused> {
+  const { runtime, reads, hub, options } = deps;
   const { sessionId } = subscriber;
   if (!runtime.hasSession(sessionId)) return refuse('session_not_found', `no session ${sessionId}`);
   const resolution = resolveFilter(frame.filter);
@@ -123,58 +144,69 @@ export function planSubscription(
     seam: kind === 'replay' ? [] : seamOf(scope, replay, skipUpTo),
   });
 
+  const ready = (complete: () => Accepted | Refused): Ready => ({ ok: true, complete });
+
   if (frame.snapshot) {
     const faults = deps.faults ?? NO_FAULTS;
     // Nothing released yet by this process (it just started): what is stored is all there is.
     const released =
-      hub.sequencer.releasedThrough(sessionIds) ?? storedEventBefore(store.db, [...sessionIds], '~');
-    let point = snapshotPoint({
+      hub.sequencer.releasedThrough(sessionIds) ?? (await reads.eventBefore([...sessionIds], '~'));
+    let point = await snapshotPoint({
       runtime,
-      store,
+      reads,
       recent: hub.recent,
       sessionId,
       sessionIds,
       released,
       faults,
     });
-    let replay: ReplayFrame[] = [];
+    let stored: StoredReplay | null = null;
     if (point !== null && point !== released) {
       // What is in progress follows the snapshot as events (snapshot-point.ts); a replay too long to
       // follow it leaves the point where it was, with the additive fields describing the rest.
-      const following = replayAfter(scope, point, released);
-      if (following.tooLarge) point = released;
-      else replay = following.frames;
+      stored = await readStored(scope, point);
+      if (replayAfter(scope, point, released, stored).tooLarge) {
+        point = released;
+        stored = null;
+      }
     }
-    return accepted(
-      'snapshot',
-      buildSnapshot(runtime, store, hub.recent, sessionId, point, faults),
-      replay,
-      point,
-    );
+    const at = point;
+    const snapshot = await buildSnapshot(runtime, reads, hub.recent, sessionId, at, faults);
+    return ready(() => {
+      const replay = stored === null || at === null ? [] : replayAfter(scope, at, released, stored).frames;
+      return accepted('snapshot', snapshot, replay, at);
+    });
   }
-  if (frame.since === null && !subscriber.early) return accepted('live', null, [], null);
+  if (frame.since === null && !subscriber.early) return ready(() => accepted('live', null, [], null));
 
   // A live subscribe on an `early` socket is a replay from where the socket was accepted.
   const explicit = frame.since !== null;
   const since = frame.since ?? subscriber.acceptedAfterId ?? '';
-  const gap = streamingGap(scope, since);
-  const problem =
-    (explicit ? cursorProblem(store, sessionId, since, options.retentionDays) : null) ??
-    (gap !== null && !explicit
-      ? 'Streaming events since this connection opened are no longer kept in memory (it waited long ' +
-        'before subscribing). Subscribe with snapshot: true.'
-      : gap);
-  if (problem !== null) return refuse('cursor_expired', problem, 'cursor_expired');
-  const replay = replayAfter(scope, since, hub.sequencer.releasedThrough(sessionIds));
-  if (replay.tooLarge)
-    return refuse(
-      'replay_too_large',
-      `Gap exceeds replay limit of ${options.replayCap} events. Reconnect with snapshot: true.`,
-      'replay_too_large',
-      replay.frames.length,
-    );
-  // The replay took in what was buffered since accept: the seam has nothing left to send.
-  return accepted('replay', null, cursorReplay(replay.frames), since);
+  const upTo = hub.sequencer.releasedThrough(sessionIds);
+  const expired = explicit ? await cursorProblem(reads, sessionId, since, options.retentionDays) : null;
+  if (expired !== null) return refuse('cursor_expired', expired, 'cursor_expired');
+  const stored = await readStored(scope, since);
+  return ready(() => {
+    // Asked of memory once the reads are done: the in-memory streams may have moved on meanwhile.
+    const gap = streamingGap(scope, since);
+    if (gap !== null) {
+      const problem = explicit
+        ? gap
+        : 'Streaming events since this connection opened are no longer kept in memory (it waited long ' +
+          'before subscribing). Subscribe with snapshot: true.';
+      return refuse('cursor_expired', problem, 'cursor_expired');
+    }
+    const replay = replayAfter(scope, since, upTo, stored);
+    if (replay.tooLarge)
+      return refuse(
+        'replay_too_large',
+        `Gap exceeds replay limit of ${options.replayCap} events. Reconnect with snapshot: true.`,
+        'replay_too_large',
+        replay.frames.length,
+      );
+    // The replay took in what was buffered since accept: the seam has nothing left to send.
+    return accepted('replay', null, cursorReplay(replay.frames), since);
+  });
 }
 
 /** The seam (§3.7): what arrived since accept, minus what the snapshot or the replay covered. */
@@ -225,7 +257,7 @@ function streamingGap(scope: Scope, since: string): string | null {
  * The confirmation events of the session's workers after `since`, for a filter that leaves workers
  * out: they are the exception of the default view (docs/decisions.md "Delegated confirmations").
  */
-function workerQuestions(scope: Scope, since: string): ReturnType<TraceStore['replayJson']> {
+async function workerQuestions(scope: Scope, since: string): Promise<ReplayResult<EventJsonRow>> {
   const { deps, resolved: filter } = scope;
   const types = ['tool.confirmation_requested', 'tool.confirmation_resolved'].filter(
     (type) => filter.event_types === null || filter.event_types.includes(type),
@@ -233,13 +265,29 @@ function workerQuestions(scope: Scope, since: string): ReturnType<TraceStore['re
   const workers = selfAndDescendants(deps.runtime.sessions, scope.subscriber.sessionId).slice(1);
   if (filter.include_worker_sessions || types.length === 0 || workers.length === 0)
     return { rows: [], tooLarge: false };
-  return deps.store.replayJson({
+  return deps.reads.replayJson({
     sessionIds: workers,
     afterId: since === '' ? null : since,
     eventTypes: types,
     actors: filter.actors,
     limit: deps.options.replayCap,
   });
+}
+
+/** The stored events after `since` this subscription gets. */
+async function readStored(scope: Scope, since: string): Promise<StoredReplay> {
+  const { deps, resolved, sessionIds } = scope;
+  const [own, questions] = await Promise.all([
+    deps.reads.replayJson({
+      sessionIds: [...sessionIds],
+      afterId: since === '' ? null : since,
+      eventTypes: resolved.event_types,
+      actors: resolved.actors,
+      limit: deps.options.replayCap,
+    }),
+    workerQuestions(scope, since),
+  ]);
+  return { own, questions };
 }
 
 /**
@@ -251,17 +299,10 @@ function replayAfter(
   scope: Scope,
   since: string,
   upTo: string | null,
+  { own, questions }: StoredReplay,
 ): { frames: ReplayFrame[]; tooLarge: boolean } {
   const { deps, resolved, sessionIds, matches } = scope;
-  const { store, hub, options } = deps;
-  const own = store.replayJson({
-    sessionIds: [...sessionIds],
-    afterId: since === '' ? null : since,
-    eventTypes: resolved.event_types,
-    actors: resolved.actors,
-    limit: options.replayCap,
-  });
-  const questions = workerQuestions(scope, since);
+  const { hub, options } = deps;
   const rows = mergeRows(own.rows, questions.rows).filter((row) => upTo === null || row[0] <= upTo);
   // What this connection was handed between accept and subscribe joins the in-memory streams: it
   // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order

@@ -1,0 +1,53 @@
+import type { EventJsonRow } from './event-rows.js';
+import { type CountedCost, type SessionAsOf, sessionAsOf, storedEventBefore } from './session-as-of.js';
+import type { MessageRecord } from './session-store.js';
+import type { SessionRows } from './store-port.js';
+import type { PayloadRow } from './trace-lookups.js';
+import type { ReplayQuery, ReplayResult, TraceStore } from './trace-store.js';
+
+/** What a cursor's replay needs to know of the store's retention (stream/cursor.ts). */
+export interface RetentionMarks {
+  /** The cutoff of the newest prune in unix ms, or null when the store was never pruned. */
+  readonly sweptCutoffMs: number | null;
+  /** The oldest event still kept for the session, or null when it has none. */
+  readonly oldestKept: { readonly id: string; readonly type: string } | null;
+}
+
+/**
+ * What a subscription reads of the store to build its snapshot, replay and seam (streaming §3.4–§3.7).
+ * Asynchronous, so that a store over the network can answer (docs/plans/store-port.md, step 3): every
+ * answer is "as of" committed event ids, the same however late it is asked. The connection keeps
+ * buffering what is released to it while these reads are under way, so the seam stays whole.
+ */
+export interface StreamReads {
+  replayJson(query: ReplayQuery): Promise<ReplayResult<EventJsonRow>>;
+  /** The newest stored event of these sessions before `beforeId`, or null. */
+  eventBefore(sessionIds: readonly string[], beforeId: string): Promise<string | null>;
+  /** Turn state and spend as the session's stored events up to `atId` show them. */
+  sessionAsOf(sessionId: string, atId: string, counted: CountedCost): Promise<SessionAsOf>;
+  /** The newest `limit` messages as a snapshot taken as of `atId` shows them. */
+  messagesAsOf(sessionId: string, atId: string, limit: number): Promise<MessageRecord[]>;
+  /** The confirmation requests and answers of these sessions up to `throughId`, in id order. */
+  confirmationEventsThrough(sessionIds: readonly string[], throughId: string): Promise<PayloadRow[]>;
+  retention(sessionId: string): Promise<RetentionMarks>;
+}
+
+/**
+ * The stream's reads over the SQLite store: each answer computed at the call and handed back as an
+ * already-resolved promise, so an `await` on it resumes before any other I/O callback runs.
+ */
+export function sqliteStreamReads(store: TraceStore, sessions: SessionRows): StreamReads {
+  const { db } = store;
+  return {
+    replayJson: async (query) => store.replayJson(query),
+    eventBefore: async (sessionIds, beforeId) => storedEventBefore(db, sessionIds, beforeId),
+    sessionAsOf: async (sessionId, atId, counted) => sessionAsOf(db, sessionId, atId, counted),
+    messagesAsOf: async (sessionId, atId, limit) => sessions.messagesAsOf(sessionId, atId, limit),
+    confirmationEventsThrough: async (sessionIds, throughId) =>
+      store.lookups.confirmationEventsThrough(sessionIds, throughId),
+    retention: async (sessionId) => ({
+      sweptCutoffMs: store.lastSweepCutoffMs(),
+      oldestKept: store.getOldestKept(sessionId),
+    }),
+  };
+}

@@ -1,0 +1,22 @@
+import type { StreamReads } from '../../src/core/store/stream-reads.js';
+
+/**
+ * The store's stream reads, each answered after a delay of up to `maxDelayMs` (a new one per call, so
+ * that reads complete out of the order they were asked in): a store over the network, as a
+ * subscription meets it. Events keep being released while a read waits.
+ */
+export function slowReads(reads: StreamReads, maxDelayMs: number, random = Math.random): StreamReads {
+  const later = async <T>(answer: () => Promise<T>): Promise<T> => {
+    await new Promise((resolve) => setTimeout(resolve, Math.floor(random() * (maxDelayMs + 1))));
+    return answer();
+  };
+  return {
+    replayJson: (query) => later(() => reads.replayJson(query)),
+    eventBefore: (sessionIds, beforeId) => later(() => reads.eventBefore(sessionIds, beforeId)),
+    sessionAsOf: (sessionId, atId, counted) => later(() => reads.sessionAsOf(sessionId, atId, counted)),
+    messagesAsOf: (sessionId, atId, limit) => later(() => reads.messagesAsOf(sessionId, atId, limit)),
+    confirmationEventsThrough: (sessionIds, throughId) =>
+      later(() => reads.confirmationEventsThrough(sessionIds, throughId)),
+    retention: (sessionId) => later(() => reads.retention(sessionId)),
+  };
+}
