@@ -23,7 +23,7 @@ async function sessionFrames(): Promise<Frame[]> {
   for (let i = 0; i < 3; i += 1) await turn('fail: server_error');
   await new Promise((resolve) => setTimeout(resolve, 250));
   const good = await turn('hello there');
-  recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
+  await recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
     sessionId: session.id,
     rating: 'thumbs_up',
     turnId: good,

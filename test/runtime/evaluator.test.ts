@@ -101,7 +101,7 @@ describe('heuristic evaluator', () => {
     expect(retried).toBeLessThan(0.6);
     expect(scoreOf(second.turnId)).toEqual([1]);
 
-    const rating = recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
+    const rating = await recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
       sessionId: session.id,
       rating: 'thumbs_up',
       turnId: first.turnId,
@@ -112,7 +112,7 @@ describe('heuristic evaluator', () => {
     await h.context.flush();
     expect(scoreOf(first.turnId)).toEqual([retried, 1]);
     // The latest rating decides: 👍 then 👎 scores the turn 0.
-    recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
+    await recordExplicitFeedback(h.context.bus, h.context.store.lookups, {
       sessionId: session.id,
       rating: 'thumbs_down',
       turnId: first.turnId,

@@ -87,7 +87,7 @@ describe('the pattern store', () => {
     expect(reopened.counts()).toEqual({ fingerprints: 1, outcomes: 3 });
   });
 
-  it('trims outcomes past max_age_days when a session is recorded, in the system session', () => {
+  it('trims outcomes past max_age_days when a session is recorded, in the system session', async () => {
     const context = tempTraceContext();
     const events: MetisEvent[] = [];
     context.bus.onEmit((e) => events.push(e));
@@ -109,7 +109,7 @@ describe('the pattern store', () => {
       turnScores: new Map(),
       sessionScore: null,
     };
-    recorder.record(scored);
+    await recorder.record(scored);
     const trim = events.find((e) => e.type === 'pattern.evicted')!;
     expect(trim).toMatchObject({
       session_id: 'system',

@@ -195,7 +195,7 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
   it('serves replay, session events, the causal-chain walk and the id lookups from indexes', async () => {
     const { context, ids } = await populatedStore();
     // Prepared on first use (the messages table is not in every file a trace store reads).
-    context.store.lookups.userTextOfTurn('sess_2', 'turn_5');
+    await context.store.lookups.userTextOfTurn('sess_2', 'turn_5');
     const statements = storeStatements(context.store);
     const middle = ids[ids.length / 2]!;
     const last = ids.at(-1)!;

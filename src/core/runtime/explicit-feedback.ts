@@ -21,27 +21,27 @@ export interface ExplicitFeedback {
  * @throws MetisError METIS_ERR_TURN_NOT_FOUND for a turn the session never had,
  *   METIS_ERR_TURN_IN_FLIGHT for one still running.
  */
-export function recordExplicitFeedback(
+export async function recordExplicitFeedback(
   bus: EventBus,
   lookups: TraceLookups,
   feedback: ExplicitFeedback,
-): MetisEvent {
+): Promise<MetisEvent> {
   const { sessionId, turnId } = feedback;
   let parent: string | null;
   if (turnId !== null) {
-    if (lookups.turnStartedId(sessionId, turnId) === null)
+    if ((await lookups.turnStartedId(sessionId, turnId)) === null)
       throw new MetisError(
         'METIS_ERR_TURN_NOT_FOUND',
         `turn ${turnId} is not a turn of session ${sessionId}`,
       );
-    parent = lookups.turnEndId(sessionId, turnId);
+    parent = await lookups.turnEndId(sessionId, turnId);
     if (parent === null)
       throw new MetisError(
         'METIS_ERR_TURN_IN_FLIGHT',
         `turn ${turnId} is still running; rate it once it has ended`,
       );
   } else {
-    parent = lookups.sessionEndedId(sessionId);
+    parent = await lookups.sessionEndedId(sessionId);
   }
   return bus.emit({
     type: 'feedback.explicit',

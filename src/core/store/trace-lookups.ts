@@ -12,24 +12,25 @@ export interface PayloadRow {
 
 /**
  * Point questions the runtime and the stream layer ask of stored events and messages (where a turn
- * started and ended, what a session's evidence is, which confirmations a snapshot covers). Part of the
- * store port: this SQLite adapter answers synchronously from the local file; each answer is one indexed
- * statement.
+ * started and ended, what a session's evidence is). Part of the store port, asynchronous so that a store
+ * over the network can answer (docs/plans/store-port.md step 3); the SQLite adapter answers each with
+ * one indexed statement, at the call.
  */
 export interface TraceLookups {
   /** The id of a turn's `turn.started`, or null when it is not stored (never ran here, or not yet). */
-  turnStartedId(sessionId: string, turnId: string): string | null;
+  turnStartedId(sessionId: string, turnId: string): Promise<string | null>;
   /** The id of a turn's end (`turn.completed` or `turn.cancelled`), null while it runs. */
-  turnEndId(sessionId: string, turnId: string): string | null;
+  turnEndId(sessionId: string, turnId: string): Promise<string | null>;
   /** The id of the session's newest `session.ended`, null while it goes on. */
-  sessionEndedId(sessionId: string): string | null;
+  sessionEndedId(sessionId: string): Promise<string | null>;
   /** A session's events of these types, in id order. */
-  eventsOfTypes(sessionId: string, types: readonly string[]): PayloadRow[];
-  /** Confirmation requests and resolutions of these sessions up to and including `throughId`. */
-  confirmationEventsThrough(sessionIds: readonly string[], throughId: string): PayloadRow[];
+  eventsOfTypes(sessionId: string, types: readonly string[]): Promise<PayloadRow[]>;
   /** The text of the user's message that began a turn, or null when none is stored. */
-  userTextOfTurn(sessionId: string, turnId: string): string | null;
-  /** The model the session's last turn was routed to (or moved to by an override), null before any. */
+  userTextOfTurn(sessionId: string, turnId: string): Promise<string | null>;
+  /**
+   * The model the session's last turn was routed to (or moved to by an override), null before any.
+   * Synchronous: an AG-UI state update asks it per event; the owner will answer it from memory.
+   */
   lastRoutedModel(sessionId: string): string | null;
 }
 
@@ -71,19 +72,19 @@ export class SqliteTraceLookups implements TraceLookups {
       .pluck();
   }
 
-  turnStartedId(sessionId: string, turnId: string): string | null {
+  async turnStartedId(sessionId: string, turnId: string): Promise<string | null> {
     return (this.turnStarted.get(sessionId, turnId) as string | undefined) ?? null;
   }
 
-  turnEndId(sessionId: string, turnId: string): string | null {
+  async turnEndId(sessionId: string, turnId: string): Promise<string | null> {
     return (this.turnEnd.get(sessionId, turnId) as string | undefined) ?? null;
   }
 
-  sessionEndedId(sessionId: string): string | null {
+  async sessionEndedId(sessionId: string): Promise<string | null> {
     return (this.sessionEnded.get(sessionId) as string | undefined) ?? null;
   }
 
-  eventsOfTypes(sessionId: string, types: readonly string[]): PayloadRow[] {
+  async eventsOfTypes(sessionId: string, types: readonly string[]): Promise<PayloadRow[]> {
     return this.db
       .prepare(
         `SELECT id, session_id, timestamp_us, type, turn_id, payload_json FROM events
@@ -92,6 +93,7 @@ export class SqliteTraceLookups implements TraceLookups {
       .all(sessionId, JSON.stringify(types)) as PayloadRow[];
   }
 
+  /** Confirmation requests and resolutions of these sessions up to and including `throughId`. */
   confirmationEventsThrough(sessionIds: readonly string[], throughId: string): PayloadRow[] {
     return this.db
       .prepare(
@@ -103,7 +105,7 @@ export class SqliteTraceLookups implements TraceLookups {
       .all(JSON.stringify(sessionIds), throughId) as PayloadRow[];
   }
 
-  userTextOfTurn(sessionId: string, turnId: string): string | null {
+  async userTextOfTurn(sessionId: string, turnId: string): Promise<string | null> {
     this.userMessage ??= prepareUserMessage(this.db);
     const json = this.userMessage.get(sessionId, turnId) as string | undefined;
     if (json === undefined) return null;

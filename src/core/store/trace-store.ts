@@ -8,7 +8,7 @@ import {
   rowToEvent,
   rowToJson,
 } from './event-rows.js';
-import { SqliteTraceLookups, type TraceLookups } from './trace-lookups.js';
+import { SqliteTraceLookups } from './trace-lookups.js';
 
 export interface ReplayQuery {
   /** One session, or several (a planner and its workers). */
@@ -69,7 +69,7 @@ export class TraceStore {
   private readonly eventByIdStatement;
   private readonly chainStatement;
   /** Point questions about turns, sessions and confirmations (the store port's lookups). */
-  readonly lookups: TraceLookups;
+  readonly lookups: SqliteTraceLookups;
 
   constructor(readonly db: Db) {
     this.lookups = new SqliteTraceLookups(db);

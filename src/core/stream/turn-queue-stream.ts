@@ -56,5 +56,5 @@ export async function followQueuedTurn(
       runtime.cancelTurn(sessionId, turn.turnId, 'client_disconnect');
   });
   // It may have emitted since it started: from its turn.started, as a reconnect replays it.
-  rejoinTurn(deps, transport, sessionId, turn.turnId, onStart);
+  await rejoinTurn(deps, transport, sessionId, turn.turnId, onStart);
 }

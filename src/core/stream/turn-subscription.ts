@@ -61,15 +61,16 @@ export function followTurnFrom(
  * stream it reconnects to from its start): a replay from the turn's `turn.started`, then live. Closing
  * it leaves the turn alone.
  */
-export function rejoinTurn(
+export async function rejoinTurn(
   deps: ConnectionDeps,
   transport: TurnTransport,
   sessionId: string,
   turnId: string,
   onStart: (turnId: string) => void,
-): void {
+): Promise<void> {
+  // Opened first: what is released while the lookup is under way waits in its accept buffer.
   const connection = new ClientConnection(transport, sessionId, deps);
-  const started = deps.store.lookups.turnStartedId(sessionId, turnId);
+  const started = await deps.store.lookups.turnStartedId(sessionId, turnId);
   // Not stored yet: nothing of the turn was released either, and all of it arrives live.
   openTurnStream(connection, transport, turnId, started, onStart);
 }

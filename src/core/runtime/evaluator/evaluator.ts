@@ -23,7 +23,7 @@ export interface EvaluatorOptions {
   readonly logger: Logger;
   readonly judge?: Judge;
   /** Called once a session's verdicts are out (pattern recording). */
-  readonly onSessionScored?: (scored: ScoredSession) => void;
+  readonly onSessionScored?: (scored: ScoredSession) => void | Promise<void>;
 }
 
 /** What a verdict is about (the spec's tool_cycle and workload subjects are not scored here). */
@@ -80,7 +80,7 @@ export class Evaluator {
   private async react(event: MetisEvent): Promise<void> {
     if (event.session_id === 'system' || this.isWorker(event.session_id)) return;
     await this.options.store.whenStored(event.id);
-    const evidence = sessionEvidence(this.options.store.lookups, event.session_id);
+    const evidence = await sessionEvidence(this.options.store.lookups, event.session_id);
     if (event.type === 'session.ended') {
       await this.scoreSession(evidence, event.id, 'batch');
       return;
@@ -145,7 +145,11 @@ export class Evaluator {
       },
     );
     if (withTurns)
-      this.options.onSessionScored?.({ evidence, turnScores, sessionScore: sessionVerdict?.score ?? null });
+      await this.options.onSessionScored?.({
+        evidence,
+        turnScores,
+        sessionScore: sessionVerdict?.score ?? null,
+      });
   }
 
   /** One verdict: `eval.started`, the judge, then `eval.completed` or `eval.failed`. */

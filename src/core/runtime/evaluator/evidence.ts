@@ -64,8 +64,8 @@ const EVIDENCE_TYPES = [
  * Reads the evidence of a session from its stored events (a batch reader: the caller waits until the
  * events it reacts to are committed). Turns come in the order they started.
  */
-export function sessionEvidence(lookups: TraceLookups, sessionId: string): SessionEvidence {
-  const rows = lookups.eventsOfTypes(sessionId, EVIDENCE_TYPES);
+export async function sessionEvidence(lookups: TraceLookups, sessionId: string): Promise<SessionEvidence> {
+  const rows = await lookups.eventsOfTypes(sessionId, EVIDENCE_TYPES);
   const turns = new Map<string, MutableTurn>();
   const sessionImplicit: { type: string; confidence: number }[] = [];
   let sessionRating: SessionEvidence['rating'] = null;
@@ -111,11 +111,6 @@ export function sessionEvidence(lookups: TraceLookups, sessionId: string): Sessi
     implicit: sessionImplicit,
     rating: sessionRating,
   };
-}
-
-/** The evidence of one turn, or null when the session has no such turn. */
-export function turnEvidence(lookups: TraceLookups, sessionId: string, turnId: string): TurnEvidence | null {
-  return sessionEvidence(lookups, sessionId).turns.find((t) => t.turnId === turnId) ?? null;
 }
 
 function newTurn(sessionId: string, turnId: string, toolsInHistory: boolean): MutableTurn {

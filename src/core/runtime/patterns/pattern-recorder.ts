@@ -26,7 +26,7 @@ export class PatternRecorder {
     private readonly pricingVersion: string,
   ) {}
 
-  record(scored: ScoredSession): void {
+  async record(scored: ScoredSession): Promise<void> {
     const { evidence } = scored;
     if (evidence.endEventId === null) return;
     const trimmed = this.patterns.trimAged();
@@ -37,7 +37,7 @@ export class PatternRecorder {
       const score = scored.turnScores.get(turn.turnId);
       if (turn.model === null || score === undefined) continue;
       if (turn.outcome !== 'completed' && turn.outcome !== 'failed') continue;
-      const message = this.store.lookups.userTextOfTurn(evidence.sessionId, turn.turnId);
+      const message = await this.store.lookups.userTextOfTurn(evidence.sessionId, turn.turnId);
       if (message === null) continue;
       const fingerprint = fingerprintOf(message, turn.toolsInHistory, workspaceHash);
       const id = `${fingerprint.key}\n${turn.model}`;

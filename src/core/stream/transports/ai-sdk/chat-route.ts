@@ -121,7 +121,7 @@ export function chatRoutes(
       // Nothing running: the transport has nothing to reconnect to (ai 6: 204).
       if (turn === null) return void response.writeHead(204).end();
       const { transport, mapper } = uiMessageStream(runtime, chatId!, response);
-      rejoinTurn(deps(), transport, chatId!, turn.turnId, (turnId) => mapper.start(turnId));
+      await rejoinTurn(deps(), transport, chatId!, turn.turnId, (turnId) => mapper.start(turnId));
     },
   );
   return [chat, resume];
