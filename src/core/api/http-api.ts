@@ -262,13 +262,14 @@ export function apiRoutes(context: ApiContext): Route[] {
       async ({ params: [id], query }) => {
         runtime.getSession(id!);
         // A cursor that names no message of this session would page from the newest, silently.
-        if (query.before !== undefined && !runtime.sessions.hasMessage(id!, query.before)) {
+        const { conversations } = trace.port;
+        if (query.before !== undefined && !(await conversations.hasMessage(id!, query.before))) {
           throw new MetisError(
             'METIS_ERR_INVALID_ARGUMENT',
             `before: ${query.before} is not a message of session ${id}`,
           );
         }
-        const messages = runtime.sessions.messages(id!, {
+        const messages = await conversations.messages(id!, {
           beforeId: query.before ?? null,
           limit: query.limit,
         });

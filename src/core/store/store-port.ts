@@ -1,4 +1,5 @@
 import { type BudgetRows, SqliteBudgetRows } from './budget-rows.js';
+import { type ConversationReads, sqliteConversationReads } from './conversation-reads.js';
 import type { Db } from './database.js';
 import { type PatternRows, SqlitePatternRows } from './pattern-rows.js';
 import { type QueueRows, SqliteQueueRows } from './queue-rows.js';
@@ -17,6 +18,8 @@ export type SessionRows = Pick<SessionStore, keyof SessionStore>;
  */
 export interface StorePort {
   readonly sessions: SessionRows;
+  /** The stored conversation of any session, for the routes that page through it. */
+  readonly conversations: ConversationReads;
   readonly lookups: TraceLookups;
   readonly patterns: PatternRows;
   /** What each session's budget is and what it spent: what pauses a turn, after a restart too. */
@@ -32,8 +35,10 @@ export interface StorePort {
 
 /** The store port over a SQLite file, with its trace writer when one is attached to the connection. */
 export function sqliteStorePort(db: Db, lookups: TraceLookups = new SqliteTraceLookups(db)): StorePort {
+  const sessions = new SessionStore(db);
   return {
-    sessions: new SessionStore(db),
+    sessions,
+    conversations: sqliteConversationReads(sessions),
     lookups,
     patterns: new SqlitePatternRows(db),
     budgets: new SqliteBudgetRows(db),

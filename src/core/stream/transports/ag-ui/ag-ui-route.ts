@@ -24,7 +24,7 @@ import {
 } from './ag-ui-input.js';
 import { type Continuation, continuationOf } from './ag-ui-resume.js';
 import { sessionState } from './ag-ui-state.js';
-import { agUiThread, clientIdsOf } from './ag-ui-thread.js';
+import { agUiThread, agUiThreadOf, clientIdsOf, THREAD_MESSAGES } from './ag-ui-thread.js';
 
 const AG_UI_ERRORS = ['METIS_ERR_TURN_IN_FLIGHT', 'METIS_ERR_SESSION_ENDED', ...STORAGE_ERRORS];
 const AG_UI_STREAM = { kind: 'ag-ui', eventTypes: AG_UI_EVENT_TYPES } as const;
@@ -46,9 +46,12 @@ export function agUiRoutes(
   /** In a cluster, this node must own the thread's session first (a path with the id is gated already). */
   sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
-  const report = (input: AgUiInput, sessionId: string, response: ServerResponse) => {
+  const report = async (input: AgUiInput, sessionId: string, response: ServerResponse) => {
     const stored = runtime.hasSession(sessionId)
-      ? agUiThread(runtime, sessionId, clientIdsOf(input.messages))
+      ? agUiThreadOf(
+          await trace.port.conversations.messages(sessionId, { limit: THREAD_MESSAGES }),
+          clientIdsOf(input.messages),
+        )
       : [];
     writeEventStreamHead(response);
     for (const event of threadReport(input.threadId, input.runId, stored))
@@ -70,7 +73,7 @@ export function agUiRoutes(
     if (input.messages.length === 0 && !answers) {
       // In a cluster, the node that owns the thread has it as it is now (a run takes it over too).
       if (perSession === null) await sessionGate(sessionId);
-      report(input, sessionId, response);
+      await report(input, sessionId, response);
       return;
     }
     assertStorageWritable(trace);
@@ -78,7 +81,7 @@ export function agUiRoutes(
     const continuation = runtime.hasSession(sessionId) ? continuationOf(runtime, sessionId, input) : null;
     // Answers for a turn that is over (decided meanwhile, timed out): the thread as it ended.
     if (continuation === null && answers && input.messages.at(-1)?.role !== 'user') {
-      report(input, sessionId, response);
+      await report(input, sessionId, response);
       return;
     }
     const text = continuation === null ? lastUserText(input.messages) : '';

@@ -1,4 +1,5 @@
 import type { Runtime } from '../../../runtime/runtime.js';
+import type { MessageRecord } from '../../../store/session-store.js';
 import type { StoredBlock } from '../../stored-conversation.js';
 import { type AgUiInput, textOf } from './ag-ui-input.js';
 
@@ -67,7 +68,18 @@ export function agUiThread(
   sessionId: string,
   client: ClientIds = NO_CLIENT_IDS,
 ): AgUiMessage[] {
-  const stored = runtime.sessions.messages(sessionId, { limit: 200 }).filter((m) => m.status === 'complete');
+  return agUiThreadOf(runtime.sessions.messages(sessionId, { limit: THREAD_MESSAGES }), client);
+}
+
+/** The newest messages a thread shows. */
+export const THREAD_MESSAGES = 200;
+
+/** As `agUiThread`, of messages already read (the newest THREAD_MESSAGES, oldest first). */
+export function agUiThreadOf(
+  messages: readonly MessageRecord[],
+  client: ClientIds = NO_CLIENT_IDS,
+): AgUiMessage[] {
+  const stored = messages.filter((m) => m.status === 'complete');
   const userIds = pairUsers(
     stored
       .filter((m) => m.role === 'user')

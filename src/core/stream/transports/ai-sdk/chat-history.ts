@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { MetisError } from '../../../errors.js';
 import type { Runtime } from '../../../runtime/runtime.js';
+import type { ConversationReads } from '../../../store/conversation-reads.js';
 
 /**
  * A UI message part as the chat route reads it (ai 6 `UIMessagePart`): text, and a tool part's
@@ -69,7 +70,12 @@ export function refuseRegenerate(): never {
  * or cleared message would be shown by the UI and never seen by the model (metis sends its own
  * conversation). The user messages before the one being sent must be those metis ran, in order.
  */
-export function assertSameHistory(runtime: Runtime, sessionId: string, earlierUserTexts: string[]): void {
+export async function assertSameHistory(
+  runtime: Runtime,
+  conversations: ConversationReads,
+  sessionId: string,
+  earlierUserTexts: string[],
+): Promise<void> {
   const turns = runtime.hasSession(sessionId) ? runtime.getSession(sessionId).turn_count : 0;
   const sent = earlierUserTexts.length;
   if (sent !== turns) {
@@ -82,7 +88,7 @@ export function assertSameHistory(runtime: Runtime, sessionId: string, earlierUs
       `${what}; send the history metis has, or ${NEW_CHAT}`,
     );
   }
-  const ran = storedUserTexts(runtime, sessionId, turns);
+  const ran = await storedUserTexts(conversations, sessionId, turns);
   const offset = sent - ran.length;
   const edited = ran.findIndex((text, at) => text !== earlierUserTexts[offset + at]);
   if (edited === -1) return;
@@ -93,10 +99,13 @@ export function assertSameHistory(runtime: Runtime, sessionId: string, earlierUs
 }
 
 /** The texts of the newest user messages metis stored for the session (at most `count`), oldest first. */
-function storedUserTexts(runtime: Runtime, sessionId: string, count: number): string[] {
+async function storedUserTexts(
+  conversations: ConversationReads,
+  sessionId: string,
+  count: number,
+): Promise<string[]> {
   if (count === 0) return [];
-  const texts = runtime.sessions
-    .messages(sessionId, { limit: Math.min(count * 4, 1000) })
+  const texts = (await conversations.messages(sessionId, { limit: Math.min(count * 4, 1000) }))
     .filter((message) => message.role === 'user')
     .map((message) =>
       (message.content as { type: string; text?: string }[])

@@ -91,7 +91,12 @@ export function chatRoutes(
       if (body.trigger === 'regenerate-message') refuseRegenerate();
       // Every user message before the new one; an approval's answer comes after its turn's message.
       const earlier = answers.length > 0 ? body.messages : body.messages.slice(0, -1);
-      assertSameHistory(runtime, body.id, earlier.filter((message) => message.role === 'user').map(textOf));
+      await assertSameHistory(
+        runtime,
+        trace.port.conversations,
+        body.id,
+        earlier.filter((message) => message.role === 'user').map(textOf),
+      );
       if (!runtime.hasSession(body.id)) runtime.createSession({ sessionId: body.id });
       const { transport, mapper } = uiMessageStream(runtime, body.id, response);
       const onStart = (turnId: string) => mapper.start(turnId);
