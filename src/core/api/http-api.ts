@@ -79,8 +79,8 @@ export interface ApiContext {
   readonly wsBase: (request: IncomingMessage) => string;
   /** Every other route the server serves, for `GET /openapi.json`. */
   readonly otherRoutes?: () => readonly RouteDoc[];
-  /** Where `GET /sessions` reads (session-list-route.ts); this server's database when absent. */
-  readonly sessionList?: SessionLister;
+  /** Where `GET /sessions` reads (session-list-route.ts): this server's database or the store of record. */
+  readonly sessionList: SessionLister;
   /** The store's and the cluster's state, for `GET /healthz`. */
   readonly health?: () => Record<string, unknown>;
   /** In a cluster: makes this node the owner of a session it just created. */

@@ -5,7 +5,6 @@ import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { rowToEvent } from '../store/event-rows.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
-import { eventsPerHour, traceStats } from '../store/stats.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import { ScoreEntry, ScoresAnswer, TraceContentEntry } from './response-schemas.js';
@@ -72,11 +71,9 @@ export function inspectRoutes(
   retentionDays: number,
   options: {
     readonly dashboardContent?: ContentMode;
-    /** Where `GET /stats/usage` reads; the trace's database when absent. */
-    readonly usage?: WholeStoreReads['usage'];
-    /** Where `GET /store/stats` reads; the trace's database when absent. */
-    readonly storeStats?: WholeStoreReads['storeStats'];
-  } = {},
+    /** Where `GET /stats/usage` and `GET /store/stats` read. */
+    readonly wholeStore: WholeStoreReads;
+  },
 ): JsonRoute[] {
   const redactor = new ContentRedactor(options.dashboardContent ?? 'full');
   return [
@@ -125,7 +122,7 @@ export function inspectRoutes(
         return [200, { session_id: id!, scores, summary: scoreSummary(scores) }];
       },
     ),
-    usageRoute(trace, options.usage),
+    usageRoute(options.wholeStore.usage),
     jsonRoute(
       {
         method: 'GET',
@@ -139,12 +136,9 @@ export function inspectRoutes(
         errors: [],
       },
       async () => {
-        if (options.storeStats !== undefined)
-          return [200, { ...(await options.storeStats(CHART_HOURS)), retention_days: retentionDays }];
-        const { by_session: _, ...stats } = traceStats(trace.dbPath);
         return [
           200,
-          { ...stats, retention_days: retentionDays, by_hour: eventsPerHour(trace.db, CHART_HOURS) },
+          { ...(await options.wholeStore.storeStats(CHART_HOURS)), retention_days: retentionDays },
         ];
       },
     ),

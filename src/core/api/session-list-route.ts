@@ -7,7 +7,6 @@ import type { Runtime } from '../runtime/runtime.js';
 import {
   type SessionLister,
   type SessionListRow,
-  searchSessions,
   sessionListRows,
   setSessionTitle,
 } from '../store/session-search.js';
@@ -87,8 +86,8 @@ const micros = (iso: string): number => Date.parse(iso) * 1000;
 export function sessionListRoutes(
   runtime: Runtime,
   trace: TraceContext,
-  /** Where the list is read: this server's database by default, the store of record on a cluster node. */
-  list: SessionLister = async (search) => searchSessions(trace.db, search),
+  /** Where the list is read: this server's database, or the store of record on a cluster node. */
+  list: SessionLister,
 ): JsonRoute[] {
   const withLiveTurn = (row: SessionListRow) => ({
     ...row,

@@ -2,8 +2,6 @@ import { z } from 'zod';
 import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
-import type { TraceContext } from '../store/trace-context.js';
-import { usageByBucket } from '../store/usage-stats.js';
 import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import { UsageAnswer } from './response-schemas.js';
 
@@ -29,9 +27,8 @@ const MAX_BUCKETS = 2_000;
 
 /** `GET /stats/usage`: model calls, tokens, cost, latency, failures and scores over time, per model. */
 export function usageRoute(
-  trace: TraceContext,
-  /** Where the rows are read: the trace's hourly rollup, or the store of record on a cluster node. */
-  usage: WholeStoreReads['usage'] = async (query) => usageByBucket(trace.db, query),
+  /** Where the rows are read: the server's hourly rollup, or the store of record on a cluster node. */
+  usage: WholeStoreReads['usage'],
 ): JsonRoute {
   return jsonRoute(
     {

@@ -25,6 +25,7 @@ import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { serveTheLoop } from '../store/database.js';
 import { shippedCommits } from '../store/shipped-commits.js';
+import { sqliteWholeStoreReads } from '../store/sqlite-whole-store-reads.js';
 import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
 import { type StreamReads, sqliteStreamReads } from '../store/stream-reads.js';
 import type { TraceContext } from '../store/trace-context.js';
@@ -200,6 +201,7 @@ export async function startServer(
       };
     },
   });
+  const wholeStore = options.wholeStore ?? sqliteWholeStoreReads(trace);
   const gateway =
     options.gateway === undefined ? null : gatewayRoutes(runtime, trace, options.gateway, logger);
   const otherRoutes: Route[] = [
@@ -209,8 +211,7 @@ export async function startServer(
     metricsRoute(metrics),
     ...inspectRoutes(runtime, trace, streamOptions.retentionDays, {
       dashboardContent: options.dashboardContent,
-      usage: options.wholeStore?.usage,
-      storeStats: options.wholeStore?.storeStats,
+      wholeStore,
     }),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...skillRoutes(trace.bus, runtime.config.skills.global_dir),
@@ -237,7 +238,7 @@ export async function startServer(
       otherRoutes: () => otherRoutes,
       health: options.health,
       sessionGate: options.sessionRouter?.gate,
-      sessionList: options.wholeStore?.sessions,
+      sessionList: wholeStore.sessions,
     }),
     ...otherRoutes,
   ];

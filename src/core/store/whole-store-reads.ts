@@ -3,10 +3,9 @@ import type { HourCount, TraceStats } from './stats.js';
 import type { UsageQuery, UsageRow } from './usage-stats.js';
 
 /**
- * The server's reads that span every session (the session list, the usage chart, the store's figures),
- * when they are not
- * read from its own database: a cluster node's working copy holds only its sessions, so it reads them
- * from the store of record (postgres/pg-store-reads.ts).
+ * The server's reads that span every session (the session list, the usage chart, the store's figures):
+ * from its own database (sqlite-whole-store-reads.ts), or from the store of record on a cluster node,
+ * whose working copy holds only its sessions (postgres/pg-store-reads.ts).
  */
 export interface WholeStoreReads {
   readonly sessions: SessionLister;
