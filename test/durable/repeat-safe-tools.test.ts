@@ -56,7 +56,7 @@ async function cutThenResume(toolName: string, repeatSafe: boolean) {
 
   const second = open(dbPath);
   onTestFinished(() => second.close());
-  const recovery = recoverCrashedTurns(second.db, second.bus, {
+  const recovery = await recoverCrashedTurns(second.db, second.bus, {
     pricingVersion: config.pricing_version ?? '2026-11-01',
     logger: silentLogger(),
     onRestart: 'resume',

@@ -102,7 +102,7 @@ export async function openAndRecover(
             selfAndDescendants(trace.port.sessions, root),
           );
     const before = trace.store.lastEventId();
-    const recovery = recoverCrashedTurns(trace.db, trace.bus, {
+    const recovery = await recoverCrashedTurns(trace.db, trace.bus, {
       pricingVersion: config.runtime.pricing_version,
       logger,
       onRestart: config.runtime.on_restart,

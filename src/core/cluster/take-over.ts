@@ -76,7 +76,7 @@ export async function takeOverSession(
     trace.bus.forgetSeq(id);
     runtime.release(id);
   }
-  const recovery = recoverCrashedTurns(trace.db, trace.bus, {
+  const recovery = await recoverCrashedTurns(trace.db, trace.bus, {
     pricingVersion: parts.pricingVersion,
     logger,
     sessions: stored.sessionIds,

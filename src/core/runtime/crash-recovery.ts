@@ -4,17 +4,13 @@ import { nowMicros } from '../events/clock.js';
 import type { Db } from '../store/database.js';
 import { SqliteOpenWork } from '../store/open-work.js';
 import { SessionStore } from '../store/session-store.js';
-import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
+import { SqliteStreamArchiveRows, type StreamArchiveRows } from '../store/stream-archive-rows.js';
+import { type OpenWorkPlan, type OpenWorkScope, readOpenWork } from './open-work-plan.js';
 import { usdDecimal } from './pricing.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { TurnEvents } from './turn-events.js';
 import { closeCutCall } from './turn-resume-close.js';
-import {
-  type ArchivedStreamEvent,
-  type CutTurn,
-  planResume,
-  type StoredTurnEvent,
-} from './turn-resume-plan.js';
+import { type CutTurn, planResume, type StoredTurnEvent } from './turn-resume-plan.js';
 
 /** What start-up recovery closed, for the log and the tests. */
 export interface RecoveryReport {
@@ -38,19 +34,14 @@ export interface RecoveryReport {
 
 type StoredEvent = StoredTurnEvent;
 
-/** The events that end a call, a tool call or a delegation: their parent is what they end. */
-const ENDINGS = new Set([
-  'llm.call_completed',
-  'llm.call_failed',
-  'tool.completed',
-  'tool.failed',
-  'delegate.completed',
-  'delegate.failed',
-]);
-
 const STOPPED = 'the server stopped before this ended (closed at the next start)';
 /** A delegation a restart cut, in a turn that resumes: the planner's model is told, and goes on. */
 const INTERRUPTED = 'interrupted: the server stopped while this ran (its turn resumed at the next start)';
+
+export interface RecoveryOptions extends OpenWorkScope {
+  readonly pricingVersion: string;
+  readonly logger: Logger;
+}
 
 /**
  * Closes what a crash left open, before the server takes requests (docs/decisions.md "Turns a crash
@@ -68,33 +59,33 @@ const INTERRUPTED = 'interrupted: the server stopped while this ran (its turn re
  * above, with `failure: "resumption_cap_reached"`.
  *
  * Only the process that holds the database lock may call this: it writes into sessions it now owns,
- * through its own bus, so per-session `seq` continues without a hole or a duplicate.
+ * through its own bus, so per-session `seq` continues without a hole or a duplicate. Everything is read
+ * first (open-work-plan.ts), then closed in one synchronous pass.
  */
-export function recoverCrashedTurns(
+export async function recoverCrashedTurns(
   db: Db,
   bus: EventBus,
-  options: {
-    pricingVersion: string;
-    logger: Logger;
-    /** Only these sessions and their workers (a session taken over from a dead node); default every one. */
-    sessions?: readonly string[];
-    /** `runtime.on_restart` (default `fail`: every cut turn is closed as failed). */
-    onRestart?: 'resume' | 'fail';
-    /** `runtime.max_resumptions`. */
-    maxResumptions?: number;
-  },
-): RecoveryReport {
-  const sessions = new SessionStore(db);
+  options: RecoveryOptions,
+): Promise<RecoveryReport> {
+  const plan = await readOpenWork(new SqliteOpenWork(db), options);
+  return closeCutTurns(
+    plan,
+    { bus, sessions: new SessionStore(db), archive: new SqliteStreamArchiveRows(db) },
+    options,
+  );
+}
+
+/** What closing the plan writes through, besides the bus. */
+export interface CloseDeps {
+  readonly bus: EventBus;
+  readonly sessions: SessionStore;
+  readonly archive: StreamArchiveRows;
+}
+
+/** Emits and writes what closes (or sets up the resumption of) every turn of the plan. */
+export function closeCutTurns(plan: OpenWorkPlan, deps: CloseDeps, options: RecoveryOptions): RecoveryReport {
+  const { bus, sessions } = deps;
   const streaming = new StreamingChannel();
-  const open = new SqliteOpenWork(db);
-  const allOpenTurns = open.openTurns();
-  const only = options.sessions === undefined ? null : new Set(options.sessions);
-  /** Whether a session is one recovery was asked for, or a worker of one. */
-  const inScope = (row: { session_id: string; parent_session_id: string | null }) =>
-    only === null ||
-    only.has(row.session_id) ||
-    (row.parent_session_id !== null && only.has(row.parent_session_id));
-  const openTurns = allOpenTurns.filter(inScope);
   const report = {
     turns: 0,
     modelCalls: 0,
@@ -106,32 +97,13 @@ export function recoverCrashedTurns(
     capReached: 0,
   };
   const cutWorkers: string[] = [];
-  const resume = options.onRestart === 'resume';
   const maxResumptions = options.maxResumptions ?? 3;
-  const archive = resume ? new SqliteStreamArchiveRows(db) : null;
 
-  // Workers first: a worker's turn ends before the delegation of its planner's turn does.
-  const ordered = [
-    ...openTurns.filter((t) => t.parent_session_id !== null),
-    ...openTurns.filter((t) => t.parent_session_id === null),
-  ];
-  for (const turn of ordered) {
+  for (const planned of plan.turns) {
+    const { turn, stored, ended, resumption, capped } = planned;
     // One turn that cannot be closed (a stored payload no schema accepts) must not stop the start.
     try {
-      const stored = open
-        .turnEvents(turn.turn_id)
-        .filter((row) => row.type !== 'bus.gap_detected')
-        .map(({ payload_json, ...row }) => ({
-          ...row,
-          payload: JSON.parse(payload_json) as Record<string, any>,
-        }));
-      const ended = new Set(stored.filter((e) => ENDINGS.has(e.type)).map((e) => e.parent_event_id));
-      // Workers are not resumed: their delegation ends failed and the planner's turn goes on.
-      // An ended session takes nothing up (and would count no resumption): its turn is closed.
-      const resumable =
-        resume && turn.parent_session_id === null && sessions.getSession(turn.session_id)?.status !== 'ended';
-      const resumption = resumable ? open.resumedSince(turn.session_id, turn.id) + 1 : 0;
-      const capped = resumption > maxResumptions;
+      if (planned.readError !== null) throw planned.readError;
       const lastUs = stored.reduce((last, e) => Math.max(last, e.timestamp_us), 0);
       const latency = (e: StoredEvent) => Math.max(0, Math.round((lastUs - e.timestamp_us) / 1000));
       const events = new TurnEvents(
@@ -161,29 +133,28 @@ export function recoverCrashedTurns(
             worker_session_id: workerId,
             failure_mode: 'worker_error',
             error_message: resumption === 0 || capped ? STOPPED : INTERRUPTED,
-            worker_total_cost_usd: usdDecimal(sessions.storedCost(workerId)),
+            worker_total_cost_usd: usdDecimal(planned.workerCosts.get(workerId) ?? 0),
             pricing_version: options.pricingVersion,
           });
           cutWorkers.push(workerId);
           report.delegations += 1;
         }
       }
-      if (resumption > 0 && !capped) {
-        const plan = planResume({
+      if (planned.resume !== null) {
+        const { messages, toolRows, streamed } = planned.resume;
+        const cut = planResume({
           sessionId: turn.session_id,
           turnId: turn.turn_id,
           turnStartedId: turn.id,
           events: stored,
-          messages: sessions
-            .messages(turn.session_id, { limit: 200 })
-            .filter((m) => m.turn_id === turn.turn_id),
-          toolRow: (id) => sessions.toolCall(id, turn.session_id),
-          streamed: cutStream(archive!, turn, stored, ended),
+          messages,
+          toolRow: (id) => toolRows.get(id) ?? null,
+          streamed,
           resumption,
           maxResumptions,
         });
         report.resumable.push(
-          closeCutCall(plan, { bus, sessions, archive: archive!, pricingVersion: options.pricingVersion }),
+          closeCutCall(cut, { bus, sessions, archive: deps.archive, pricingVersion: options.pricingVersion }),
         );
         continue;
       }
@@ -225,22 +196,21 @@ export function recoverCrashedTurns(
   }
 
   for (const workerId of cutWorkers) {
-    const worker = sessions.getSession(workerId);
-    if (worker === null || worker.status === 'ended') continue;
+    const worker = plan.workers.get(workerId);
+    if (worker === undefined || worker.session === null || worker.session.status === 'ended') continue;
     sessions.endSession(workerId, 'error');
     new TurnEvents(bus, streaming, workerId, null, false).emit('session.ended', null, {
       disposition: 'error',
-      turn_count: sessions.turnCount(workerId),
-      total_cost_usd: sessions.storedCost(workerId),
-      duration_seconds: Math.max(0, nowMicros() - worker.created_at_us) / 1_000_000,
+      turn_count: worker.turnCount,
+      total_cost_usd: worker.storedCost,
+      duration_seconds: Math.max(0, nowMicros() - worker.session.created_at_us) / 1_000_000,
     });
     report.workerSessions += 1;
   }
 
   // A resumed turn's rows are its resumption's to settle (ToolDispatcher.resume).
   const resuming = new Set(report.resumable.map((t) => t.sessionId));
-  const withOpenRows = open.sessionsWithOpenToolCalls().filter((row) => !resuming.has(row.session_id));
-  for (const { session_id: sessionId } of withOpenRows.filter(inScope)) {
+  for (const { session_id: sessionId } of plan.openToolRows.filter((row) => !resuming.has(row.session_id))) {
     report.toolCallRows += sessions.closeOpenToolCalls(sessionId, {
       status: 'failed',
       errorClass: 'execution_error',
@@ -255,21 +225,6 @@ export function recoverCrashedTurns(
     );
   }
   return report;
-}
-
-/** The streaming events archived after the turn's open model call: the message it was streaming. */
-function cutStream(
-  archive: SqliteStreamArchiveRows,
-  turn: { session_id: string; turn_id: string },
-  stored: readonly StoredEvent[],
-  ended: ReadonlySet<string | null>,
-): ArchivedStreamEvent[] {
-  const open = stored.filter((e) => e.type === 'llm.call_started' && !ended.has(e.id)).at(-1);
-  if (open === undefined) return [];
-  return archive
-    .after(turn.session_id, open.id, 20_000)
-    .map((json) => JSON.parse(json) as ArchivedStreamEvent & { turn_id: string | null })
-    .filter((e) => e.turn_id === turn.turn_id);
 }
 
 function sum(events: readonly StoredEvent[], field: string): number {

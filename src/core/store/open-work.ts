@@ -1,4 +1,11 @@
 import type { Db } from './database.js';
+import {
+  type MessageRecord,
+  type SessionRecord,
+  SessionStore,
+  type ToolCallRecord,
+} from './session-store.js';
+import { SqliteStreamArchiveRows } from './stream-archive-rows.js';
 
 export interface OpenTurn {
   readonly session_id: string;
@@ -17,24 +24,44 @@ export interface TurnEventRow {
 }
 
 /**
- * What a stopped process left open in the store, for start-up recovery to close: turns that started
- * and never ended, and tool-call rows still pending or running.
+ * What a stopped process left open in the store, and what closing it needs to know, for start-up
+ * recovery and a take-over (runtime/open-work-plan.ts): turns that started and never ended, tool-call
+ * rows still pending or running, and of their sessions what a turn that resumes or a worker that ends
+ * is told. Asynchronous, so that a store over the network can answer (docs/plans/store-port.md step 5).
  */
 export interface OpenWork {
   /** Turns with a `turn.started` and neither `turn.completed` nor `turn.cancelled`, oldest first. */
-  openTurns(): OpenTurn[];
+  openTurns(): Promise<OpenTurn[]>;
   /** Every event of a turn, in id order. */
-  turnEvents(turnId: string): TurnEventRow[];
+  turnEvents(turnId: string): Promise<TurnEventRow[]>;
   /** Sessions (with their parent) that have a tool-call row still pending or running. */
-  sessionsWithOpenToolCalls(): { readonly session_id: string; readonly parent_session_id: string | null }[];
+  sessionsWithOpenToolCalls(): Promise<
+    { readonly session_id: string; readonly parent_session_id: string | null }[]
+  >;
   /** How many `session.resumed` the session has after event `afterId`: the restarts since (durable turns). */
-  resumedSince(sessionId: string, afterId: string): number;
+  resumedSince(sessionId: string, afterId: string): Promise<number>;
+  session(sessionId: string): Promise<SessionRecord | null>;
+  /** What the session's stored events cost (its model calls, and its workers as their delegations report). */
+  storedCost(sessionId: string): Promise<number>;
+  turnCount(sessionId: string): Promise<number>;
+  /** The turn's stored messages, oldest first. */
+  turnMessages(sessionId: string, turnId: string): Promise<MessageRecord[]>;
+  toolCall(toolUseId: string, sessionId: string): Promise<ToolCallRecord | null>;
+  /** The streaming events archived for the session after `afterId` (JSON), oldest first. */
+  archivedAfter(sessionId: string, afterId: string, limit: number): Promise<string[]>;
 }
 
+/** The open work of a SQLite store, answered at the call. */
 export class SqliteOpenWork implements OpenWork {
-  constructor(private readonly db: Db) {}
+  private readonly sessions: SessionStore;
+  private readonly archive: SqliteStreamArchiveRows;
 
-  openTurns(): OpenTurn[] {
+  constructor(private readonly db: Db) {
+    this.sessions = new SessionStore(db);
+    this.archive = new SqliteStreamArchiveRows(db);
+  }
+
+  async openTurns(): Promise<OpenTurn[]> {
     return this.db
       .prepare(
         `SELECT s.session_id, s.turn_id, s.id, se.parent_session_id FROM events s
@@ -46,7 +73,7 @@ export class SqliteOpenWork implements OpenWork {
       .all() as OpenTurn[];
   }
 
-  turnEvents(turnId: string): TurnEventRow[] {
+  async turnEvents(turnId: string): Promise<TurnEventRow[]> {
     return this.db
       .prepare(
         'SELECT id, type, parent_event_id, timestamp_us, payload_json FROM events WHERE turn_id = ? ORDER BY id',
@@ -54,19 +81,43 @@ export class SqliteOpenWork implements OpenWork {
       .all(turnId) as TurnEventRow[];
   }
 
-  resumedSince(sessionId: string, afterId: string): number {
+  async resumedSince(sessionId: string, afterId: string): Promise<number> {
     return this.db
       .prepare("SELECT count(*) FROM events WHERE session_id = ? AND type = 'session.resumed' AND id > ?")
       .pluck()
       .get(sessionId, afterId) as number;
   }
 
-  sessionsWithOpenToolCalls(): { session_id: string; parent_session_id: string | null }[] {
+  async sessionsWithOpenToolCalls(): Promise<{ session_id: string; parent_session_id: string | null }[]> {
     return this.db
       .prepare(
         `SELECT DISTINCT t.session_id, s.parent_session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
           WHERE t.status IN ('pending', 'running')`,
       )
       .all() as { session_id: string; parent_session_id: string | null }[];
+  }
+
+  async session(sessionId: string): Promise<SessionRecord | null> {
+    return this.sessions.getSession(sessionId);
+  }
+
+  async storedCost(sessionId: string): Promise<number> {
+    return this.sessions.storedCost(sessionId);
+  }
+
+  async turnCount(sessionId: string): Promise<number> {
+    return this.sessions.turnCount(sessionId);
+  }
+
+  async turnMessages(sessionId: string, turnId: string): Promise<MessageRecord[]> {
+    return this.sessions.messages(sessionId, { limit: 200 }).filter((m) => m.turn_id === turnId);
+  }
+
+  async toolCall(toolUseId: string, sessionId: string): Promise<ToolCallRecord | null> {
+    return this.sessions.toolCall(toolUseId, sessionId);
+  }
+
+  async archivedAfter(sessionId: string, afterId: string, limit: number): Promise<string[]> {
+    return this.archive.after(sessionId, afterId, limit);
   }
 }

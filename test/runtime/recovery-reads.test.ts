@@ -1,0 +1,87 @@
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { z } from 'zod';
+import { silentLogger } from '../../src/core/logger.js';
+import { recoverCrashedTurns } from '../../src/core/runtime/crash-recovery.js';
+import { createRuntime } from '../../src/core/runtime/runtime.js';
+import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
+import { openTraceContext, type TraceContext } from '../../src/core/store/trace-context.js';
+import { eventually } from '../helpers/protocol.js';
+import { testRuntimeConfig } from '../helpers/runtime-config.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/*
+ * Recovery reads everything it reports before it writes anything (runtime/open-work-plan.ts, store-port
+ * plan step 5): what a cut worker cost must still reach the planner's `delegate.failed` and the
+ * worker's `session.ended`. Two runtimes on one real SQLite file; the first "crashes" while its worker's
+ * tool runs, after the worker's first model call was billed.
+ */
+
+const hangs: Tool = defineTool({
+  name: 'hang',
+  description: 'never ends: the crash lands in it',
+  inputSchema: z.strictObject({}),
+  sideEffects: 'none',
+  async execute() {
+    await new Promise(() => {});
+    return { content: 'unreachable' };
+  },
+});
+
+function open(dbPath: string): TraceContext {
+  return openTraceContext({ dbPath, validation: 'strict' });
+}
+
+describe('recovery reads what it reports before closing', () => {
+  it("a cut worker's cost reaches the planner's delegate.failed and the worker's session.ended", async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const config = testRuntimeConfig();
+    const first = open(dbPath);
+    const before = createRuntime({ bus: first.bus, store: first.port, config, tools: [hangs] });
+    const planner = before.createSession({ workspacePath: tempDir() });
+    before.submitTurn(planner.id, 'delegate: client: hang');
+    const workerCost = () =>
+      first.db
+        .prepare(
+          `SELECT session_id, json_extract(payload_json, '$.cost_usd') AS cost FROM events
+            WHERE type = 'llm.call_completed' AND session_id != ?`,
+        )
+        .all(planner.id) as { session_id: string; cost: number }[];
+    const running = () =>
+      first.db
+        .prepare("SELECT 1 FROM tool_calls WHERE status = 'running' AND session_id != ?")
+        .all(planner.id).length === 1;
+    expect(await eventually(() => workerCost().length === 1 && running(), 10_000)).toBe(true);
+    await first.flush();
+    const [{ session_id: worker, cost }] = workerCost() as [{ session_id: string; cost: number }];
+    expect(cost).toBeGreaterThan(0);
+    // The crash: nothing more of the first runtime reaches the file.
+    first.writer.close();
+    first.db.close();
+
+    const second = open(dbPath);
+    onTestFinished(() => second.close());
+    const recovery = await recoverCrashedTurns(second.db, second.bus, {
+      pricingVersion: config.pricing_version ?? '2026-11-01',
+      logger: silentLogger(),
+    });
+    expect(recovery).toMatchObject({ turns: 2, delegations: 1, workerSessions: 1 });
+    await second.flush();
+    const payloadOf = (type: string, sessionId: string) =>
+      JSON.parse(
+        second.db
+          .prepare('SELECT payload_json FROM events WHERE type = ? AND session_id = ?')
+          .pluck()
+          .get(type, sessionId) as string,
+      );
+    expect(payloadOf('delegate.failed', planner.id)).toMatchObject({
+      worker_session_id: worker,
+      worker_total_cost_usd: String(cost),
+    });
+    expect(payloadOf('session.ended', worker)).toMatchObject({
+      disposition: 'error',
+      total_cost_usd: cost,
+      turn_count: 1,
+    });
+  });
+});
