@@ -1,5 +1,4 @@
-import type { MessageRecord } from './session-store.js';
-import type { SessionRows } from './store-port.js';
+import type { MessageRecord, SessionStore } from './session-store.js';
 
 /**
  * A session's stored conversation, as routes read it for any session (a page of messages, whether a
@@ -21,7 +20,9 @@ export interface ConversationReads {
  * Over the SQLite session store the runtime writes through: its messages still waiting for their
  * commit are merged in, as the runtime sees them. Answered at the call.
  */
-export function sqliteConversationReads(sessions: SessionRows): ConversationReads {
+export function sqliteConversationReads(
+  sessions: Pick<SessionStore, 'messages' | 'hasMessage'>,
+): ConversationReads {
   return {
     messages: async (sessionId, page) => sessions.messages(sessionId, page),
     hasMessage: async (sessionId, messageId) => sessions.hasMessage(sessionId, messageId),
