@@ -3,9 +3,8 @@ import { MetisError } from '../errors.js';
 import { EnvelopeSchema } from '../events/envelope.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { rowToEvent } from '../store/event-rows.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
-import type { TraceContext } from '../store/trace-context.js';
+import type { TraceContentReads } from '../store/trace-content-rows.js';
 import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import { ScoreEntry, ScoresAnswer, TraceContentEntry } from './response-schemas.js';
 import {
@@ -67,12 +66,13 @@ const CHART_HOURS = 48;
  */
 export function inspectRoutes(
   runtime: Runtime,
-  trace: TraceContext,
   retentionDays: number,
   options: {
     readonly dashboardContent?: ContentMode;
     /** Where `GET /stats/usage` and `GET /store/stats` read. */
     readonly wholeStore: WholeStoreReads;
+    /** Where a session's trace page and scores read. */
+    readonly traceReads: TraceContentReads;
   },
 ): JsonRoute[] {
   const redactor = new ContentRedactor(options.dashboardContent ?? 'full');
@@ -90,20 +90,20 @@ export function inspectRoutes(
         runtime.getSession(id!);
         const sessionIds =
           query.include_worker_sessions === 'true' ? selfAndDescendants(runtime.sessions, id!) : [id!];
-        const { rows, tooLarge } = trace.store.replay({
+        const reads = options.traceReads;
+        const { events, tooLarge } = await reads.replay({
           sessionIds,
           afterId: query.after ?? null,
           limit: query.limit,
         });
-        const events = rows.map(rowToEvent);
         return [
           200,
           {
             events,
             has_more: tooLarge,
             content_mode: redactor.mode,
-            content: traceContent(trace.db, events, redactor),
-            scores: query.after === undefined ? sessionScores(trace.db, id!, redactor) : [],
+            content: await traceContent(reads, events, redactor),
+            scores: query.after === undefined ? await sessionScores(reads, id!, redactor) : [],
           },
         ];
       },
@@ -118,7 +118,7 @@ export function inspectRoutes(
       },
       async ({ params: [id] }) => {
         if (!runtime.hasSession(id!)) throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${id}`);
-        const scores = sessionScores(trace.db, id!, redactor);
+        const scores = await sessionScores(options.traceReads, id!, redactor);
         return [200, { session_id: id!, scores, summary: scoreSummary(scores) }];
       },
     ),

@@ -3,15 +3,7 @@ import { CATALOG, type PayloadOf } from '../events/catalog/index.js';
 import { isoToMicros } from '../events/clock.js';
 import { type MetisEvent, type Sensitivity, sensitivityRank } from '../events/envelope.js';
 import { STREAMING } from '../events/streaming.js';
-import type { Db } from '../store/database.js';
-import {
-  type ContentMessage,
-  delegatingToolCall,
-  messagesBefore,
-  scoreEvents,
-  type TurnRecords,
-  turnRecords,
-} from '../store/trace-content-rows.js';
+import type { ContentMessage, TraceContentReads, TurnRecords } from '../store/trace-content-rows.js';
 import type { ScoreEntry, TraceContentEntry } from './response-schemas.js';
 
 /** `server.dashboard_content`: what the trace's content shows of fields more private than pseudonymous. */
@@ -98,11 +90,11 @@ function place(start: MetisEvent, end: MetisEvent | undefined, status: Status, p
  * cost, each tool call's input and output. Read per turn from the messages, the tool calls and the
  * turn's events, so each entry is whole even when the span ends on a later page.
  */
-export function traceContent(
-  db: Db,
+export async function traceContent(
+  reads: TraceContentReads,
   events: readonly MetisEvent[],
   redactor: ContentRedactor,
-): Record<string, Entry> {
+): Promise<Record<string, Entry>> {
   const content: Record<string, Entry> = {};
   const turns = new Map<string, { sessionId: string; turnId: string }>();
   for (const event of events)
@@ -114,22 +106,23 @@ export function traceContent(
   const wanted = new Set(events.map((event) => event.id));
   const workerParents = new Map<string, string | null>();
   for (const { sessionId, turnId } of turns.values()) {
-    if (!workerParents.has(sessionId)) workerParents.set(sessionId, delegatingToolCall(db, sessionId));
-    const records = turnRecords(db, sessionId, turnId);
-    for (const [id, entry] of turnEntries(db, records, workerParents.get(sessionId) ?? null, redactor))
-      if (wanted.has(id)) content[id] = entry;
+    if (!workerParents.has(sessionId))
+      workerParents.set(sessionId, await reads.delegatingToolCall(sessionId));
+    const records = await reads.turnRecords(sessionId, turnId);
+    const entries = await turnEntries(reads, records, workerParents.get(sessionId) ?? null, redactor);
+    for (const [id, entry] of entries) if (wanted.has(id)) content[id] = entry;
   }
   return content;
 }
 
 const OPENS_SPAN = new Set(['turn.started', 'route.decided', 'llm.call_started', 'tool.called']);
 
-function turnEntries(
-  db: Db,
+async function turnEntries(
+  reads: TraceContentReads,
   records: TurnRecords,
   workerParent: string | null,
   redactor: ContentRedactor,
-): [string, Entry][] {
+): Promise<[string, Entry][]> {
   const { events, messages, toolCalls, sessionId, turnId } = records;
   const byParent = new Map<string, MetisEvent[]>();
   for (const event of events)
@@ -172,7 +165,7 @@ function turnEntries(
         model: String(call.payload.model),
         provider: String(call.payload.provider),
         message_id: message?.id ?? null,
-        input_message_count: messagesBefore(db, sessionId, from),
+        input_message_count: await reads.messagesBefore(sessionId, from),
         output: {
           text: redactor.text('output_text', text),
           thinking: thinking === null ? null : redactor.text('thinking', thinking),
@@ -329,8 +322,12 @@ function routeEntry(route: MetisEvent, turnId: string, parent: string | null): E
 }
 
 /** A session's feedback and eval verdicts as scores (`GET /sessions/{id}/scores`, the trace's first page). */
-export function sessionScores(db: Db, sessionId: string, redactor: ContentRedactor): Score[] {
-  return scoreEvents(db, sessionId).map((event): Score => {
+export async function sessionScores(
+  reads: Pick<TraceContentReads, 'scoreEvents'>,
+  sessionId: string,
+  redactor: ContentRedactor,
+): Promise<Score[]> {
+  return (await reads.scoreEvents(sessionId)).map((event): Score => {
     if (event.type === 'feedback.explicit') {
       const p = event.payload as PayloadOf<'feedback.explicit'>;
       return {

@@ -28,6 +28,7 @@ import { shippedCommits } from '../store/shipped-commits.js';
 import { sqliteWholeStoreReads } from '../store/sqlite-whole-store-reads.js';
 import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
 import { type StreamReads, sqliteStreamReads } from '../store/stream-reads.js';
+import { sqliteTraceContentReads } from '../store/trace-content-rows.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import type { StreamOptions } from '../stream/client-connection.js';
@@ -209,9 +210,10 @@ export async function startServer(
     ...chatRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
     ...agUiRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),
     metricsRoute(metrics),
-    ...inspectRoutes(runtime, trace, streamOptions.retentionDays, {
+    ...inspectRoutes(runtime, streamOptions.retentionDays, {
       dashboardContent: options.dashboardContent,
       wholeStore,
+      traceReads: sqliteTraceContentReads(trace.store),
     }),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...skillRoutes(trace.bus, runtime.config.skills.global_dir),

@@ -1,6 +1,7 @@
 import type { MetisEvent } from '../events/envelope.js';
 import type { Db } from './database.js';
 import { EVENT_COLUMNS, type EventRow, rowToEvent } from './event-rows.js';
+import type { ReplayQuery, TraceStore } from './trace-store.js';
 
 /** A stored message, as the trace's content needs it. */
 export interface ContentMessage {
@@ -185,5 +186,33 @@ export function toolCallRow(db: Db, sessionId: string, toolUseId: string): Conte
     output: parse(row.output_json),
     status: row.status,
     error_class: row.error_class,
+  };
+}
+
+/**
+ * What a session's trace page shows besides its events (the dashboard's content and scores), read per
+ * turn. Asynchronous, so that a store over the network can answer (docs/plans/store-port.md step 3).
+ */
+export interface TraceContentReads {
+  /** A page of the session's stored events (streaming §3.6's replay), as events. */
+  replay(query: ReplayQuery): Promise<{ readonly events: readonly MetisEvent[]; readonly tooLarge: boolean }>;
+  turnRecords(sessionId: string, turnId: string): Promise<TurnRecords>;
+  messagesBefore(sessionId: string, ulid: string): Promise<number>;
+  delegatingToolCall(workerSessionId: string): Promise<string | null>;
+  scoreEvents(sessionId: string): Promise<MetisEvent[]>;
+}
+
+/** The trace page's reads over a SQLite store, answered at the call. */
+export function sqliteTraceContentReads(store: TraceStore): TraceContentReads {
+  const { db } = store;
+  return {
+    replay: async (query) => {
+      const { rows, tooLarge } = store.replay(query);
+      return { events: rows.map(rowToEvent), tooLarge };
+    },
+    turnRecords: async (sessionId, turnId) => turnRecords(db, sessionId, turnId),
+    messagesBefore: async (sessionId, ulid) => messagesBefore(db, sessionId, ulid),
+    delegatingToolCall: async (workerSessionId) => delegatingToolCall(db, workerSessionId),
+    scoreEvents: async (sessionId) => scoreEvents(db, sessionId),
   };
 }
