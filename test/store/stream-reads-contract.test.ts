@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Db, openDatabase } from '../../src/core/store/database.js';
 import { postgresPool } from '../../src/core/store/postgres/connect.js';
@@ -112,7 +113,7 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
   let dbPath: string;
   let url: string;
   let db: Db;
-  let pool: pg.Pool;
+  let pool: pg.Pool | undefined;
   let sqlite: StreamReads;
   let postgres: StreamReads;
   let events: StoredEvent[];
@@ -133,6 +134,7 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
   const closeBoth = async () => {
     db?.close();
     await pool?.end();
+    pool = undefined;
   };
 
   let dir: string;
@@ -159,6 +161,22 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
     // Old events, for the prune: some before a real session's, and a session that is all old.
     insertOldEvents(writable, { sessionId: realSession!, ageDays: 100, count: 12, type: 'text.delta' });
     insertOldEvents(writable, { sessionId: 'sess_old', ageDays: 90, count: 20 });
+    // Text both encoders must escape alike, and timestamps only rowToJson formats (before 1970, past 9999).
+    writable
+      .prepare('INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES (?, 0, 0)')
+      .run('sess_odd');
+    const odd = writable.prepare(
+      `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
+       VALUES ('sess_odd', ?, ?, ?, ?, ?, 'text.delta', 'agent', 'private', '{"text":"\\u0000"}')`,
+    );
+    const nextUlid = monotonicFactory();
+    const oddIds = Array.from({ length: 5 }, () => `evt_${nextUlid()}`);
+    const text = 'tab\there "quoted" \\ \u0001\u001f\u007f\u2028é🙂';
+    odd.run(oddIds[0], 1, Date.now() * 1000, text, null);
+    odd.run(oddIds[1], 2, -1_500_000, null, text);
+    odd.run(oddIds[2], 3, 0, 'turn_odd', oddIds[1]);
+    odd.run(oddIds[3], 4, 10_000_000_000_000_000, 'turn_odd', null); // 2286: past SQLite's strftime
+    odd.run(oddIds[4], 5, 253_402_300_800_000_000, 'turn_odd', null); // 10000: past PostgreSQL's to_char
     writable.close();
     url = freshDatabase(server);
     await copyStore({ from: dbPath, to: url });
@@ -275,12 +293,12 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
     // A sweep under way (its row written, its trace.swept not yet): its rows may be gone already, so
     // PostgreSQL answers its cutoff; once a server records it, trace.swept answers again.
     const laterUs = cutoffUs + 86_400_000_000;
-    await pool.query(
+    await pool!.query(
       'INSERT INTO metis_retention_sweeps (sweep_id, cutoff_us, started_at_us) VALUES ($1, $2, $3)',
       ['sweep_under_way', laterUs, Date.now() * 1000],
     );
     expect((await postgres.retention(sessionIds[0]!)).sweptCutoffMs).toBe(Math.floor(laterUs / 1000));
-    await pool.query(
+    await pool!.query(
       "UPDATE metis_retention_sweeps SET recorded_by = 'node' WHERE sweep_id = 'sweep_under_way'",
     );
     expect((await postgres.retention(sessionIds[0]!)).sweptCutoffMs).toBe(after.sweptCutoffMs);
