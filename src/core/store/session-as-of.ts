@@ -49,8 +49,13 @@ export function sessionAsOf(db: Db, sessionId: string, atId: string, counted: Co
   return {
     turnCount: storedTurns - turnsAfter,
     currentTurnId: lastEdge?.[0] === 'turn.started' ? lastEdge[1] : null,
-    costUsd: Math.round(costAsOf(db, sessionId, atId, counted) * 1e8) / 1e8,
+    costUsd: roundedCost(costAsOf(db, sessionId, atId, counted)),
   };
+}
+
+/** A spend as a snapshot shows it: to 1e-8 USD, so summing in another order gives the same figure. */
+export function roundedCost(costUsd: number): number {
+  return Math.round(costUsd * 1e8) / 1e8;
 }
 
 function costAsOf(db: Db, sessionId: string, atId: string, counted: CountedCost): number {
