@@ -1,6 +1,8 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, expectTypeOf, it } from 'vitest';
+import type { RowWrite } from '../src/core/store/batch-committer.js';
+import type { RowChange } from '../src/core/store/row-change.js';
 
 /**
  * The floors of docs/architecture.md, read off the code's own imports: a file imports from its floor
@@ -101,5 +103,30 @@ describe('architecture: the floors of docs/architecture.md', () => {
       .filter(({ lines }) => lines > 501)
       .map(({ file, lines }) => `${file}: ${lines}`);
     expect(long).toEqual([]);
+  });
+});
+
+/** Whether `T` holds JSON values only: no function, so a writer of any store can render it. */
+type JsonOnly<T> = T extends string | number | boolean | null
+  ? true
+  : T extends (...args: never[]) => unknown
+    ? false
+    : T extends readonly (infer E)[]
+      ? JsonOnly<E>
+      : T extends object
+        ? false extends { [K in keyof T]-?: JsonOnly<T[K]> }[keyof T]
+          ? false
+          : true
+        : false;
+
+type FunctionKeys<T> = {
+  [K in keyof T]-?: NonNullable<T[K]> extends (...args: never[]) => unknown ? K : never;
+}[keyof T];
+
+describe('architecture: a queued row write is data (store-port plan step 1)', () => {
+  // Checked by the type checker (`tsc`, which covers test/): at run time these assertions are no-ops.
+  it('carries a RowChange of JSON values, and no function but the producer’s settled callback', () => {
+    expectTypeOf<JsonOnly<RowChange>>().toEqualTypeOf<true>();
+    expectTypeOf<FunctionKeys<RowWrite>>().toEqualTypeOf<'settled'>();
   });
 });

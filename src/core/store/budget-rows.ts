@@ -37,8 +37,6 @@ export class SqliteBudgetRows implements BudgetRows {
   private readonly caps: Statement;
   private readonly spent: Statement;
   private readonly treeSpent: Statement;
-  private readonly writeCaps: Statement;
-  private readonly add: Statement;
 
   constructor(private readonly db: Db) {
     this.caps = db.prepare('SELECT budget_caps_json FROM sessions WHERE id = ?').pluck();
@@ -49,10 +47,6 @@ export class SqliteBudgetRows implements BudgetRows {
          UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_session_id = t.id)
        SELECT coalesce(sum(spent_usd), 0) AS usd, coalesce(sum(spent_tokens), 0) AS tokens
          FROM sessions WHERE id IN (SELECT id FROM tree)`,
-    );
-    this.writeCaps = db.prepare('UPDATE sessions SET budget_caps_json = ? WHERE id = ?');
-    this.add = db.prepare(
-      'UPDATE sessions SET spent_usd = spent_usd + ?, spent_tokens = spent_tokens + ? WHERE id = ?',
     );
   }
 
@@ -70,17 +64,17 @@ export class SqliteBudgetRows implements BudgetRows {
   }
 
   setCaps(sessionId: string, caps: StoredCaps): void {
-    const json = JSON.stringify(caps);
     writeRow(this.db, {
       what: `budget caps of ${sessionId}`,
-      run: () => this.writeCaps.run(json, sessionId),
+      change: { kind: 'budget.caps', sessionId, capsJson: JSON.stringify(caps) },
     });
   }
 
   addSpend(sessionId: string, spent: Spent): void {
     writeRow(this.db, {
       what: `budget spend of ${sessionId}`,
-      run: () => this.add.run(spent.usd, spent.tokens, sessionId),
+      // Added by the statement, not computed here: rows queued before it may not have committed yet.
+      change: { kind: 'budget.spend', sessionId, usd: spent.usd, tokens: spent.tokens },
     });
   }
 }

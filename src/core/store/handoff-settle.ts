@@ -2,6 +2,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
 import type { Handoff } from './handoff-queue.js';
+import type { HandoffSettle } from './row-change.js';
 import type { TraceWriter } from './trace-writer.js';
 
 /**
@@ -61,51 +62,47 @@ export async function settleBehindEvents(
   bus.dispatchNow();
   // Inside a dispatch, dispatchNow waits for the next tick; the settle must not overtake the events.
   if (bus.queued > 0) await bus.flush();
-  const stored = db.prepare('SELECT 1 FROM events WHERE id = ?').pluck();
-  const reported = db
-    .prepare('SELECT 1 FROM reported_gaps WHERE session_id = ? AND gap_start_id = ?')
-    .pluck();
-  const saveGap = db.prepare(
-    'INSERT OR IGNORE INTO reported_gaps (session_id, gap_start_id, gap_end_id, missing_count, reported_at_us) ' +
-      'VALUES (?, ?, ?, ?, ?)',
-  );
-  const remove = db.prepare('DELETE FROM owner_handoffs WHERE id = ?');
-  let done: Handoff[] = [];
-  const settleOne = (s: Settle): boolean => {
-    if (s.by === 'event') {
-      if (stored.get(s.eventId) === undefined) return false;
-      const p = s.handoff.payload;
-      if (s.handoff.type === 'bus.gap_detected')
-        saveGap.run(
-          s.handoff.session_id,
-          p.gap_start_id,
-          p.gap_end_id,
-          p.estimated_missing_count,
-          nowMicros(),
-        );
-    } else if (s.by === 'gap') {
-      if (reported.get(s.handoff.session_id, String(s.handoff.payload.gap_start_id)) === undefined)
-        return false;
-    }
-    remove.run(s.handoff.id);
-    return true;
-  };
+  const atUs = nowMicros();
   const inFlight = inFlightOf(db);
   return new Promise((resolve) => {
     writer.writeRow({
       what: `owner_handoffs settle ${settles.map((s) => s.handoff.id).join(',')}`,
-      run: () => {
-        // Run again when the writer retries the transaction: only the last run counts.
-        done = settles.filter((s) => settleOne(s) && s.by === 'event').map((s) => s.handoff);
-      },
-      settled: (committed) => {
+      change: { kind: 'handoff.settle', settles: settles.map((s) => settleChange(s, atUs)) },
+      settled: (committed, outcome) => {
         for (const s of settles) {
           inFlight.ids.delete(s.handoff.id);
           if (s.by === 'event' && s.handoff.type === 'bus.gap_detected')
             inFlight.gaps.delete(gapKeyOf(s.handoff));
         }
-        resolve(committed ? done : []);
+        // What the committed run found: a transaction the writer ran again checked its proofs again.
+        const byEvent = new Set(committed ? outcome?.settledByEvent : []);
+        resolve(settles.filter((s) => byEvent.has(s.handoff.id)).map((s) => s.handoff));
       },
     });
   });
+}
+
+/** A settle as the store checks and applies it; a gap report's event records its gap as well. */
+function settleChange(s: Settle, atUs: number): HandoffSettle {
+  const { handoff } = s;
+  if (s.by === 'discard') return { handoffId: handoff.id, by: 'discard' };
+  if (s.by === 'gap')
+    return {
+      handoffId: handoff.id,
+      by: 'gap',
+      sessionId: handoff.session_id,
+      gapStartId: String(handoff.payload.gap_start_id),
+    };
+  const p = handoff.payload;
+  const gap =
+    handoff.type === 'bus.gap_detected'
+      ? {
+          sessionId: handoff.session_id,
+          gapStartId: p.gap_start_id as string,
+          gapEndId: p.gap_end_id as string,
+          missingCount: p.estimated_missing_count as number,
+          atUs,
+        }
+      : null;
+  return { handoffId: handoff.id, by: 'event', eventId: s.eventId, gap };
 }

@@ -1,6 +1,7 @@
 import type { Db } from './database.js';
+import type { RowChange } from './row-change.js';
 import { nextRowId } from './row-ids.js';
-import { writerOf } from './trace-writer.js';
+import { writeRow } from './trace-writer.js';
 
 export interface StoredFingerprint {
   readonly id: string;
@@ -62,68 +63,36 @@ export class SqlitePatternRows implements PatternRows {
   }
 
   insertOutcome(outcome: NewOutcome): void {
-    this.write(`pattern outcome ${outcome.fingerprintId}`, () => {
-      this.db
-        .prepare(
-          `INSERT OR IGNORE INTO pattern_fingerprints (id, key, kind, features_json, created_at_us)
-           VALUES (?, ?, 'structural', ?, ?)`,
-        )
-        .run(outcome.fingerprintId, outcome.key, outcome.featuresJson, outcome.atUs);
-      this.db
-        .prepare(
-          `INSERT INTO pattern_outcomes (id, fingerprint_id, model, session_id, score, cost_usd, turns, recorded_at_us)
-           VALUES (?, (SELECT id FROM pattern_fingerprints WHERE key = ?), ?, ?, ?, ?, ?, ?)`,
-        )
-        .run(
-          nextRowId(this.db),
-          outcome.key,
-          outcome.model,
-          outcome.sessionId,
-          outcome.score,
-          outcome.costUsd,
-          outcome.turns,
-          outcome.atUs,
-        );
+    this.write(`pattern outcome ${outcome.fingerprintId}`, {
+      kind: 'pattern.insert',
+      // Taken now, in queue order: rows are applied in that order, so the keys run as they did.
+      rowId: nextRowId(this.db),
+      fingerprintId: outcome.fingerprintId,
+      key: outcome.key,
+      featuresJson: outcome.featuresJson,
+      model: outcome.model,
+      sessionId: outcome.sessionId,
+      score: outcome.score,
+      costUsd: outcome.costUsd,
+      turns: outcome.turns,
+      atUs: outcome.atUs,
     });
   }
 
   deleteRecordedBefore(cutoffUs: number): void {
-    this.write('pattern age trim', () => {
-      this.db.prepare('DELETE FROM pattern_outcomes WHERE recorded_at_us < ?').run(cutoffUs);
-      this.deleteEmptyFingerprints();
-    });
+    this.write('pattern age trim', { kind: 'pattern.deleteRecordedBefore', cutoffUs });
   }
 
   deleteOldest(count: number): void {
-    this.write('pattern cap eviction', () => {
-      this.db
-        .prepare(
-          'DELETE FROM pattern_outcomes WHERE id IN (SELECT id FROM pattern_outcomes ORDER BY id LIMIT ?)',
-        )
-        .run(count);
-      this.deleteEmptyFingerprints();
-    });
+    this.write('pattern cap eviction', { kind: 'pattern.deleteOldest', count });
   }
 
   deleteAll(): void {
-    this.write('pattern clear', () => {
-      this.db.prepare('DELETE FROM pattern_outcomes').run();
-      this.db.prepare('DELETE FROM pattern_fingerprints').run();
-    });
-  }
-
-  private deleteEmptyFingerprints(): void {
-    this.db
-      .prepare(
-        'DELETE FROM pattern_fingerprints WHERE id NOT IN (SELECT DISTINCT fingerprint_id FROM pattern_outcomes)',
-      )
-      .run();
+    this.write('pattern clear', { kind: 'pattern.deleteAll' });
   }
 
   /** With the events of the same tick when a trace writer serves the file; at once otherwise. */
-  private write(what: string, run: () => void): void {
-    const writer = writerOf(this.db);
-    if (writer === undefined) run();
-    else writer.writeRow({ what, run });
+  private write(what: string, change: RowChange): void {
+    writeRow(this.db, { what, change });
   }
 }

@@ -33,12 +33,10 @@ type Statement = Database.Statement<unknown[]>;
 
 export class SqliteQueueRows implements QueueRows {
   private readonly read: Statement;
-  private readonly write: Statement;
   private readonly waiting: Statement;
 
   constructor(private readonly db: Db) {
     this.read = db.prepare('SELECT queue_json FROM sessions WHERE id = ?').pluck();
-    this.write = db.prepare('UPDATE sessions SET queue_json = ? WHERE id = ?');
     this.waiting = db
       .prepare("SELECT id FROM sessions WHERE queue_json IS NOT NULL AND status = 'active' ORDER BY id")
       .pluck();
@@ -50,8 +48,11 @@ export class SqliteQueueRows implements QueueRows {
   }
 
   setQueue(sessionId: string, queue: StoredQueue | null): void {
-    const json = queue === null ? null : JSON.stringify(queue);
-    writeRow(this.db, { what: `queue of ${sessionId}`, run: () => this.write.run(json, sessionId) });
+    const queueJson = queue === null ? null : JSON.stringify(queue);
+    writeRow(this.db, {
+      what: `queue of ${sessionId}`,
+      change: { kind: 'queue.save', sessionId, queueJson },
+    });
   }
 
   queuedSessions(): string[] {

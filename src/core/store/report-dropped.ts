@@ -113,19 +113,14 @@ export function reportDroppedRanges(
     bus.dispatchNow();
     writer.writeRow({
       what: `reported_gaps ${report.session_id} ${report.gap_start_id}`,
-      run: () =>
-        writer.db
-          .prepare(
-            `INSERT OR IGNORE INTO reported_gaps (session_id, gap_start_id, gap_end_id, missing_count, reported_at_us)
-             VALUES (?, ?, ?, ?, ?)`,
-          )
-          .run(
-            report.session_id,
-            report.gap_start_id,
-            report.gap_end_id,
-            report.estimated_missing_count,
-            nowMicros(),
-          ),
+      change: {
+        kind: 'gap.reported',
+        sessionId: report.session_id,
+        gapStartId: report.gap_start_id,
+        gapEndId: report.gap_end_id,
+        missingCount: report.estimated_missing_count,
+        atUs: nowMicros(),
+      },
     });
   }
 }

@@ -1,6 +1,7 @@
 import type { Db } from './database.js';
 import { storedQuantile } from './latency-bins.js';
 import type { SessionRecord } from './session-store.js';
+import { rowApplierOf } from './sqlite-row-applier.js';
 import { asStorageError } from './storage-errors.js';
 
 /** What `GET /sessions` may filter on (session-list-route.ts validates the query). */
@@ -167,12 +168,8 @@ export type SessionLister = (search: SessionSearch) => Promise<{ rows: SessionLi
 /** Sets the title a user gave a session; null clears it (the first message titles it again). */
 export function setSessionTitle(db: Db, sessionId: string, title: string | null, atUs: number): void {
   try {
-    if (title === null) db.prepare('DELETE FROM session_titles WHERE session_id = ?').run(sessionId);
-    else
-      db.prepare(
-        `INSERT INTO session_titles (session_id, title, set_at_us) VALUES (?, ?, ?)
-         ON CONFLICT (session_id) DO UPDATE SET title = excluded.title, set_at_us = excluded.set_at_us`,
-      ).run(sessionId, title, atUs);
+    // At once, not queued behind the events: the PATCH answers with the title stored, or with the error.
+    rowApplierOf(db).apply({ kind: 'title.set', sessionId, title, atUs });
   } catch (error) {
     // Busy, full or I/O: the storage codes (503/507), as every other write answers them.
     throw asStorageError(error, db.name);

@@ -2,6 +2,7 @@ import type { ConfirmationRequest } from '../confirmation-request.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
 import { MessageMarks } from './message-marks.js';
+import type { RowChange } from './row-change.js';
 import { nextRowId } from './row-ids.js';
 import { type RowWrite, writeRow } from './trace-writer.js';
 
@@ -107,9 +108,9 @@ export class SessionStore {
 
   constructor(private readonly db: Db) {}
 
-  /** Runs `run` now (no writer) or queues it on the writer; see the class comment. */
-  private write(what: string, run: () => void, settled?: RowWrite['settled']): void {
-    writeRow(this.db, { what, run, settled });
+  /** Applies `change` now (no writer) or queues it on the writer; see the class comment. */
+  private write(what: string, change: RowChange, settled?: RowWrite['settled']): void {
+    writeRow(this.db, { what, change, settled });
   }
 
   createSession(session: {
@@ -121,28 +122,16 @@ export class SessionStore {
     sticky_model?: string | null;
   }): void {
     const now = nowMicros();
-    // The trace writer may already have created a bare row for this id; fill it in.
-    this.write(`session ${session.id}`, () =>
-      this.db
-        .prepare(
-          `INSERT INTO sessions (id, parent_session_id, workspace_path, workspace_hash, active_model, sticky_model,
-                               created_at_us, updated_at_us)
-         VALUES (@id, @parent, @path, @hash, @model, @sticky, @now, @now)
-         ON CONFLICT (id) DO UPDATE SET parent_session_id = excluded.parent_session_id,
-           workspace_path = excluded.workspace_path, workspace_hash = excluded.workspace_hash,
-           active_model = excluded.active_model, sticky_model = excluded.sticky_model,
-           updated_at_us = excluded.updated_at_us`,
-        )
-        .run({
-          id: session.id,
-          parent: session.parent_session_id ?? null,
-          path: session.workspace_path,
-          hash: session.workspace_hash,
-          model: session.active_model,
-          sticky: session.sticky_model ?? null,
-          now,
-        }),
-    );
+    this.write(`session ${session.id}`, {
+      kind: 'session.create',
+      sessionId: session.id,
+      parentSessionId: session.parent_session_id ?? null,
+      workspacePath: session.workspace_path,
+      workspaceHash: session.workspace_hash,
+      activeModel: session.active_model,
+      stickyModel: session.sticky_model ?? null,
+      atUs: now,
+    });
   }
 
   getSession(id: string): SessionRecord | null {
@@ -192,11 +181,7 @@ export class SessionStore {
   /** Pins the session's model (`manual_sticky`); it is also the active model from now on. */
   setStickyModel(id: string, model: string): void {
     const now = nowMicros();
-    this.write(`sticky model of ${id}`, () =>
-      this.db
-        .prepare('UPDATE sessions SET active_model = ?, sticky_model = ?, updated_at_us = ? WHERE id = ?')
-        .run(model, model, now, id),
-    );
+    this.write(`sticky model of ${id}`, { kind: 'session.sticky', sessionId: id, model, atUs: now });
   }
 
   /** Turns the session has run, in any process: one `turn.started` each, cancelled and failed included. */
@@ -277,11 +262,7 @@ export class SessionStore {
 
   endSession(id: string, disposition: string): void {
     const now = nowMicros();
-    this.write(`end of ${id}`, () =>
-      this.db
-        .prepare("UPDATE sessions SET status = 'ended', disposition = ?, updated_at_us = ? WHERE id = ?")
-        .run(disposition, now, id),
-    );
+    this.write(`end of ${id}`, { kind: 'session.end', sessionId: id, disposition, atUs: now });
   }
 
   /**
@@ -299,25 +280,18 @@ export class SessionStore {
     };
     this.write(
       `message ${message.id}`,
-      () =>
-        this.db
-          .prepare(
-            `INSERT INTO messages (id, session_id, turn_id, role, content_json, status, model, usage_json, created_at_us)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (id) DO UPDATE SET content_json = excluded.content_json, status = excluded.status,
-           usage_json = excluded.usage_json`,
-          )
-          .run(
-            message.id,
-            message.session_id,
-            message.turn_id,
-            message.role,
-            JSON.stringify(message.content),
-            message.status,
-            message.model,
-            message.usage === null ? null : JSON.stringify(message.usage),
-            now,
-          ),
+      {
+        kind: 'message.upsert',
+        id: message.id,
+        sessionId: message.session_id,
+        turnId: message.turn_id,
+        role: message.role,
+        contentJson: JSON.stringify(message.content),
+        status: message.status,
+        model: message.model,
+        usageJson: message.usage === null ? null : JSON.stringify(message.usage),
+        createdAtUs: now,
+      },
       settled,
     );
   }
@@ -386,25 +360,19 @@ export class SessionStore {
     status: ToolCallStatus;
   }): void {
     const now = nowMicros();
-    this.write(`tool call ${call.id}`, () =>
-      this.db
-        .prepare(
-          `INSERT INTO tool_calls (row_id, id, session_id, turn_id, message_id, tool_name, input_json, status, created_at_us, updated_at_us)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-        )
-        .run(
-          nextRowId(this.db),
-          call.id,
-          call.session_id,
-          call.turn_id,
-          call.message_id,
-          call.tool_name,
-          JSON.stringify(call.input),
-          call.status,
-          now,
-          now,
-        ),
-    );
+    this.write(`tool call ${call.id}`, {
+      kind: 'toolCall.insert',
+      // Taken now, in queue order: rows are applied in that order, so the keys run as they did.
+      rowId: nextRowId(this.db),
+      id: call.id,
+      sessionId: call.session_id,
+      turnId: call.turn_id,
+      messageId: call.message_id,
+      toolName: call.tool_name,
+      inputJson: JSON.stringify(call.input),
+      status: call.status,
+      atUs: now,
+    });
   }
 
   updateToolCall(
@@ -412,23 +380,17 @@ export class SessionStore {
     update: { status: ToolCallStatus; output?: unknown; error_class?: string | null },
   ): void {
     const now = nowMicros();
-    this.write(`tool call ${key.id} ${update.status}`, () =>
-      this.db
-        .prepare(
-          `UPDATE tool_calls SET status = ?, output_json = coalesce(?, output_json), error_class = ?, updated_at_us = ?
-           WHERE session_id = ? AND turn_id IS ? AND message_id IS ? AND id = ?`,
-        )
-        .run(
-          update.status,
-          update.output === undefined ? null : JSON.stringify(update.output),
-          update.error_class ?? null,
-          now,
-          key.session_id,
-          key.turn_id,
-          key.message_id,
-          key.id,
-        ),
-    );
+    this.write(`tool call ${key.id} ${update.status}`, {
+      kind: 'toolCall.update',
+      id: key.id,
+      sessionId: key.session_id,
+      turnId: key.turn_id,
+      messageId: key.message_id,
+      status: update.status,
+      outputJson: update.output === undefined ? null : JSON.stringify(update.output),
+      errorClass: update.error_class ?? null,
+      atUs: now,
+    });
   }
 
   /**
@@ -450,14 +412,15 @@ export class SessionStore {
       .pluck()
       .get(sessionId, turnId, turnId) as number;
     const now = nowMicros();
-    this.write(`open tool calls of ${turnId ?? sessionId}`, () =>
-      this.db
-        .prepare(
-          `UPDATE tool_calls SET status = ?, error_class = ?, output_json = coalesce(output_json, ?), updated_at_us = ?
-           WHERE session_id = ? AND (? IS NULL OR turn_id = ?) AND status IN ('pending', 'running')`,
-        )
-        .run(close.status, close.errorClass, JSON.stringify(close.output), now, sessionId, turnId, turnId),
-    );
+    this.write(`open tool calls of ${turnId ?? sessionId}`, {
+      kind: 'toolCall.closeOpen',
+      sessionId,
+      turnId,
+      status: close.status,
+      errorClass: close.errorClass,
+      outputJson: JSON.stringify(close.output),
+      atUs: now,
+    });
     return open;
   }
 

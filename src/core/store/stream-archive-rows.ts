@@ -2,7 +2,7 @@ import { isoToMicros } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { eventJson } from '../events/event-json.js';
 import type { Db } from './database.js';
-import { writerOf } from './trace-writer.js';
+import { writeRow } from './trace-writer.js';
 
 /**
  * Where the streaming events of each session's resume window are kept (part of the store port; the
@@ -29,22 +29,10 @@ export class SqliteStreamArchiveRows implements StreamArchiveRows {
 
   constructor(private readonly db: Db) {
     this.statements = {
-      insert: db.prepare(
-        'INSERT OR IGNORE INTO stream_events (session_id, id, timestamp_us, event_json) VALUES (?, ?, ?, ?)',
-      ),
       after: db
         .prepare('SELECT event_json FROM stream_events WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?')
         .pluck(),
       horizon: db.prepare('SELECT before_id FROM stream_horizon WHERE session_id = ?').pluck(),
-      raiseHorizon: db.prepare(
-        `INSERT INTO stream_horizon (session_id, before_id)
-           SELECT ?, min(id) FROM stream_events WHERE session_id = ? HAVING min(id) IS NOT NULL
-         ON CONFLICT (session_id) DO UPDATE SET before_id = max(before_id, excluded.before_id)`,
-      ),
-      prune: db.prepare(
-        `DELETE FROM stream_events WHERE session_id = ? AND timestamp_us < ? AND id < coalesce(
-           (SELECT id FROM stream_events WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?), '')`,
-      ),
     };
   }
 
@@ -53,21 +41,17 @@ export class SqliteStreamArchiveRows implements StreamArchiveRows {
   }
 
   write(batch: readonly MetisEvent[], settled: (committed: boolean) => void): void {
-    const insert = () => {
-      for (const event of batch) {
-        this.statements.insert.run(
-          event.session_id,
-          event.id,
-          isoToMicros(event.timestamp),
-          eventJson(event),
-        );
-      }
-    };
-    const writer = writerOf(this.db);
-    if (writer === undefined) {
-      insert();
-      settled(true);
-    } else writer.writeRow({ what: `${batch.length} streaming events`, run: insert, settled });
+    const events = batch.map((event) => ({
+      sessionId: event.session_id,
+      id: event.id,
+      timestampUs: isoToMicros(event.timestamp),
+      eventJson: eventJson(event),
+    }));
+    writeRow(this.db, {
+      what: `${batch.length} streaming events`,
+      change: { kind: 'archive.insert', events },
+      settled,
+    });
   }
 
   after(sessionId: string, afterId: string, limit: number): string[] {
@@ -79,14 +63,9 @@ export class SqliteStreamArchiveRows implements StreamArchiveRows {
   }
 
   prune(sessionIds: readonly string[], cutoffUs: number, keep: number): void {
-    const run = () => {
-      for (const sessionId of sessionIds) {
-        const { changes } = this.statements.prune.run(sessionId, cutoffUs, sessionId, keep - 1);
-        if (changes > 0) this.statements.raiseHorizon.run(sessionId, sessionId);
-      }
-    };
-    const writer = writerOf(this.db);
-    if (writer === undefined) run();
-    else writer.writeRow({ what: 'pruning streaming events', run });
+    writeRow(this.db, {
+      what: 'pruning streaming events',
+      change: { kind: 'archive.prune', sessionIds: [...sessionIds], cutoffUs, keep },
+    });
   }
 }

@@ -4,13 +4,14 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { silentLogger } from '../logger.js';
-import { BatchCommitter, type RowWrite, type WriteItem } from './batch-committer.js';
+import { BatchCommitter, type CommitResult, type RowWrite, type WriteItem } from './batch-committer.js';
 import { CommitWaiters } from './commit-waiters.js';
 import type { Db } from './database.js';
 import { DropLedger } from './drop-ledger.js';
 import { eventToParams } from './event-rows.js';
 import { reportDroppedRanges } from './report-dropped.js';
 import { RetrySchedule } from './retry-schedule.js';
+import { rowApplierOf } from './sqlite-row-applier.js';
 import { type StorageFailure, storageError } from './storage-errors.js';
 import { WriteQueue } from './write-queue.js';
 
@@ -87,8 +88,8 @@ export function writerOf(db: Db): TraceWriter | undefined {
 export function writeRow(db: Db, row: RowWrite): void {
   const writer = writerOf(db);
   if (writer === undefined) {
-    row.run();
-    row.settled?.(true);
+    const outcome = rowApplierOf(db).apply(row.change);
+    row.settled?.(true, outcome);
     return;
   }
   writer.writeRow(row);
@@ -279,10 +280,10 @@ export class TraceWriter {
       while (this.queue.length > 0) {
         const recovering = this.retries.failure !== null;
         const items = this.queue.front(recovering ? MAX_ITEMS_PER_RECOVERY_TRANSACTION : undefined);
-        const refused = this.commit(items);
-        if (refused === null) return;
+        const result = this.commit(items);
+        if (result === null) return;
         this.queue.removeFront(items.length);
-        this.settle(items, refused);
+        this.settle(items, result);
         if (recovering && this.queue.length > 0) {
           // A long backlog: let the loop breathe between transactions.
           setImmediate(() => this.drain());
@@ -298,13 +299,13 @@ export class TraceWriter {
     }
   }
 
-  /** Commits `items`; returns the items refused, or null when storage failed and a retry is scheduled. */
-  private commit(items: readonly WriteItem[]): Map<WriteItem, unknown> | null {
+  /** Commits `items`; returns what became of them, or null when storage failed and a retry is scheduled. */
+  private commit(items: readonly WriteItem[]): CommitResult | null {
     const started = performance.now();
     try {
-      const refused = this.committer.commit(items);
+      const result = this.committer.commit(items);
       this.lastCommitMs = performance.now() - started;
-      return refused;
+      return result;
     } catch (error) {
       this.stats.retries += 1;
       this.retries.failed(error, items.length, () => this.drain());
@@ -312,7 +313,7 @@ export class TraceWriter {
     }
   }
 
-  private settle(items: readonly WriteItem[], refused: Map<WriteItem, unknown>): void {
+  private settle(items: readonly WriteItem[], { refused, outcomes }: CommitResult): void {
     const committed: MetisEvent[] = [];
     const rejected: MetisEvent[] = [];
     for (const item of items) {
@@ -331,7 +332,7 @@ export class TraceWriter {
       } else if ('event' in item) {
         committed.push(item.event);
       } else {
-        item.row.settled?.(true);
+        item.row.settled?.(true, outcomes.get(item));
       }
     }
     if (committed.length > 0) {
