@@ -5,7 +5,7 @@ import { silentLogger } from '../../src/core/logger.js';
 import { recoverCrashedTurns } from '../../src/core/runtime/crash-recovery.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
-import { openTraceContext, type TraceContext } from '../../src/core/store/trace-context.js';
+import { crashAndReopen, openStrict } from '../helpers/crash-reopen.js';
 import { eventually } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -33,16 +33,12 @@ function blockingTool(name: string, repeatSafe: boolean, runs: { count: number }
   });
 }
 
-function open(dbPath: string): TraceContext {
-  return openTraceContext({ dbPath, validation: 'strict' });
-}
-
 async function cutThenResume(toolName: string, repeatSafe: boolean) {
   const dbPath = join(tempDir(), 'metis.db');
   const runs = { count: 0 };
   const tools = [blockingTool(toolName, repeatSafe, runs)];
   const config = testRuntimeConfig();
-  const first = open(dbPath);
+  const first = openStrict(dbPath);
   const before = createRuntime({ bus: first.bus, store: first.port, config, tools });
   const session = before.createSession({ workspacePath: tempDir() });
   const { turnId } = before.submitTurn(session.id, `client: ${toolName}`);
@@ -50,12 +46,7 @@ async function cutThenResume(toolName: string, repeatSafe: boolean) {
     first.db.prepare("SELECT 1 FROM tool_calls WHERE status = 'running'").all().length === 1;
   expect(await eventually(running, 10_000)).toBe(true);
   await first.flush();
-  // The crash: nothing more of the first runtime reaches the file.
-  first.writer.close();
-  first.db.close();
-
-  const second = open(dbPath);
-  onTestFinished(() => second.close());
+  const second = crashAndReopen(first);
   const recovery = await recoverCrashedTurns(second.db, second.bus, {
     pricingVersion: config.pricing_version ?? '2026-11-01',
     logger: silentLogger(),

@@ -1,11 +1,11 @@
 import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { silentLogger } from '../../src/core/logger.js';
 import { recoverCrashedTurns } from '../../src/core/runtime/crash-recovery.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
-import { openTraceContext, type TraceContext } from '../../src/core/store/trace-context.js';
+import { crashAndReopen, openStrict } from '../helpers/crash-reopen.js';
 import { eventually } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -28,15 +28,11 @@ const hangs: Tool = defineTool({
   },
 });
 
-function open(dbPath: string): TraceContext {
-  return openTraceContext({ dbPath, validation: 'strict' });
-}
-
 describe('recovery reads what it reports before closing', () => {
   it("a cut worker's cost reaches the planner's delegate.failed and the worker's session.ended", async () => {
     const dbPath = join(tempDir(), 'metis.db');
     const config = testRuntimeConfig();
-    const first = open(dbPath);
+    const first = openStrict(dbPath);
     const before = createRuntime({ bus: first.bus, store: first.port, config, tools: [hangs] });
     const planner = before.createSession({ workspacePath: tempDir() });
     before.submitTurn(planner.id, 'delegate: client: hang');
@@ -55,12 +51,7 @@ describe('recovery reads what it reports before closing', () => {
     await first.flush();
     const [{ session_id: worker, cost }] = workerCost() as [{ session_id: string; cost: number }];
     expect(cost).toBeGreaterThan(0);
-    // The crash: nothing more of the first runtime reaches the file.
-    first.writer.close();
-    first.db.close();
-
-    const second = open(dbPath);
-    onTestFinished(() => second.close());
+    const second = crashAndReopen(first);
     const recovery = await recoverCrashedTurns(second.db, second.bus, {
       pricingVersion: config.pricing_version ?? '2026-11-01',
       logger: silentLogger(),

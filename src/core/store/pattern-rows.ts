@@ -1,5 +1,5 @@
 import type { Db } from './database.js';
-import type { RowChange } from './row-change.js';
+import type { NewOutcome, RowChange } from './row-change.js';
 import { nextRowId } from './row-ids.js';
 import { writeRow } from './trace-writer.js';
 
@@ -19,17 +19,7 @@ export interface StoredOutcome {
   readonly recorded_at_us: number;
 }
 
-export interface NewOutcome {
-  readonly fingerprintId: string;
-  readonly key: string;
-  readonly featuresJson: string;
-  readonly model: string;
-  readonly sessionId: string;
-  readonly score: number | null;
-  readonly costUsd: number;
-  readonly turns: number;
-  readonly atUs: number;
-}
+export type { NewOutcome } from './row-change.js';
 
 /**
  * Where the learned routing patterns are kept (part of the store port). The pattern store holds them in

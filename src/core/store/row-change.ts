@@ -119,10 +119,8 @@ export interface ToolCallCloseOpen {
   readonly atUs: number;
 }
 
-/** An outcome, and its fingerprint when the store does not have it yet. */
-export interface PatternInsert {
-  readonly kind: 'pattern.insert';
-  readonly rowId: number | null;
+/** A pattern outcome to record (pattern-rows.ts), with what identifies its fingerprint. */
+export interface NewOutcome {
   readonly fingerprintId: string;
   readonly key: string;
   readonly featuresJson: string;
@@ -132,6 +130,12 @@ export interface PatternInsert {
   readonly costUsd: number;
   readonly turns: number;
   readonly atUs: number;
+}
+
+/** An outcome, and its fingerprint when the store does not have it yet. */
+export interface PatternInsert extends NewOutcome {
+  readonly kind: 'pattern.insert';
+  readonly rowId: number | null;
 }
 
 export interface ArchivedEvent {
