@@ -95,6 +95,15 @@ describe('architecture: the floors of docs/architecture.md', () => {
     expect(outside).toEqual([]);
   });
 
+  it('leaves the SQLite trace writer to the store: every other floor takes the StoreWriter interface', () => {
+    // A PostgreSQL writer takes the same place (docs/plans/store-port.md step 2): nothing above the store
+    // may depend on the SQLite class.
+    const users = FILES.filter((file) => !file.startsWith('src/core/store/')).filter((file) =>
+      importsOf(file).includes('src/core/store/trace-writer.ts'),
+    );
+    expect(users).toEqual([]);
+  });
+
   it('keeps every source file at 500 lines or fewer', () => {
     const long = FILES.map((file) => ({
       file,

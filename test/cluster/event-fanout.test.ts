@@ -7,7 +7,7 @@ import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { newEventId } from '../../src/core/events/ids.js';
 import type { StreamingChannel } from '../../src/core/runtime/streaming-channel.js';
 import type { Fenced, StoreUpstream } from '../../src/core/store/store-upstream.js';
-import type { TraceWriter } from '../../src/core/store/trace-writer.js';
+import type { StoreWriter } from '../../src/core/store/store-writer.js';
 
 /**
  * The order a node publishes in (event-fanout.ts), with its parts stubbed at their seams: a bus event
@@ -46,7 +46,7 @@ function rig() {
     writer: {
       onCommit: (listener: (batch: readonly MetisEvent[]) => void) => (committed.push(listener), () => {}),
       onDrop: (listener: (batch: readonly MetisEvent[]) => void) => dropped.push(listener),
-    } as unknown as TraceWriter,
+    } as unknown as StoreWriter,
     upstream: {
       onShipped: (listener: (through: string) => void) => (shipped.push(listener), () => {}),
       onFenced: (listener: (report: Fenced) => void) => (fenced.push(listener), () => {}),

@@ -13,7 +13,7 @@ import { newEventId } from '../../src/core/events/ids.js';
 import type { StreamingChannel } from '../../src/core/runtime/streaming-channel.js';
 import { openDatabase } from '../../src/core/store/database.js';
 import type { StoredSession } from '../../src/core/store/postgres/session-pull.js';
-import type { TraceWriter } from '../../src/core/store/trace-writer.js';
+import type { StoreWriter } from '../../src/core/store/store-writer.js';
 import { EventSequencer } from '../../src/core/stream/event-sequencer.js';
 
 /**
@@ -58,7 +58,7 @@ function rig(read: (sessionId: string) => Promise<StoredSession>) {
     CREATE TABLE IF NOT EXISTS pg_pulling (since_us INTEGER NOT NULL);`);
   const sequencer = new EventSequencer(
     { onEmit: () => () => {} } as unknown as EventBus,
-    { onCommit: () => () => {}, onDrop: () => () => {} } as unknown as TraceWriter,
+    { onCommit: () => () => {}, onDrop: () => () => {} } as unknown as StoreWriter,
     { subscribe: () => () => {} } as unknown as StreamingChannel,
   );
   const released: MetisEvent[] = [];

@@ -1,5 +1,5 @@
 import { Counter, type Registry } from 'prom-client';
-import type { TraceWriter } from '../store/trace-writer.js';
+import type { StoreWriter } from '../store/store-writer.js';
 import { type EventTally, familyOf, type Tally } from './metrics-tally.js';
 
 /** One plugin as `GET /plugins` lists it; `timeouts` is read when the plugin host counts them. */
@@ -11,7 +11,7 @@ export interface PluginMetricsSource {
 
 /** What the copied-in counters read when scraped, besides the tally. */
 export interface SeriesSources {
-  readonly writer: TraceWriter;
+  readonly writer: StoreWriter;
   readonly plugins?: () => readonly PluginMetricsSource[];
 }
 

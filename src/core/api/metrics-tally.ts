@@ -3,7 +3,7 @@ import type { SubscriptionHandle } from '../bus/subscription.js';
 import { CATALOG } from '../events/catalog/index.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
-import type { BatchReport, TraceWriter } from '../store/trace-writer.js';
+import type { BatchReport, StoreWriter } from '../store/store-writer.js';
 
 /** A plain number behind a stable reference: the hot path does one map lookup and one increment. */
 interface Count {
@@ -69,7 +69,7 @@ export class EventTally {
 
   constructor(
     private readonly bus: EventBus,
-    writer: TraceWriter,
+    writer: StoreWriter,
     streaming: StreamingChannel,
     onBatch: (report: BatchReport) => void,
   ) {

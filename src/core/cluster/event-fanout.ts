@@ -4,7 +4,7 @@ import { eventJson } from '../events/event-json.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
 import { shippedCommits } from '../store/shipped-commits.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
-import type { TraceWriter } from '../store/trace-writer.js';
+import type { StoreWriter } from '../store/store-writer.js';
 import { EventSequencer } from '../stream/event-sequencer.js';
 import type { Broker } from './broker.js';
 
@@ -41,7 +41,7 @@ const EARLIER_SHIPMENT_WAIT_MS = 30_000;
  */
 export function fanOutEvents(parts: {
   readonly bus: EventBus;
-  readonly writer: TraceWriter;
+  readonly writer: StoreWriter;
   readonly upstream: StoreUpstream;
   readonly streaming: StreamingChannel;
   readonly broker: Broker;

@@ -7,7 +7,7 @@ import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import { isSelfOrAncestor, selfAndDescendants } from '../store/session-lineage.js';
 import type { SessionRows, StorePort } from '../store/store-port.js';
-import { DEFAULT_COMMIT_WAIT_MS } from '../store/trace-writer.js';
+import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
 import { Budgets } from './budget.js';
 import type { ChildProcessRecord } from './child-process-record.js';
 import { type ClientToolDeclaration, ClientToolResults } from './client-tools.js';

@@ -3,7 +3,7 @@ import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
 import type { Handoff } from './handoff-queue.js';
 import type { HandoffSettle } from './row-change.js';
-import type { TraceWriter } from './trace-writer.js';
+import type { StoreWriter } from './store-writer.js';
 
 /**
  * The owner's half of a handoff's life after it is emitted: settling it (its row deleted, its gap
@@ -15,7 +15,7 @@ import type { TraceWriter } from './trace-writer.js';
 export interface HandoffOwner {
   readonly db: Db;
   readonly bus: EventBus;
-  readonly writer: TraceWriter;
+  readonly writer: StoreWriter;
 }
 
 /**

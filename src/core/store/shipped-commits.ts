@@ -1,6 +1,6 @@
 import type { MetisEvent } from '../events/envelope.js';
 import type { StoreUpstream } from './store-upstream.js';
-import type { TraceWriter } from './trace-writer.js';
+import type { StoreWriter } from './store-writer.js';
 
 /** Events committed here and not yet in PostgreSQL held at most, per listener. */
 const MAX_AWAITING_SHIPMENT = 50_000;
@@ -13,9 +13,9 @@ const MAX_AWAITING_SHIPMENT = 50_000;
  * commit is dropped as the local stream drops it.
  */
 export function shippedCommits(
-  writer: TraceWriter,
+  writer: StoreWriter,
   upstream: StoreUpstream,
-): Pick<TraceWriter, 'onCommit' | 'onDrop'> {
+): Pick<StoreWriter, 'onCommit' | 'onDrop'> {
   const awaiting: MetisEvent[] = [];
   let drop: ((batch: readonly MetisEvent[]) => void) | null = null;
   return {

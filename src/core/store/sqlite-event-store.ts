@@ -2,8 +2,8 @@ import type { MetisEvent } from '../events/envelope.js';
 import type { Db } from './database.js';
 import { rowToEvent } from './event-rows.js';
 import type { EventPage, EventQuery, EventStore } from './event-store.js';
+import type { StoreWriter } from './store-writer.js';
 import type { TraceStore } from './trace-store.js';
-import type { TraceWriter } from './trace-writer.js';
 
 /**
  * The event log of a SQLite trace store behind the backend-neutral interface: appends go through the
@@ -14,7 +14,7 @@ export class SqliteEventStore implements EventStore {
   readonly backend = 'sqlite';
 
   constructor(
-    private readonly parts: { readonly db: Db; readonly store: TraceStore; readonly writer: TraceWriter },
+    private readonly parts: { readonly db: Db; readonly store: TraceStore; readonly writer: StoreWriter },
   ) {}
 
   async append(events: readonly MetisEvent[]): Promise<void> {

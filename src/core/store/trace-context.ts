@@ -9,6 +9,7 @@ import { drainHandoffs } from './owner-handoffs.js';
 import { asStorageError } from './storage-errors.js';
 import { type StorePort, sqliteStorePort } from './store-port.js';
 import type { StoreUpstream } from './store-upstream.js';
+import type { StoreWriter } from './store-writer.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
 
@@ -20,7 +21,8 @@ export interface TraceContext {
   readonly store: TraceStore;
   /** What the runtime reads and writes besides events (one for the database: its sessions share state). */
   readonly port: StorePort;
-  readonly writer: TraceWriter;
+  /** The store's writer: what commits the bus's events and the row writes, in one order. */
+  readonly writer: StoreWriter;
   readonly dbPath: string;
   /** Waits until every emitted event is dispatched and committed. */
   flush(): Promise<void>;

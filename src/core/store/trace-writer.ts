@@ -13,20 +13,18 @@ import { reportDroppedRanges } from './report-dropped.js';
 import { RetrySchedule } from './retry-schedule.js';
 import { rowApplierOf } from './sqlite-row-applier.js';
 import { type StorageFailure, storageError } from './storage-errors.js';
+import type {
+  BatchListener,
+  BatchReport,
+  CommitListener,
+  StoreWriter,
+  StoreWriterStats,
+} from './store-writer.js';
 import { WriteQueue } from './write-queue.js';
 
 export type { RowWrite } from './batch-committer.js';
 
-export type CommitListener = (events: readonly MetisEvent[]) => void;
-
-/** What `onBatch` observers learn of each batch: for metrics, so they never touch the write path. */
-export interface BatchReport {
-  readonly events: readonly MetisEvent[];
-  /** Time spent in the transaction that committed the batch (0 for events dropped without one). */
-  readonly durationMs: number;
-  readonly outcome: 'committed' | 'dropped';
-}
-export type BatchListener = (report: BatchReport) => void;
+export type { BatchListener, BatchReport, CommitListener } from './store-writer.js';
 
 export interface TraceWriterOptions {
   readonly logger?: Logger;
@@ -41,15 +39,6 @@ export interface TraceWriterOptions {
   readonly retryMaxDelayMs?: number;
 }
 
-export interface TraceWriterStats {
-  committedEvents: number;
-  committedBatches: number;
-  droppedEvents: number;
-  retries: number;
-  /** Events and rows refused by a non-transient error (a constraint), each dropped alone. */
-  rejectedRows: number;
-}
-
 /**
  * Events that end something a client waits for: past the buffer's bound they are still kept (a few per
  * turn, so the bound is exceeded by little), so that an acknowledged turn always ends for its clients
@@ -62,12 +51,6 @@ const ENDINGS: ReadonlySet<string> = new Set([
   'delegate.completed',
   'delegate.failed',
 ]);
-
-/**
- * How long a request's first event may wait for storage before the request is refused (503/507): the
- * HTTP acknowledgement (stream/commit-ack.ts) and the runtime's start gate wait the same.
- */
-export const DEFAULT_COMMIT_WAIT_MS = 5000;
 
 /** A recovery after an outage commits the backlog in transactions of at most this many items. */
 const MAX_ITEMS_PER_RECOVERY_TRANSACTION = 5000;
@@ -107,8 +90,8 @@ export function writeRow(db: Db, row: RowWrite): void {
  * is back each dropped run is reported as `bus.gap_detected` in its session. A row refused for its own
  * sake (a constraint) is isolated with a savepoint per item and dropped alone, with an ERROR log.
  */
-export class TraceWriter {
-  readonly stats: TraceWriterStats = {
+export class TraceWriter implements StoreWriter {
+  readonly stats: StoreWriterStats = {
     committedEvents: 0,
     committedBatches: 0,
     droppedEvents: 0,

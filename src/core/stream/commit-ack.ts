@@ -1,9 +1,8 @@
 import { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { storageError } from '../store/storage-errors.js';
+import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
 import type { TraceContext } from '../store/trace-context.js';
-
-import { DEFAULT_COMMIT_WAIT_MS } from '../store/trace-writer.js';
 
 export { DEFAULT_COMMIT_WAIT_MS };
 

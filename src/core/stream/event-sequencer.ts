@@ -1,7 +1,7 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
-import type { TraceWriter } from '../store/trace-writer.js';
+import type { StoreWriter } from '../store/store-writer.js';
 
 export type ReleaseListener = (event: MetisEvent) => void;
 
@@ -37,7 +37,7 @@ export class EventSequencer {
   /** Whether a streaming event is shown at all (a cluster node: only of the sessions it runs). */
   private admitsStreaming: (event: MetisEvent) => boolean = () => true;
 
-  constructor(bus: EventBus, writer: Pick<TraceWriter, 'onCommit' | 'onDrop'>, streaming: StreamingChannel) {
+  constructor(bus: EventBus, writer: Pick<StoreWriter, 'onCommit' | 'onDrop'>, streaming: StreamingChannel) {
     this.detachers.push(
       bus.onEmit((event) => {
         const slot: Slot = { event, ready: false, dropped: false };
