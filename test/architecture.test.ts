@@ -104,6 +104,16 @@ describe('architecture: the floors of docs/architecture.md', () => {
     expect(users).toEqual([]);
   });
 
+  it('has the stream floor read the store through its ports: no SQLite store, database or writer class', () => {
+    const sqliteOnly = ['trace-store.ts', 'database.ts', 'trace-writer.ts'].map(
+      (name) => `src/core/store/${name}`,
+    );
+    const users = FILES.filter((file) => file.startsWith('src/core/stream/')).filter((file) =>
+      importsOf(file).some((path) => sqliteOnly.includes(path)),
+    );
+    expect(users).toEqual([]);
+  });
+
   it('keeps every source file at 500 lines or fewer', () => {
     const long = FILES.map((file) => ({
       file,

@@ -184,7 +184,7 @@ export async function startServer(
   const streamReads = options.streamReads ?? sqliteStreamReads(trace.store, runtime.sessions);
   const connectionDeps = () => ({
     hub,
-    store: trace.store,
+    lookups: trace.port.lookups,
     reads: streamReads,
     runtime,
     bus: trace.bus,

@@ -5,6 +5,8 @@ import type { SessionRows } from './store-port.js';
 import type { PayloadRow } from './trace-lookups.js';
 import type { ReplayQuery, ReplayResult, TraceStore } from './trace-store.js';
 
+export type { ReplayQuery, ReplayResult } from './trace-store.js';
+
 /** What a cursor's replay needs to know of the store's retention (stream/cursor.ts). */
 export interface RetentionMarks {
   /** The cutoff of the newest prune in unix ms, or null when the store was never pruned. */

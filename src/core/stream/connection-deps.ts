@@ -3,7 +3,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { SessionRouter } from '../http/session-router.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { StreamReads } from '../store/stream-reads.js';
-import type { TraceStore } from '../store/trace-store.js';
+import type { TraceLookups } from '../store/trace-lookups.js';
 import type { FaultSwitches } from './faults.js';
 import type { StreamHub } from './stream-hub.js';
 
@@ -58,7 +58,8 @@ export interface OpenConnection {
 /** What every client connection of a server shares (app/metis-server.ts builds it once per connection). */
 export interface ConnectionDeps {
   readonly hub: StreamHub;
-  readonly store: TraceStore;
+  /** Where a turn started and ended, for a turn stream's rejoin and an AG-UI run's state. */
+  readonly lookups: TraceLookups;
   /** What a subscribe reads of the store (snapshot, replay, cursor checks), asynchronously. */
   readonly reads: StreamReads;
   readonly runtime: Runtime;

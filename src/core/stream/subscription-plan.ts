@@ -1,7 +1,7 @@
 import type { MetisEvent } from '../events/envelope.js';
 import type { EventJsonRow } from '../store/event-rows.js';
 import { selfAndDescendants } from '../store/session-lineage.js';
-import type { ReplayResult } from '../store/trace-store.js';
+import type { ReplayResult } from '../store/stream-reads.js';
 import type { SubscribeFrame } from './client-frames.js';
 import type { ConnectionDeps, ReplayOutcome } from './connection-deps.js';
 import { cursorProblem } from './cursor.js';

@@ -70,7 +70,7 @@ export async function rejoinTurn(
 ): Promise<void> {
   // Opened first: what is released while the lookup is under way waits in its accept buffer.
   const connection = new ClientConnection(transport, sessionId, deps);
-  const started = await deps.store.lookups.turnStartedId(sessionId, turnId);
+  const started = await deps.lookups.turnStartedId(sessionId, turnId);
   // Not stored yet: nothing of the turn was released either, and all of it arrives live.
   openTurnStream(connection, transport, turnId, started, onStart);
 }

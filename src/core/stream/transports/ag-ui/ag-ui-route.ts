@@ -88,7 +88,7 @@ export function agUiRoutes(
     const clientTools = continuation === null ? clientToolsOf(input) : [];
     if (!runtime.hasSession(sessionId)) runtime.createSession({ sessionId });
     const data = new SseData();
-    const context = runContext(runtime, deps().store.lookups, sessionId, input, continuation, clientTools);
+    const context = runContext(runtime, deps().lookups, sessionId, input, continuation, clientTools);
     const mapper = new AgUiMapper(data.write, context);
     const transport = new TurnTransport(response, AG_UI_STREAM, mapper, data, sessionId);
     const start = (): string => {
