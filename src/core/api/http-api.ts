@@ -325,7 +325,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         assertStorageWritable(trace);
         // The rated turn's end may still wait for its commit: let it land before looking it up.
         await untilCommitted(trace, null, context.commitWaitMs);
-        const event = await recordExplicitFeedback(trace.bus, trace.store.lookups, {
+        const event = await recordExplicitFeedback(trace.bus, trace.port.lookups, {
           sessionId: id!,
           rating: body.rating,
           turnId: body.turn_id ?? null,
