@@ -277,9 +277,11 @@ onPostgres('metis serve on PostgreSQL', () => {
         '--store: cannot use',
       ],
     ];
-    // Side by side: each start is its own process, and each waits on its own connection.
+    // Side by side: each start is its own process, and each waits on its own connection. Each in a home
+    // of its own: two starts on one store share its working copy, and the one that holds the copy's lock
+    // while it fails would make the other report the lock instead of its own reason.
     const results = await Promise.all(
-      cases.map(([args, env]) => runCli(['serve', '--port', '0', ...args], home, env)),
+      cases.map(([args, env]) => runCli(['serve', '--port', '0', ...args], tempDir(), env)),
     );
     for (const [index, [args, , expected]] of cases.entries()) {
       const result = results[index]!;
