@@ -11,6 +11,9 @@ import { openSignedIn, send, sharedDashboardServer, turnStatuses } from './dashb
  */
 const DOLLAR_A_TOKEN = {
   pricing: { 'scripted:*': { input_per_mtok: 1_000_000, output_per_mtok: 1_000_000 } },
+  // A slow turn outlasts the page's steps before its cancel however loaded the machine (100 s, not the
+  // default 10 s): every slow turn here is cut short by the test.
+  scripted: { slow_tokens: 4000 },
 };
 
 describe.runIf(browserTestsRun)('the dashboard while a turn runs (issue 31)', () => {
