@@ -4,7 +4,7 @@ import { type MetisServer, type ServerOptions, startServer } from '../../src/cor
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
 import { type StreamReads, sqliteStreamReads } from '../../src/core/store/stream-reads.js';
-import type { TraceContext } from '../../src/core/store/trace-context.js';
+import type { OpenTraceContextOptions, TraceContext } from '../../src/core/store/trace-context.js';
 import { testRuntimeConfig } from './runtime-config.js';
 import { tempDir, tempTraceContext } from './tmp.js';
 
@@ -34,9 +34,11 @@ export async function startTestServer(
     beforeToolExecute?: () => Promise<void>;
     /** Stands between subscriptions and the SQLite store's reads (slow-reads.ts: a store far away). */
     wrapStreamReads?: (reads: StreamReads) => StreamReads;
+    /** How the trace context is opened (its file, a store upstream). */
+    trace?: Partial<OpenTraceContextOptions>;
   } = {},
 ): Promise<TestServer> {
-  const context = tempTraceContext();
+  const context = tempTraceContext(options.trace);
   const workspace = tempDir('metis-ws-');
   const runtime = createRuntime({
     bus: context.bus,
@@ -44,7 +46,7 @@ export async function startTestServer(
     config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });
-  const { wrapStreamReads, ...serverOptions } = options;
+  const { wrapStreamReads, trace: _trace, ...serverOptions } = options;
   const streamReads = wrapStreamReads?.(sqliteStreamReads(context.store, context.port.sessions));
   const server = await startServer(runtime, context, { port: 0, streamReads, ...serverOptions });
   onTestFinished(async () => {

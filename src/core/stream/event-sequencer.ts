@@ -32,6 +32,11 @@ export class EventSequencer {
   private readonly detachers: (() => void)[] = [];
   /** Id of the newest event released, the `snapshot_at_event_id` of a snapshot taken now. */
   lastReleasedId: string | null = null;
+  /**
+   * Id of the first event this process created, or null before it: before anything is released, the
+   * stored rows at and after it are this process's own, committed and still waiting for their release.
+   */
+  firstCreatedId: string | null = null;
   /** Per session another node runs, the newest of its events released here (releaseRemote). */
   private readonly remoteReleased = new Map<string, string>();
   /** Whether a streaming event is shown at all (a cluster node: only of the sessions it runs). */
@@ -41,6 +46,7 @@ export class EventSequencer {
     this.detachers.push(
       bus.onEmit((event) => {
         const slot: Slot = { event, ready: false, dropped: false };
+        this.firstCreatedId ??= event.id;
         this.slots.push(slot);
         this.pendingById.set(event.id, slot);
       }),
@@ -50,6 +56,7 @@ export class EventSequencer {
     this.detachers.push(
       streaming.subscribe((event) => {
         if (!this.admitsStreaming(event)) return;
+        this.firstCreatedId ??= event.id;
         this.slots.push({ event, ready: true, dropped: false });
         this.release();
       }),
