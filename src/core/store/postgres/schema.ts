@@ -184,6 +184,26 @@ export const PG_MIGRATIONS: readonly string[] = [
   `
   ALTER TABLE sessions ADD COLUMN IF NOT EXISTS queue_json text;
   `,
+  // 12 (issue 35): the stream archive (SQLite's version 5), so that a server with no working copy keeps
+  // each session's recent deltas in the store of record: a client resuming on any node, after a
+  // restart too, gets the deltas it missed. stream_horizon: per session, the id before which streaming
+  // events may be missing.
+  `
+  CREATE TABLE IF NOT EXISTS stream_events (
+    session_id text COLLATE "C" NOT NULL,
+    id text COLLATE "C" NOT NULL,
+    timestamp_us bigint NOT NULL,
+    event_json text NOT NULL,
+    PRIMARY KEY (session_id, id)
+  );
+  CREATE TABLE IF NOT EXISTS stream_horizon (
+    session_id text COLLATE "C" PRIMARY KEY,
+    before_id text COLLATE "C" NOT NULL
+  );
+  INSERT INTO stream_horizon (session_id, before_id)
+    SELECT session_id, max(id) FROM events GROUP BY session_id
+  ON CONFLICT (session_id) DO NOTHING;
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
