@@ -114,6 +114,16 @@ describe('architecture: the floors of docs/architecture.md', () => {
     expect(users).toEqual([]);
   });
 
+  it('has the gateway take what it needs of the store as functions: no trace context, database or store class', () => {
+    const sqliteOnly = ['trace-store.ts', 'database.ts', 'trace-writer.ts', 'trace-context.ts'].map(
+      (name) => `src/core/store/${name}`,
+    );
+    const users = FILES.filter((file) => file.startsWith('src/core/gateway/')).filter((file) =>
+      importsOf(file).some((path) => sqliteOnly.includes(path)),
+    );
+    expect(users).toEqual([]);
+  });
+
   it('keeps every source file at 500 lines or fewer', () => {
     const long = FILES.map((file) => ({
       file,

@@ -24,6 +24,7 @@ import { staticRoutes } from '../http/static-files.js';
 import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { serveTheLoop } from '../store/database.js';
+import { gatewaySpendSince } from '../store/gateway-spend.js';
 import { shippedCommits } from '../store/shipped-commits.js';
 import { sqliteWholeStoreReads } from '../store/sqlite-whole-store-reads.js';
 import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
@@ -204,7 +205,14 @@ export async function startServer(
   });
   const wholeStore = options.wholeStore ?? sqliteWholeStoreReads(trace);
   const gateway =
-    options.gateway === undefined ? null : gatewayRoutes(runtime, trace, options.gateway, logger);
+    options.gateway === undefined
+      ? null
+      : gatewayRoutes(
+          runtime,
+          { bus: trace.bus, spendSince: (sinceUs) => gatewaySpendSince(trace.db, sinceUs) },
+          options.gateway,
+          logger,
+        );
   const otherRoutes: Route[] = [
     createSseRoute(runtime, connectionDeps),
     ...chatRoutes(runtime, connectionDeps, trace, options.sessionRouter?.gate),

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import type { EventBus } from '../bus/event-bus.js';
 import type { GatewayConfig } from '../config/gateway-schema.js';
 import { SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { newId } from '../events/ids.js';
@@ -9,9 +10,8 @@ import { writeEventStreamHead } from '../http/http-util.js';
 import { type RawRoute, rawRoute } from '../http/routes.js';
 import { usdDecimal } from '../runtime/pricing.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { gatewaySpendSince } from '../store/gateway-spend.js';
+import type { GatewaySpendRow } from '../store/gateway-spend.js';
 import type { SharedSpendReader } from '../store/postgres/pg-gateway-spend.js';
-import type { TraceContext } from '../store/trace-context.js';
 import { AuthFailures } from './auth-failures.js';
 import { GatewayError } from './gateway-error.js';
 import { GatewayTurns } from './gateway-turn.js';
@@ -38,6 +38,13 @@ export interface GatewayOptions {
   readonly sharedSpend?: SharedSpendReader;
 }
 
+/** What the gateway needs of the server: the bus its events go to, and the spend stored this month. */
+export interface GatewayStore {
+  readonly bus: EventBus;
+  /** Gateway calls stored since `sinceUs` (store/gateway-spend.ts): the quotas start from them. */
+  readonly spendSince: (sinceUs: number) => readonly GatewaySpendRow[];
+}
+
 /** The gateway's routes, and what stops its timer and connections. */
 export interface GatewayMount {
   readonly routes: RawRoute[];
@@ -59,11 +66,11 @@ const QUOTA_EVENT_INTERVAL_MS = 60_000;
  */
 export function gatewayRoutes(
   runtime: Runtime,
-  trace: TraceContext,
+  store: GatewayStore,
   options: GatewayOptions,
   logger: Logger,
 ): GatewayMount {
-  const gateway = new Gateway(runtime, trace, options, logger);
+  const gateway = new Gateway(runtime, store, options, logger);
   const post = (path: string, format: InboundFormat, summary: string) =>
     rawRoute(
       {
@@ -124,21 +131,21 @@ class Gateway {
 
   constructor(
     private readonly runtime: Runtime,
-    private readonly trace: TraceContext,
+    private readonly store: GatewayStore,
     private readonly options: GatewayOptions,
     private readonly logger: Logger,
   ) {
     this.keys = new KeyRing(options.keystorePath, logger);
     this.quotas = new QuotaBook(options.config, options.sharedSpend !== undefined);
-    this.quotas.seed(gatewaySpendSince(trace.db, QuotaBook.monthStartUs()));
+    this.quotas.seed(store.spendSince(QuotaBook.monthStartUs()));
     const shared = options.sharedSpend;
     if (shared !== undefined) {
       void this.refreshSpend(shared);
       this.refresher = setInterval(() => void this.refreshSpend(shared), SHARED_SPEND_REFRESH_MS);
       this.refresher.unref();
     }
-    this.turns = new GatewayTurns(runtime, trace.bus, logger);
-    this.failures = new AuthFailures(trace.bus, logger, options.authThrottle);
+    this.turns = new GatewayTurns(runtime, store.bus, logger);
+    this.failures = new AuthFailures(store.bus, logger, options.authThrottle);
   }
 
   async serve(
@@ -273,7 +280,7 @@ class Gateway {
     const last = this.quotaRecorded.get(id);
     if (last === undefined || now - last >= QUOTA_EVENT_INTERVAL_MS) {
       this.quotaRecorded.set(id, now);
-      this.trace.bus.emit({
+      this.store.bus.emit({
         type: 'gateway.quota_exceeded',
         session_id: SYSTEM_SESSION_ID,
         payload: {
@@ -297,7 +304,7 @@ class Gateway {
 
   private spent(key: StoredKey, costUsd: number, eventId: string | null): void {
     for (const payload of this.quotas.record(key, costUsd, eventId))
-      this.trace.bus.emit({ type: 'quota.alert', session_id: SYSTEM_SESSION_ID, payload });
+      this.store.bus.emit({ type: 'quota.alert', session_id: SYSTEM_SESSION_ID, payload });
   }
 
   private internal(error: unknown): GatewayError {
