@@ -1,5 +1,6 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
+import type { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { RowWrite } from './batch-committer.js';
 import type { StorageFailure } from './storage-errors.js';
@@ -50,6 +51,11 @@ export interface StoreWriter {
   onBatch(listener: BatchListener): () => void;
   /** The storage failure the writer is waiting out, or null when storage is writable. */
   readonly failure: StorageFailure | null;
+  /**
+   * The error a request is refused with because of storage: the failure being waited out, or a commit
+   * that took too long (busy). Names the store as its adapter knows it (a file, a server).
+   */
+  storageRefusal(): MetisError;
   /** Events and rows waiting to be committed. */
   readonly buffered: { events: number; bytes: number; items: number };
   /** Queues one tick's events. */

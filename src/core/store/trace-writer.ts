@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import type { SubscriptionHandle } from '../bus/subscription.js';
+import type { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
 import { silentLogger } from '../logger.js';
 import { BatchCommitter, type CommitResult, type RowWrite, type WriteItem } from './batch-committer.js';
@@ -219,8 +220,12 @@ export class TraceWriter implements StoreWriter {
    * Resolves once `eventId` is committed. Rejects with METIS_ERR_STORAGE_BUSY, _FULL or _IO when it
    * was dropped, or when it is still waiting after `timeoutMs` (0: no limit).
    */
+  storageRefusal(): MetisError {
+    return storageError(this.retries.failure ?? 'busy', this.path);
+  }
+
   whenCommitted(eventId: string, timeoutMs = 0): Promise<void> {
-    const failed = () => storageError(this.retries.failure ?? 'busy', this.path);
+    const failed = () => this.storageRefusal();
     const wait = this.waiters.wait(eventId, failed);
     if (timeoutMs <= 0) return wait;
     return new Promise((resolve, reject) => {
@@ -369,7 +374,7 @@ export class TraceWriter implements StoreWriter {
         'trace store buffer full while storage is unavailable; events dropped (reported as bus.gap_detected once storage is back)',
       );
     this.overflowLogged = true;
-    this.waiters.dropped(dropped, () => storageError(this.retries.failure ?? 'busy', this.path));
+    this.waiters.dropped(dropped, () => this.storageRefusal());
     this.publish(this.dropListeners, dropped);
     this.report(dropped, 0, 'dropped');
   }

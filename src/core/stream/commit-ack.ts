@@ -1,6 +1,5 @@
 import { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
-import { storageError } from '../store/storage-errors.js';
 import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
 import type { TraceContext } from '../store/trace-context.js';
 
@@ -33,8 +32,7 @@ export function emittedDuring<T>(
  * @throws MetisError METIS_ERR_STORAGE_BUSY, _FULL or _IO
  */
 export function assertStorageWritable(trace: TraceContext): void {
-  const failure = trace.writer.failure;
-  if (failure !== null) throw storageError(failure, trace.dbPath);
+  if (trace.writer.failure !== null) throw trace.writer.storageRefusal();
   const upstream = trace.upstream;
   if (upstream?.failure) throw storeUnavailable(upstream.label, upstream.failure);
 }
@@ -64,7 +62,7 @@ export async function untilCommitted(
   else {
     trace.bus.dispatchNow();
     if (!(await trace.writer.idle(timeoutMs))) {
-      throw storageError(trace.writer.failure ?? 'busy', trace.dbPath);
+      throw trace.writer.storageRefusal();
     }
   }
   // On PostgreSQL the answer waits for the store of record too, in what is left of the same wait.
