@@ -26,6 +26,13 @@ const callKey = fc.record({
 });
 const toolStatus = fc.constantFrom('pending', 'running', 'completed', 'failed', 'cancelled');
 
+/** Tool calls and spends: where applying changes in turn differs most from applying them at once. */
+const OFTEN = new WeakSet<fc.Arbitrary<RowChange>>();
+function often(arbitrary: fc.Arbitrary<RowChange>): fc.Arbitrary<RowChange> {
+  OFTEN.add(arbitrary);
+  return arbitrary;
+}
+
 const KINDS: readonly fc.Arbitrary<RowChange>[] = [
   fc.record({
     kind: fc.constant('session.create'),
@@ -61,43 +68,51 @@ const KINDS: readonly fc.Arbitrary<RowChange>[] = [
     usageJson: maybe(json(['u1', 'u2'])),
     createdAtUs: time,
   }),
-  fc
-    .record({
-      kind: fc.constant('toolCall.insert'),
-      rowId: fc.constant(null),
-      key: callKey,
-      toolName: fc.constantFrom('read_file', 'shell'),
-      inputJson: json(['i1', 'i2']),
-      status: toolStatus,
+  often(
+    fc
+      .record({
+        kind: fc.constant('toolCall.insert'),
+        rowId: fc.constant(null),
+        key: callKey,
+        toolName: fc.constantFrom('read_file', 'shell'),
+        inputJson: json(['i1', 'i2']),
+        status: toolStatus,
+        atUs: time,
+      })
+      .map(({ key, ...rest }) => ({ ...rest, ...key })),
+  ),
+  often(
+    fc
+      .record({
+        kind: fc.constant('toolCall.update'),
+        key: callKey,
+        status: toolStatus,
+        outputJson: maybe(json(['o1', 'o2'])),
+        errorClass: maybe(fc.constantFrom('boom')),
+        atUs: time,
+      })
+      .map(({ key, ...rest }) => ({ ...rest, ...key })),
+  ),
+  often(
+    fc.record({
+      kind: fc.constant('toolCall.closeOpen'),
+      sessionId,
+      turnId: maybe(fc.constantFrom('turn_1', 'turn_2')),
+      status: fc.constantFrom('failed' as const, 'cancelled' as const),
+      errorClass: fc.constantFrom('cut'),
+      outputJson: json(['closed']),
       atUs: time,
-    })
-    .map(({ key, ...rest }) => ({ ...rest, ...key })),
-  fc
-    .record({
-      kind: fc.constant('toolCall.update'),
-      key: callKey,
-      status: toolStatus,
-      outputJson: maybe(json(['o1', 'o2'])),
-      errorClass: maybe(fc.constantFrom('boom')),
-      atUs: time,
-    })
-    .map(({ key, ...rest }) => ({ ...rest, ...key })),
-  fc.record({
-    kind: fc.constant('toolCall.closeOpen'),
-    sessionId,
-    turnId: maybe(fc.constantFrom('turn_1', 'turn_2')),
-    status: fc.constantFrom('failed' as const, 'cancelled' as const),
-    errorClass: fc.constantFrom('cut'),
-    outputJson: json(['closed']),
-    atUs: time,
-  }),
+    }),
+  ),
   fc.record({ kind: fc.constant('budget.caps'), sessionId, capsJson: json(['c1', 'c2']) }),
-  fc.record({
-    kind: fc.constant('budget.spend'),
-    sessionId,
-    usd: money,
-    tokens: fc.integer({ min: 0, max: 100 }),
-  }),
+  often(
+    fc.record({
+      kind: fc.constant('budget.spend'),
+      sessionId,
+      usd: money,
+      tokens: fc.integer({ min: 0, max: 100 }),
+    }),
+  ),
   fc.record({ kind: fc.constant('queue.save'), sessionId, queueJson: maybe(json(['q1', 'q2'])) }),
   fc
     .record({
@@ -185,7 +200,12 @@ export interface ChangeSequence {
 }
 
 export function randomChangeSequences(): fc.Arbitrary<ChangeSequence> {
-  const run = fc.oneof(...KINDS.map((kind) => fc.array(kind, { minLength: 1, maxLength: 4 })));
+  const run = fc.oneof(
+    ...KINDS.map((kind) => ({
+      arbitrary: fc.array(kind, { minLength: 1, maxLength: 4 }),
+      weight: OFTEN.has(kind) ? 3 : 1,
+    })),
+  );
   return fc
     .record({
       runs: fc.array(run, { maxLength: 12 }),
