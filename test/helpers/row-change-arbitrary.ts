@@ -10,9 +10,11 @@ import { bareSession, type Setup } from './row-applier-stores.js';
  * Changes come in runs of one kind, which PostgreSQL's applier merges into one statement.
  */
 
+/** Sessions with a row before the changes; `sess_new` gets one only from a `session.create`. */
 const SESSIONS = ['sess_a', 'sess_b', 'sess_c'] as const;
+const NEW_SESSION = 'sess_new';
 
-const sessionId = fc.constantFrom(...SESSIONS);
+const sessionId = fc.constantFrom(...SESSIONS, NEW_SESSION);
 const time = fc.integer({ min: 0, max: 10_000 });
 /** Sums of these are not exact in binary: the order of additions shows. */
 const money = fc.integer({ min: 0, max: 2_000 }).map((n) => n / 1000);
@@ -171,12 +173,28 @@ function keyOf(change: Extract<RowChange, { kind: 'toolCall.insert' }>): string 
   return turnId === null || messageId === null ? null : JSON.stringify([s, turnId, messageId, id]);
 }
 
-/** Keys from a node's row id block for every inserted row, or none (each store chooses). */
-function withRowIds(changes: readonly RowChange[], fromBlock: boolean): RowChange[] {
+/** What would need `sess_new`'s row before it has one (a foreign key); its updates stay: no-ops. */
+function needsMissingRow(change: RowChange, created: boolean): boolean {
+  if (created) return false;
+  if (change.kind === 'session.create') return change.parentSessionId === NEW_SESSION;
+  return (
+    (change.kind === 'message.upsert' || change.kind === 'toolCall.insert') &&
+    change.sessionId === NEW_SESSION
+  );
+}
+
+/**
+ * The changes both stores accept: no row before the session it belongs to, no tool call inserted
+ * twice; keys from a node's row id block for every inserted row, or none (each store chooses).
+ */
+function validSequence(changes: readonly RowChange[], fromBlock: boolean): RowChange[] {
   let next = 3 * ROW_ID_BLOCK;
+  let created = false;
   const inserted = new Set<string>();
   const valid: RowChange[] = [];
   for (const change of changes) {
+    if (needsMissingRow(change, created)) continue;
+    if (change.kind === 'session.create' && change.sessionId === NEW_SESSION) created = true;
     if (change.kind === 'toolCall.insert') {
       const key = keyOf(change);
       if (key !== null && inserted.has(key)) continue;
@@ -221,7 +239,7 @@ export function randomChangeSequences(): fc.Arbitrary<ChangeSequence> {
           ? []
           : [`INSERT INTO stream_horizon (session_id, before_id) VALUES ('sess_a', '${horizon}')`]),
       ],
-      changes: withRowIds(runs.flat(), fromBlock),
+      changes: validSequence(runs.flat(), fromBlock),
       chunks,
     }));
 }

@@ -48,6 +48,18 @@ const toolCall = (
   ...fields,
 });
 
+const toolCallUpdate = (id: string, status: string): Extract<RowChange, { kind: 'toolCall.update' }> => ({
+  kind: 'toolCall.update',
+  id,
+  sessionId: 'sess_a',
+  turnId: 'turn_1',
+  messageId: 'msg_1',
+  status,
+  outputJson: `"${id} ${status}"`,
+  errorClass: null,
+  atUs: 20,
+});
+
 const pattern = (n: number, atUs: number, fields: Partial<PatternInsert> = {}): PatternInsert => ({
   kind: 'pattern.insert',
   rowId: null,
@@ -338,26 +350,85 @@ describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave t
     await expectSameRows([], [session('sess_a', 1), toolCall('call_1', 'pending'), pattern(1, 1)]);
   });
 
-  it('consecutive changes of a kind go in one statement, split where one key comes again', () => {
+  it('changes of a kind go in one statement past changes they commute with, a key once per statement', () => {
     const spend = (sessionId: string) => ({ kind: 'budget.spend', sessionId, usd: 1, tokens: 1 }) as const;
-    const statements = renderRowChanges([
-      session('sess_a', 1),
-      session('sess_b', 1),
-      spend('sess_a'),
-      spend('sess_b'),
-      spend('sess_a'),
-      toolCall('call_1', 'pending'),
-      toolCall('call_2', 'pending'),
-      { kind: 'pattern.deleteAll' },
-      { kind: 'pattern.deleteAll' },
+    const sticky = (sessionId: string) =>
+      ({ kind: 'session.sticky', sessionId, model: 'm', atUs: 1 }) as const;
+    const namesOf = (changes: readonly RowChange[]) =>
+      renderRowChanges(changes).map((statement) => statement.name.replace('metis_rows_', ''));
+    expect(
+      namesOf([
+        session('sess_a', 1),
+        session('sess_b', 1),
+        spend('sess_a'),
+        spend('sess_a'),
+        spend('sess_b'),
+        spend('sess_b'),
+        spend('sess_a'),
+        { kind: 'pattern.deleteAll' },
+        { kind: 'pattern.deleteAll' },
+      ]),
+    ).toEqual([
+      'session_create',
+      'budget_spend',
+      'budget_spend',
+      'budget_spend',
+      'pattern_delete_all',
+      'pattern_delete_all',
     ]);
-    expect(statements.map((statement) => statement.name)).toEqual([
-      'metis_rows_session_create',
-      'metis_rows_budget_spend',
-      'metis_rows_budget_spend',
-      'metis_rows_tool_call_insert',
-      'metis_rows_pattern_delete_all',
-      'metis_rows_pattern_delete_all',
+    // A turn's changes, session after session: each kind joins its group across the other sessions'.
+    const turn = (sessionId: string, n: number): RowChange[] => [
+      toolCall(`call_${n}`, 'running', { sessionId }),
+      { ...toolCallUpdate(`call_${n}`, 'completed'), sessionId },
+      spend(sessionId),
+      sticky(sessionId),
+    ];
+    expect(namesOf([...turn('sess_a', 1), ...turn('sess_b', 2), ...turn('sess_c', 3)])).toEqual([
+      'tool_call_insert',
+      'tool_call_update',
+      'budget_spend',
+      'session_sticky',
+    ]);
+    // A row needing its session's (a foreign key) does not pass the session's creation.
+    const message = (sessionId: string): RowChange => ({
+      kind: 'message.upsert',
+      id: `msg_${sessionId}`,
+      sessionId,
+      turnId: null,
+      role: 'user',
+      contentJson: '"hi"',
+      status: 'complete',
+      model: null,
+      usageJson: null,
+      createdAtUs: 1,
+    });
+    expect(
+      namesOf([
+        message('sess_a'),
+        toolCall('call_1', 'pending'),
+        session('sess_new', 1),
+        message('sess_new'),
+      ]),
+    ).toEqual(['message_upsert', 'tool_call_insert', 'session_create', 'message_upsert']);
+    // Nothing passes a change of its rows: a call's update, its session's creation, a close, a trim.
+    expect(
+      namesOf([
+        ...turn('sess_a', 1),
+        ...turn('sess_a', 2),
+        sticky('sess_b'),
+        session('sess_b', 2),
+        sticky('sess_b'),
+        pattern(1, 1),
+        { kind: 'pattern.deleteOldest', count: 1 },
+        pattern(2, 2),
+      ]),
+    ).toEqual([
+      ...['tool_call_insert', 'tool_call_update', 'budget_spend', 'session_sticky'],
+      ...['tool_call_insert', 'tool_call_update', 'budget_spend', 'session_sticky'],
+      'session_create',
+      'session_sticky',
+      ...['pattern_fingerprints', 'pattern_outcomes', 'pattern_delete_oldest'],
+      ...['pattern_fingerprints', 'pattern_outcomes'],
     ]);
   });
 

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { RowChange, RowChangeKind } from '../row-change.js';
+import { scheduleRowChanges } from './pg-row-schedule.js';
 import { PG_ROW_RENDERINGS, type PgStatement } from './pg-row-statements.js';
 
 /**
@@ -7,9 +8,9 @@ import { PG_ROW_RENDERINGS, type PgStatement } from './pg-row-statements.js';
  * same tables (test/store/row-applier-contract.test.ts holds the two side by side). It runs inside the
  * caller's transaction and opens none: the writer's group commit decides what commits together.
  *
- * Every statement is a round trip, and a writer commits many changes at once, so consecutive changes
- * of one kind go in one statement (the values as arrays, `unnest`ed), except where one statement could
- * not do what applying them one after the other does (pg-row-statements.ts says where and why).
+ * Every statement is a round trip, and a writer commits many changes at once, so changes of one kind
+ * go in one statement (the values as arrays, `unnest`ed) wherever that has the effect of applying them
+ * in queue order: pg-row-schedule.ts groups them, pg-row-statements.ts renders each group.
  */
 export async function applyRowChanges(
   client: pg.ClientBase,
@@ -36,41 +37,9 @@ export interface PgRowsApplied {
   readonly statements: number;
 }
 
-/** The statements of `changes`, in order. Exported for tests that look at how a batch is grouped. */
+/** The statements of `changes`, in the order they run. Exported for tests of how a batch is grouped. */
 export function renderRowChanges(changes: readonly RowChange[]): PgStatement[] {
-  const statements: PgStatement[] = [];
-  for (const run of runsOf(changes)) {
-    const rendering = PG_ROW_RENDERINGS[run[0]!.kind as Exclude<RowChangeKind, 'handoff.settle'>];
-    statements.push(...rendering.render(run as never));
-  }
-  return statements;
-}
-
-/**
- * Splits `changes` into runs that one statement may apply: consecutive, of one kind, and (for a kind
- * whose statement writes a row once per key) no two of a run sharing a key, since one statement cannot
- * write a row twice as two changes applied in turn would.
- */
-function runsOf(changes: readonly RowChange[]): RowChange[][] {
-  const runs: RowChange[][] = [];
-  let run: RowChange[] = [];
-  let keys = new Set<string>();
-  for (const change of changes) {
-    const rendering = PG_ROW_RENDERINGS[change.kind as Exclude<RowChangeKind, 'handoff.settle'>];
-    const key = rendering.keyOf?.(change as never);
-    const joins =
-      run.length > 0 &&
-      run[0]!.kind === change.kind &&
-      rendering.alone !== true &&
-      (key === undefined || !keys.has(key));
-    if (!joins) {
-      if (run.length > 0) runs.push(run);
-      run = [];
-      keys = new Set();
-    }
-    run.push(change);
-    if (key !== undefined) keys.add(key);
-  }
-  if (run.length > 0) runs.push(run);
-  return runs;
+  return scheduleRowChanges(changes).flatMap((group) =>
+    PG_ROW_RENDERINGS[group[0]!.kind as Exclude<RowChangeKind, 'handoff.settle'>].render(group as never),
+  );
 }
