@@ -410,11 +410,25 @@ describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave t
         message('sess_new'),
       ]),
     ).toEqual(['message_upsert', 'tool_call_insert', 'session_create', 'message_upsert']);
-    // Nothing passes a change of its rows: a call's update, its session's creation, a close, a trim.
+    // Nothing passes a change of its rows: a call's insert or update, a close of its session's calls,
+    // its session's creation, a trim of its table.
+    const close: RowChange = {
+      kind: 'toolCall.closeOpen',
+      sessionId: 'sess_a',
+      turnId: null,
+      status: 'cancelled',
+      errorClass: 'cancelled',
+      outputJson: '"cut"',
+      atUs: 30,
+    };
     expect(
       namesOf([
-        ...turn('sess_a', 1),
-        ...turn('sess_a', 2),
+        toolCallUpdate('call_1', 'running'),
+        toolCall('call_1', 'pending'),
+        toolCallUpdate('call_1', 'completed'),
+        toolCall('call_2', 'pending'),
+        close,
+        toolCall('call_3', 'pending'),
         sticky('sess_b'),
         session('sess_b', 2),
         sticky('sess_b'),
@@ -423,10 +437,14 @@ describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave t
         pattern(2, 2),
       ]),
     ).toEqual([
-      ...['tool_call_insert', 'tool_call_update', 'budget_spend', 'session_sticky'],
-      ...['tool_call_insert', 'tool_call_update', 'budget_spend', 'session_sticky'],
-      'session_create',
-      'session_sticky',
+      ...[
+        'tool_call_update',
+        'tool_call_insert',
+        'tool_call_update',
+        'tool_call_close_open',
+        'tool_call_insert',
+      ],
+      ...['session_sticky', 'session_create', 'session_sticky'],
       ...['pattern_fingerprints', 'pattern_outcomes', 'pattern_delete_oldest'],
       ...['pattern_fingerprints', 'pattern_outcomes'],
     ]);

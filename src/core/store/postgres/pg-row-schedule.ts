@@ -1,5 +1,5 @@
 import type { RowChange, RowChangeKind } from '../row-change.js';
-import { PG_ROW_RENDERINGS } from './pg-row-statements.js';
+import { callKeyOf, PG_ROW_RENDERINGS } from './pg-row-statements.js';
 
 /**
  * The order PostgreSQL applies a batch's changes in, as groups that one statement each may apply.
@@ -70,8 +70,8 @@ function conflicts(group: Group, footprint: Footprint): boolean {
 
 /**
  * Only `session.create` makes a session's row exist; the other session changes update columns of it
- * (and do nothing while it is missing, hence their read). Tool calls are named per session: a close
- * takes every open call of its session. Patterns, the stream archive and gap records are named whole:
+ * (and do nothing while it is missing, hence their read). A tool call's insert and updates name its
+ * row; a close takes every open call of its session, so it writes what each of them reads. Patterns, the stream archive and gap records are named whole:
  * their changes are few and some of them (trims, prunes, first-recorded-wins) span the table.
  */
 function footprintOf(change: RowChange): Footprint {
@@ -90,9 +90,14 @@ function footprintOf(change: RowChange): Footprint {
     case 'message.upsert':
       return { reads: [`exists:${change.sessionId}`], writes: [`message:${change.id}`] };
     case 'toolCall.insert':
+      return {
+        reads: [`exists:${change.sessionId}`, `calls:${change.sessionId}`],
+        writes: [`call:${callKeyOf(change)}`],
+      };
     case 'toolCall.update':
+      return { reads: [`calls:${change.sessionId}`], writes: [`call:${callKeyOf(change)}`] };
     case 'toolCall.closeOpen':
-      return { reads: [`exists:${change.sessionId}`], writes: [`calls:${change.sessionId}`] };
+      return { reads: [], writes: [`calls:${change.sessionId}`] };
     case 'pattern.insert':
     case 'pattern.deleteRecordedBefore':
     case 'pattern.deleteOldest':

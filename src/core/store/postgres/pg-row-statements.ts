@@ -1,10 +1,15 @@
-import type { RowChange, RowChangeKind } from '../row-change.js';
+import type { RowChange, RowChangeKind, ToolCallInsert, ToolCallUpdate } from '../row-change.js';
 
 /** A statement of the applier; `name` prepares it once per connection (its text never varies). */
 export interface PgStatement {
   readonly name: string;
   readonly text: string;
   readonly values: readonly unknown[];
+}
+
+/** A call's row, as an update finds it (nulls equal); the same for the insert that makes it. */
+export function callKeyOf(change: ToolCallInsert | ToolCallUpdate): string {
+  return JSON.stringify([change.sessionId, change.turnId, change.messageId, change.id]);
 }
 
 type Change<K extends RowChangeKind> = Extract<RowChange, { kind: K }>;
@@ -136,7 +141,7 @@ export const PG_ROW_RENDERINGS: { readonly [K in Exclude<RowChangeKind, 'handoff
     ),
   },
   'toolCall.update': {
-    keyOf: (c) => JSON.stringify([c.sessionId, c.turnId, c.messageId, c.id]),
+    keyOf: callKeyOf,
     // `session_id` and `id` equal: the join uses the (session_id, id) index, which IS NOT DISTINCT FROM cannot.
     render: arrays(
       'tool_call_update',
