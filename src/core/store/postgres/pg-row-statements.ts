@@ -293,28 +293,31 @@ export const PG_ROW_RENDERINGS: { readonly [K in Exclude<RowChangeKind, 'handoff
       ];
     },
   },
-  // Every session of the change in one statement. The kept rows are the ones not `pruned` (the CTE's
-  // deletes are not visible to the INSERT); a session's horizon rises to its oldest kept id, never falls.
+  // Every session of the change in one statement. The INSERT does not see the CTE's deletes, so it
+  // names the kept rows by the condition the delete did not meet; a session's horizon rises to its
+  // oldest kept id (read through the primary key, from where the session's rows start), never falls.
   // SQLite reads OFFSET -1 (keep 0) as 0; PostgreSQL refuses it.
   'archive.prune': {
     alone: true,
     render: ([c]) => [
       {
         name: 'metis_rows_archive_prune',
-        text: `WITH s AS (
-                 SELECT s.session_id, coalesce((SELECT k.id FROM stream_events k WHERE k.session_id = s.session_id
-                                                 ORDER BY k.id DESC LIMIT 1 OFFSET greatest($3::bigint - 1, 0)), '')
-                          AS keep_from
+        text: `WITH s AS MATERIALIZED (
+                 SELECT DISTINCT s.session_id,
+                        coalesce((SELECT k.id FROM stream_events k WHERE k.session_id = s.session_id
+                                   ORDER BY k.id DESC LIMIT 1 OFFSET greatest($3::bigint - 1, 0)), '') AS keep_from
                    FROM unnest($1::text[]) AS s(session_id)),
                pruned AS (
                  DELETE FROM stream_events e USING s
                   WHERE e.session_id = s.session_id AND e.timestamp_us < $2 AND e.id < s.keep_from
-                 RETURNING e.session_id, e.id)
+                 RETURNING e.session_id)
                INSERT INTO stream_horizon (session_id, before_id)
-               SELECT e.session_id, min(e.id) FROM stream_events e
-                WHERE e.session_id IN (SELECT session_id FROM pruned)
-                  AND NOT EXISTS (SELECT 1 FROM pruned p WHERE p.session_id = e.session_id AND p.id = e.id)
-                GROUP BY e.session_id
+               SELECT s.session_id, kept.id FROM s
+                CROSS JOIN LATERAL (
+                  SELECT e.id FROM stream_events e
+                   WHERE e.session_id = s.session_id AND (e.timestamp_us >= $2 OR e.id >= s.keep_from)
+                   ORDER BY e.id LIMIT 1) AS kept
+                WHERE s.session_id IN (SELECT session_id FROM pruned)
                ON CONFLICT (session_id) DO UPDATE
                  SET before_id = greatest(stream_horizon.before_id, excluded.before_id)`,
         values: [[...c!.sessionIds], c!.cutoffUs, c!.keep],
