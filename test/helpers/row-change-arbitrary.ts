@@ -226,11 +226,12 @@ export function randomChangeSequences(): fc.Arbitrary<ChangeSequence> {
   );
   return fc
     .record({
-      runs: fc.array(run, { maxLength: 12 }),
+      runs: fc.array(run, { maxLength: 20 }),
       fromBlock: fc.boolean(),
       created: fc.tuple(time, time, time),
       horizon: maybe(fc.constantFrom('evt_00', 'evt_10', 'evt_99')),
-      chunks: fc.array(fc.integer({ min: 1, max: 8 }), { maxLength: 10 }),
+      // Mostly few calls: a call is as far as the applier regroups changes.
+      chunks: fc.oneof(fc.constant([]), fc.array(fc.integer({ min: 1, max: 20 }), { maxLength: 3 })),
     })
     .map(({ runs, fromBlock, created, horizon, chunks }) => ({
       setup: [
