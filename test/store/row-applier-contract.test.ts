@@ -209,19 +209,77 @@ describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave t
     expect(statements).toBeLessThan(changes.length);
   });
 
+  it('turns of several sessions, queued session after session, in few statements', async () => {
+    const turn = (sessionId: string, round: number): RowChange[] => [
+      {
+        kind: 'message.upsert',
+        id: `msg_${sessionId}_${round}`,
+        sessionId,
+        turnId: `turn_${round}`,
+        role: 'assistant',
+        contentJson: `"round ${round}"`,
+        status: 'complete',
+        model: 'scripted:a',
+        usageJson: null,
+        createdAtUs: round,
+      },
+      toolCall(`call_${round}`, 'running', { sessionId, turnId: `turn_${round}`, atUs: round }),
+      { ...toolCallUpdate(`call_${round}`, 'completed'), sessionId, turnId: `turn_${round}` },
+      { kind: 'archive.insert', events: [archived(sessionId, round, round)] },
+      { kind: 'budget.spend', sessionId, usd: 0.1, tokens: round },
+      { kind: 'budget.spend', sessionId, usd: 0.2, tokens: round },
+    ];
+    const changes: RowChange[] = [
+      ...['sess_a', 'sess_b'].flatMap((id) => turn(id, 1)),
+      session('sess_c', 5, 'sess_a'),
+      ...['sess_a', 'sess_b', 'sess_c'].flatMap((id) => turn(id, 2)),
+      toolCall('call_open', 'pending', { sessionId: 'sess_b' }),
+      {
+        kind: 'toolCall.closeOpen',
+        sessionId: 'sess_b',
+        turnId: null,
+        status: 'failed',
+        errorClass: 'turn_failed',
+        outputJson: '"cut"',
+        atUs: 9,
+      },
+      ...['sess_a', 'sess_b', 'sess_c'].flatMap((id) => turn(id, 3)),
+    ];
+    const { sqlite, statements } = await expectSameRows(
+      [bareSession('sess_a'), bareSession('sess_b')],
+      changes,
+    );
+    expect(sqlite.tool_calls!.filter((row) => row.status !== 'completed').map((row) => row.id)).toEqual([
+      'call_open',
+    ]);
+    expect(changes.length).toBe(51);
+    expect(statements, `${statements} statements`).toBeLessThanOrEqual(20);
+  });
+
   it('a spend adds to what is stored, each spend of a batch in turn', async () => {
     const setup = [
       bareSession('sess_a'),
-      "UPDATE sessions SET spent_usd = 0.3, spent_tokens = 7 WHERE id = 'sess_a'",
+      bareSession('sess_b'),
+      "UPDATE sessions SET spent_usd = 0.1, spent_tokens = 7 WHERE id = 'sess_a'",
+      "UPDATE sessions SET spent_usd = 1e16, spent_tokens = 0 WHERE id = 'sess_b'",
     ];
-    const spends: RowChange[] = [0.1, 0.2, 0.7, 1e-17].map((usd, n) => ({
+    const spend = (sessionId: string, usd: number, tokens: number): RowChange => ({
       kind: 'budget.spend',
-      sessionId: 'sess_a',
+      sessionId,
       usd,
-      tokens: n + 1,
-    }));
-    const { sqlite } = await expectSameRows(setup, spends);
-    expect(sqlite.sessions![0]).toMatchObject({ spent_usd: 0.3 + 0.1 + 0.2 + 0.7 + 1e-17, spent_tokens: 17 });
+      tokens,
+    });
+    const { sqlite } = await expectSameRows(setup, [
+      spend('sess_a', 0.2, 1),
+      spend('sess_b', 1, 1),
+      spend('sess_a', 0.3, 2),
+      spend('sess_b', 1, 1),
+    ]);
+    // Added up first, the spends would give 0.1 + 0.5 = 0.6 and 1e16 + 2.
+    expect(sqlite.sessions!.map((row) => [row.spent_usd, row.spent_tokens])).toEqual([
+      [0.1 + 0.2 + 0.3, 10],
+      [1e16, 2],
+    ]);
   });
 
   it('closing open calls touches only pending and running ones, of the turn when one is named', async () => {
@@ -363,18 +421,17 @@ describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave t
         spend('sess_a'),
         spend('sess_a'),
         spend('sess_b'),
-        spend('sess_b'),
-        spend('sess_a'),
+        sticky('sess_a'),
+        sticky('sess_a'),
+        sticky('sess_b'),
+        sticky('sess_b'),
+        sticky('sess_a'),
         { kind: 'pattern.deleteAll' },
         { kind: 'pattern.deleteAll' },
       ]),
     ).toEqual([
-      'session_create',
-      'budget_spend',
-      'budget_spend',
-      'budget_spend',
-      'pattern_delete_all',
-      'pattern_delete_all',
+      ...['session_create', 'budget_spend', 'session_sticky', 'session_sticky', 'session_sticky'],
+      ...['pattern_delete_all', 'pattern_delete_all'],
     ]);
     // A turn's changes, session after session: each kind joins its group across the other sessions'.
     const turn = (sessionId: string, n: number): RowChange[] => [

@@ -186,12 +186,19 @@ export const PG_ROW_RENDERINGS: { readonly [K in Exclude<RowChangeKind, 'handoff
       [(c) => c.sessionId, (c) => c.capsJson],
     ),
   },
+  // A session's spends of the run in one statement, added one after the other from the stored value as
+  // SQLite adds them (float8 `sum` with ORDER BY is that left fold: its step is `+`), so that many
+  // spends of a session in a batch are not as many statements.
   'budget.spend': {
-    keyOf: (c) => c.sessionId,
     render: arrays(
       'budget_spend',
-      `UPDATE sessions s SET spent_usd = s.spent_usd + c.usd, spent_tokens = s.spent_tokens + c.tokens
-         FROM unnest($1::text[], $2::float8[], $3::bigint[]) AS c(id, usd, tokens) WHERE s.id = c.id`,
+      `WITH c AS (SELECT * FROM unnest($1::text[], $2::float8[], $3::bigint[]) WITH ORDINALITY AS c(id, usd, tokens, n))
+       UPDATE sessions s
+          SET spent_usd = (SELECT sum(added.usd ORDER BY added.n)
+                             FROM (SELECT s.spent_usd AS usd, 0::bigint AS n
+                                   UNION ALL SELECT c.usd, c.n FROM c WHERE c.id = s.id) AS added),
+              spent_tokens = s.spent_tokens + (SELECT sum(c.tokens) FROM c WHERE c.id = s.id)
+        WHERE s.id IN (SELECT id FROM c)`,
       [(c) => c.sessionId, (c) => c.usd, (c) => c.tokens],
     ),
   },
