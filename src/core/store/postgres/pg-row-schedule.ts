@@ -118,7 +118,7 @@ function footprintOf(change: RowChange): Footprint {
 /**
  * A group as statements: `alone` kinds one change each; keyed kinds in layers, the n-th change of each
  * key in the n-th statement (one statement cannot write a row twice, and a key's changes stay in order:
- * two spends of a session add in turn, with SQLite's rounding); other kinds whole.
+ * the later one's values are the ones kept); other kinds whole.
  */
 function layersOf(changes: readonly RowChange[]): RowChange[][] {
   const rendering = renderingOf(changes[0]!.kind);

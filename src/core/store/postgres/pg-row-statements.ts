@@ -18,7 +18,8 @@ interface Rendering<K extends RowChangeKind> {
   /**
    * The row a change writes, for kinds whose statement joins its rows by key: PostgreSQL refuses to
    * upsert one row twice in a statement and an UPDATE … FROM applies only one of two matches, so two
-   * changes of a key go in separate statements, in order (a spend then adds twice, as in SQLite).
+   * changes of a key go in separate statements, in order (pg-row-schedule.ts `layersOf`). A kind whose
+   * statement applies a key's changes in turn itself (`budget.spend`) has none.
    */
   readonly keyOf?: (change: Change<K>) => string;
   /** Each change alone: what it touches depends on what the change before it left (or it is rare). */
