@@ -10,7 +10,8 @@ import { randomChangeSequences } from '../helpers/row-change-arbitrary.js';
  * PostgreSQL's rendering of RowChange (pg-row-applier.ts) leaves the rows SqliteRowApplier leaves
  * (docs/plans/store-port.md, step 7): the same changes on a fresh store of each, every table they
  * write read back from both and compared. PostgreSQL gets them in batches of any size, since its
- * applier merges consecutive changes of a kind into one statement.
+ * applier groups a batch's changes of a kind into one statement across the others (pg-row-schedule.ts).
+ * Skipped, with the reason printed, where no PostgreSQL server binaries are installed.
  */
 
 const server = postgresForFile();
