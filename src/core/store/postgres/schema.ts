@@ -204,6 +204,19 @@ export const PG_MIGRATIONS: readonly string[] = [
     SELECT session_id, max(id) FROM events GROUP BY session_id
   ON CONFLICT (session_id) DO NOTHING;
   `,
+  // 13 (issue 35): the gaps already reported (SQLite's reported_gaps, version 1), so that a server with
+  // no working copy that reported a dropped run live (report-dropped.ts) does not report the same
+  // `seq` hole again when it scans the family's events at its next load.
+  `
+  CREATE TABLE IF NOT EXISTS reported_gaps (
+    session_id text COLLATE "C" NOT NULL,
+    gap_start_id text COLLATE "C" NOT NULL,
+    gap_end_id text COLLATE "C" NOT NULL,
+    missing_count bigint NOT NULL,
+    reported_at_us bigint NOT NULL,
+    PRIMARY KEY (session_id, gap_start_id)
+  );
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
