@@ -1,10 +1,11 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { applyRowChanges, renderRowChanges } from '../../src/core/store/postgres/pg-row-applier.js';
-import type { PatternInsert, RowChange, ToolCallInsert } from '../../src/core/store/row-change.js';
+import { applyRowChanges } from '../../src/core/store/postgres/pg-row-applier.js';
+import type { RowChange } from '../../src/core/store/row-change.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { bareSession, RowStores, type Setup } from '../helpers/row-applier-stores.js';
 import { randomChangeSequences } from '../helpers/row-change-arbitrary.js';
+import { archived, pattern, session, toolCall, toolCallUpdate } from '../helpers/row-change-builders.js';
 
 /**
  * PostgreSQL's rendering of RowChange (pg-row-applier.ts) leaves the rows SqliteRowApplier leaves
@@ -15,73 +16,6 @@ import { randomChangeSequences } from '../helpers/row-change-arbitrary.js';
  */
 
 const server = postgresForFile();
-
-const session = (
-  sessionId: string,
-  atUs: number,
-  parentSessionId: string | null = null,
-): Extract<RowChange, { kind: 'session.create' }> => ({
-  kind: 'session.create',
-  sessionId,
-  parentSessionId,
-  workspacePath: `/ws/${sessionId}`,
-  workspaceHash: `h_${sessionId}`,
-  activeModel: 'scripted:a',
-  stickyModel: null,
-  atUs,
-});
-
-const toolCall = (
-  id: string,
-  status: string,
-  fields: Partial<Omit<ToolCallInsert, 'kind'>> = {},
-): ToolCallInsert => ({
-  kind: 'toolCall.insert',
-  rowId: null,
-  id,
-  sessionId: 'sess_a',
-  turnId: 'turn_1',
-  messageId: 'msg_1',
-  toolName: 'read_file',
-  inputJson: `{"path":"${id}"}`,
-  status,
-  atUs: 10,
-  ...fields,
-});
-
-const toolCallUpdate = (id: string, status: string): Extract<RowChange, { kind: 'toolCall.update' }> => ({
-  kind: 'toolCall.update',
-  id,
-  sessionId: 'sess_a',
-  turnId: 'turn_1',
-  messageId: 'msg_1',
-  status,
-  outputJson: `"${id} ${status}"`,
-  errorClass: null,
-  atUs: 20,
-});
-
-const pattern = (n: number, atUs: number, fields: Partial<PatternInsert> = {}): PatternInsert => ({
-  kind: 'pattern.insert',
-  rowId: null,
-  fingerprintId: `fp_${n}`,
-  key: `key_${n}`,
-  featuresJson: '{}',
-  model: 'scripted:a',
-  sessionId: 'sess_a',
-  score: 0.5,
-  costUsd: 0.01,
-  turns: 1,
-  atUs,
-  ...fields,
-});
-
-const archived = (sessionId: string, n: number, timestampUs: number) => ({
-  sessionId,
-  id: `evt_${String(n).padStart(3, '0')}`,
-  timestampUs,
-  eventJson: `{"n":${n}}`,
-});
 
 describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave the same rows', () => {
   let stores: RowStores;
@@ -407,105 +341,6 @@ describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave t
       ],
     );
     await expectSameRows([], [session('sess_a', 1), toolCall('call_1', 'pending'), pattern(1, 1)]);
-  });
-
-  it('changes of a kind go in one statement past changes they commute with, a key once per statement', () => {
-    const spend = (sessionId: string) => ({ kind: 'budget.spend', sessionId, usd: 1, tokens: 1 }) as const;
-    const sticky = (sessionId: string) =>
-      ({ kind: 'session.sticky', sessionId, model: 'm', atUs: 1 }) as const;
-    const namesOf = (changes: readonly RowChange[]) =>
-      renderRowChanges(changes).map((statement) => statement.name.replace('metis_rows_', ''));
-    expect(
-      namesOf([
-        session('sess_a', 1),
-        session('sess_b', 1),
-        spend('sess_a'),
-        spend('sess_a'),
-        spend('sess_b'),
-        sticky('sess_a'),
-        sticky('sess_a'),
-        sticky('sess_b'),
-        sticky('sess_b'),
-        sticky('sess_a'),
-        { kind: 'pattern.deleteAll' },
-        { kind: 'pattern.deleteAll' },
-      ]),
-    ).toEqual([
-      ...['session_create', 'budget_spend', 'session_sticky', 'session_sticky', 'session_sticky'],
-      ...['pattern_delete_all', 'pattern_delete_all'],
-    ]);
-    // A turn's changes, session after session: each kind joins its group across the other sessions'.
-    const turn = (sessionId: string, n: number): RowChange[] => [
-      toolCall(`call_${n}`, 'running', { sessionId }),
-      { ...toolCallUpdate(`call_${n}`, 'completed'), sessionId },
-      spend(sessionId),
-      sticky(sessionId),
-    ];
-    expect(namesOf([...turn('sess_a', 1), ...turn('sess_b', 2), ...turn('sess_c', 3)])).toEqual([
-      'tool_call_insert',
-      'tool_call_update',
-      'budget_spend',
-      'session_sticky',
-    ]);
-    // A row needing its session's (a foreign key) does not pass the session's creation.
-    const message = (sessionId: string): RowChange => ({
-      kind: 'message.upsert',
-      id: `msg_${sessionId}`,
-      sessionId,
-      turnId: null,
-      role: 'user',
-      contentJson: '"hi"',
-      status: 'complete',
-      model: null,
-      usageJson: null,
-      createdAtUs: 1,
-    });
-    expect(
-      namesOf([
-        message('sess_a'),
-        toolCall('call_1', 'pending'),
-        session('sess_new', 1),
-        message('sess_new'),
-      ]),
-    ).toEqual(['message_upsert', 'tool_call_insert', 'session_create', 'message_upsert']);
-    // Nothing passes a change of its rows: a call's insert or update, a close of its session's calls,
-    // its session's creation, a trim of its table.
-    const close: RowChange = {
-      kind: 'toolCall.closeOpen',
-      sessionId: 'sess_a',
-      turnId: null,
-      status: 'cancelled',
-      errorClass: 'cancelled',
-      outputJson: '"cut"',
-      atUs: 30,
-    };
-    expect(
-      namesOf([
-        toolCallUpdate('call_1', 'running'),
-        toolCall('call_1', 'pending'),
-        toolCallUpdate('call_1', 'completed'),
-        toolCall('call_2', 'pending'),
-        close,
-        toolCall('call_3', 'pending'),
-        sticky('sess_b'),
-        session('sess_b', 2),
-        sticky('sess_b'),
-        pattern(1, 1),
-        { kind: 'pattern.deleteOldest', count: 1 },
-        pattern(2, 2),
-      ]),
-    ).toEqual([
-      ...[
-        'tool_call_update',
-        'tool_call_insert',
-        'tool_call_update',
-        'tool_call_close_open',
-        'tool_call_insert',
-      ],
-      ...['session_sticky', 'session_create', 'session_sticky'],
-      ...['pattern_fingerprints', 'pattern_outcomes', 'pattern_delete_oldest'],
-      ...['pattern_fingerprints', 'pattern_outcomes'],
-    ]);
   });
 
   it('a handoff settle is refused before anything is applied: PostgreSQL has no handoff queue', async () => {
