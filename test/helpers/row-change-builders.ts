@@ -71,3 +71,14 @@ export const archived = (sessionId: string, n: number, timestampUs: number) => (
   timestampUs,
   eventJson: `{"n":${n}}`,
 });
+
+/** Closes sess_a's open calls (every turn's), as a cut turn's recovery does. */
+export const closeOpen = (atUs: number): Extract<RowChange, { kind: 'toolCall.closeOpen' }> => ({
+  kind: 'toolCall.closeOpen',
+  sessionId: 'sess_a',
+  turnId: null,
+  status: 'cancelled',
+  errorClass: 'cancelled',
+  outputJson: '"cut"',
+  atUs,
+});

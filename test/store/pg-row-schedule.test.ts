@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { renderRowChanges } from '../../src/core/store/postgres/pg-row-applier.js';
 import type { RowChange } from '../../src/core/store/row-change.js';
-import { pattern, session, toolCall, toolCallUpdate } from '../helpers/row-change-builders.js';
+import { closeOpen, pattern, session, toolCall, toolCallUpdate } from '../helpers/row-change-builders.js';
 
 /**
  * How PostgreSQL's row applier groups a batch (pg-row-schedule.ts): a change joins the nearest earlier
@@ -70,15 +70,7 @@ describe('PostgreSQL row statements of a batch', () => {
     ).toEqual(['message_upsert', 'tool_call_insert', 'session_create', 'message_upsert']);
     // Nothing passes a change of its rows: a call's insert or update, a close of its session's calls,
     // its session's creation, a trim of its table.
-    const close: RowChange = {
-      kind: 'toolCall.closeOpen',
-      sessionId: 'sess_a',
-      turnId: null,
-      status: 'cancelled',
-      errorClass: 'cancelled',
-      outputJson: '"cut"',
-      atUs: 30,
-    };
+    const close = closeOpen(30);
     expect(
       namesOf([
         toolCallUpdate('call_1', 'running'),

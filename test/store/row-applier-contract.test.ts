@@ -5,7 +5,14 @@ import type { RowChange } from '../../src/core/store/row-change.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { bareSession, RowStores, type Setup } from '../helpers/row-applier-stores.js';
 import { randomChangeSequences } from '../helpers/row-change-arbitrary.js';
-import { archived, pattern, session, toolCall, toolCallUpdate } from '../helpers/row-change-builders.js';
+import {
+  archived,
+  closeOpen,
+  pattern,
+  session,
+  toolCall,
+  toolCallUpdate,
+} from '../helpers/row-change-builders.js';
 
 /**
  * PostgreSQL's rendering of RowChange (pg-row-applier.ts) leaves the rows SqliteRowApplier leaves
@@ -82,15 +89,7 @@ describe.runIf(postgresTestsRun)('RowChanges on SQLite and on PostgreSQL leave t
         errorClass: null,
         atUs: 105,
       },
-      {
-        kind: 'toolCall.closeOpen',
-        sessionId: 'sess_a',
-        turnId: null,
-        status: 'cancelled',
-        errorClass: 'cancelled',
-        outputJson: '"cut"',
-        atUs: 106,
-      },
+      closeOpen(106),
       { kind: 'budget.caps', sessionId: 'sess_a', capsJson: '{"usd":1}' },
       { kind: 'budget.spend', sessionId: 'sess_a', usd: 0.1, tokens: 10 },
       { kind: 'budget.spend', sessionId: 'sess_b', usd: 0.2, tokens: 20 },
