@@ -54,3 +54,24 @@ export function openPair(dbPath: string, url: string): StorePair {
 export function pointsOf(ids: readonly string[]): string[] {
   return ['', 'evt_', ...ids, ...ids.map((id) => `${id}0`), `${ids.at(-1) ?? 'evt_'}~`];
 }
+
+/**
+ * A second row for the newest tool call, as a provider that repeats tool_use ids across messages
+ * (`call_1` in each) leaves them: same id, session and turn, a later message, another outcome. Which
+ * of the two rows a read answers is where two adapters can differ. Returns the repeated id.
+ */
+export function repeatToolUseId(db: Db): string {
+  const { row_id, id } = db
+    .prepare('SELECT row_id, id FROM tool_calls ORDER BY row_id DESC LIMIT 1')
+    .get() as {
+    row_id: number;
+    id: string;
+  };
+  db.prepare(
+    `INSERT INTO tool_calls (id, session_id, turn_id, message_id, tool_name, input_json, status, output_json,
+                             error_class, created_at_us, updated_at_us)
+     SELECT id, session_id, turn_id, coalesce(message_id, 'msg') || '_again', tool_name, input_json, 'failed',
+            '"again"', 'repeated', created_at_us + 1, updated_at_us + 1 FROM tool_calls WHERE row_id = ?`,
+  ).run(row_id);
+  return id;
+}

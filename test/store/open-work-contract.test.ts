@@ -6,14 +6,21 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
-import { openDatabase } from '../../src/core/store/database.js';
+import { type Db, openDatabase } from '../../src/core/store/database.js';
 import { type OpenWork, SqliteOpenWork } from '../../src/core/store/open-work.js';
 import { PgOpenWork } from '../../src/core/store/postgres/pg-open-work.js';
 import { crash, openStrict } from '../helpers/crash-reopen.js';
 import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { eventually } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
-import { copiedToPostgres, keepStore, openPair, pointsOf, type StorePair } from '../helpers/store-pair.js';
+import {
+  copiedToPostgres,
+  keepStore,
+  openPair,
+  pointsOf,
+  repeatToolUseId,
+  type StorePair,
+} from '../helpers/store-pair.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**
@@ -47,32 +54,58 @@ const asks: Tool = defineTool({
 });
 
 /**
- * A store as a crash leaves it: ended turns; a planner's turn and its worker's cut mid-tool (rows
- * running); a turn waiting on a confirmation (its row pending).
+ * A store as a crash leaves it: ended turns; a session resumed by a later process; a planner's turn and
+ * its worker's cut mid-tool (rows running); a turn waiting on a confirmation (its row pending).
  */
 async function crashedStore(): Promise<string> {
   const dbPath = join(tempDir(), 'metis.db');
-  const first = openStrict(dbPath);
   const config = testRuntimeConfig({
     tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' },
   });
-  const runtime = createRuntime({ bus: first.bus, store: first.port, config, tools: [hangs, asks] });
-  const planner = runtime.createSession({ workspacePath: tempDir() });
-  await runtime.submitTurn(planner.id, 'think: first');
-  await runtime.currentTurn(planner.id)?.done;
+  const earlier = openStrict(dbPath);
+  const before = createRuntime({ bus: earlier.bus, store: earlier.port, config, tools: [hangs, asks] });
+  const planner = before.createSession({ workspacePath: tempDir() });
+  await before.submitTurn(planner.id, 'think: first');
+  await before.currentTurn(planner.id)?.done;
+  await earlier.flush();
+  crash(earlier);
+
+  const later = openStrict(dbPath);
+  const runtime = createRuntime({ bus: later.bus, store: later.port, config, tools: [hangs, asks] });
   runtime.submitTurn(planner.id, 'delegate: client: hang');
   const asking = runtime.createSession({ workspacePath: tempDir() });
   await runtime.submitTurn(asking.id, 'hello');
   await runtime.currentTurn(asking.id)?.done;
   runtime.submitTurn(asking.id, 'client: asks');
   const statuses = () =>
-    first.db.prepare('SELECT status FROM tool_calls ORDER BY row_id').pluck().all() as string[];
+    later.db.prepare('SELECT status FROM tool_calls ORDER BY row_id').pluck().all() as string[];
   const cut = () => statuses().filter((status) => status === 'running').length >= 2;
   const held = () => runtime.confirmations.pendingIn(asking.id).length === 1;
   expect(await eventually(() => cut() && held(), 10_000)).toBe(true);
-  await first.flush();
-  crash(first);
+  await later.flush();
+  crash(later);
   return dbPath;
+}
+
+/**
+ * A session whose costs a float sum in another order, or in decimal, rounds differently from SQLite's
+ * sum() (0.1 + 0.2 + 0.3), with a worker's cost stored as text.
+ */
+function insertCostedSession(db: Db): void {
+  db.prepare("INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES ('sess_costs', 0, 0)").run();
+  const insert = db.prepare(
+    `INSERT INTO events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json)
+     VALUES ('sess_costs', ?, ?, 1700000000000000, 'turn_costs', NULL, ?, 'system', 'internal', ?)`,
+  );
+  const nextUlid = monotonicFactory();
+  const costs: [string, string][] = [
+    ['llm.call_completed', '{"cost_usd":0.1}'],
+    ['llm.call_completed', '{"cost_usd":0.2}'],
+    ['delegate.completed', '{"worker_total_cost_usd":"0.3"}'],
+    ['llm.call_completed', '{"cost_usd":0.3}'],
+    ['delegate.failed', '{"reason":"no cost recorded"}'],
+  ];
+  for (const [n, [type, payload]] of costs.entries()) insert.run(`evt_${nextUlid()}`, n + 1, type, payload);
 }
 
 describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer the same', () => {
@@ -97,6 +130,7 @@ describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer th
     // A server archives deltas (stream-archive.ts), a bare runtime does not, and copyStore leaves the
     // archive out: the same rows go into both stores here.
     const writable = openDatabase(dbPath);
+    insertCostedSession(writable);
     sessionIds = writable
       .prepare("SELECT id FROM sessions WHERE id <> 'system' ORDER BY id")
       .pluck()
@@ -112,9 +146,16 @@ describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer th
       'INSERT INTO stream_events (session_id, id, timestamp_us, event_json) VALUES (?, ?, ?, ?)',
     );
     for (const row of archived) insert.run(row.sessionId, row.id, row.timestampUs, row.json);
+    const repeated = repeatToolUseId(writable);
     const statuses = writable.prepare('SELECT DISTINCT status FROM tool_calls').pluck().all();
+    const resumed = writable
+      .prepare("SELECT count(*) FROM events WHERE type = 'session.resumed'")
+      .pluck()
+      .get();
     writable.close();
     expect(statuses).toEqual(expect.arrayContaining(['pending', 'running']));
+    expect(resumed).toBeGreaterThan(0);
+    expect(repeated).toBeTruthy();
 
     url = await copiedToPostgres(dbPath, server);
     pair = openPair(dbPath, url);
@@ -176,7 +217,7 @@ describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer th
           await sqlite.turnMessages(sessionId, turnId),
         );
     }
-    expect(costed).toBeGreaterThanOrEqual(2);
+    expect(costed).toBeGreaterThanOrEqual(3);
   });
 
   it('tool calls by id, open and closed, and archived streaming events after each point', async () => {

@@ -3,11 +3,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../../src/core/store/database.js';
 import { pgTraceContentReads } from '../../src/core/store/postgres/pg-trace-content-reads.js';
 import { sqliteTraceContentReads, type TraceContentReads } from '../../src/core/store/trace-content-rows.js';
 import { TraceStore } from '../../src/core/store/trace-store.js';
 import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
-import { copiedToPostgres, keepStore, openPair, pointsOf, type StorePair } from '../helpers/store-pair.js';
+import {
+  copiedToPostgres,
+  keepStore,
+  openPair,
+  pointsOf,
+  repeatToolUseId,
+  type StorePair,
+} from '../helpers/store-pair.js';
 import { writtenStore } from '../helpers/written-store.js';
 
 /**
@@ -51,6 +59,9 @@ describe.runIf(postgresTestsRun)('TraceContentReads on SQLite and on PostgreSQL 
       await t.context.flush();
     });
     const dbPath = keepStore(written, dir);
+    const writable = openDatabase(dbPath);
+    repeatToolUseId(writable);
+    writable.close();
     pair = openPair(dbPath, await copiedToPostgres(dbPath, server));
     sqlite = sqliteTraceContentReads(new TraceStore(pair.db));
     postgres = pgTraceContentReads(pair.pool);
@@ -92,9 +103,12 @@ describe.runIf(postgresTestsRun)('TraceContentReads on SQLite and on PostgreSQL 
       toolCalls += left.toolCalls.size;
     }
     expect(toolCalls).toBeGreaterThan(0);
-    const ulids = (pair!.db.prepare('SELECT id FROM events ORDER BY id').pluck().all() as string[]).map(
-      (id) => id.slice('evt_'.length),
-    );
+    // Points at events' ULIDs and at messages' own (a message's id is msg_ and a ULID of its own).
+    const ids = pair!.db
+      .prepare('SELECT id FROM events UNION ALL SELECT id FROM messages ORDER BY 1')
+      .pluck()
+      .all() as string[];
+    const ulids = ids.map((id) => id.slice(id.indexOf('_') + 1)).sort();
     for (const sessionId of sessionIds)
       for (const ulid of pointsOf(ulids))
         expect(await postgres.messagesBefore(sessionId, ulid), `${sessionId} ${ulid}`).toBe(
