@@ -108,6 +108,20 @@ function insertCostedSession(db: Db): void {
   for (const [n, [type, payload]] of costs.entries()) insert.run(`evt_${nextUlid()}`, n + 1, type, payload);
 }
 
+/**
+ * A session with more messages than SqliteOpenWork looks through (its newest 200): the older turn's
+ * first messages are beyond them, and an adapter must leave them out alike.
+ */
+function insertLongSession(db: Db): void {
+  db.prepare("INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES ('sess_long', 0, 0)").run();
+  const insert = db.prepare(
+    `INSERT INTO messages (id, session_id, turn_id, role, content_json, status, model, usage_json, created_at_us)
+     VALUES (?, 'sess_long', ?, 'user', '[{"type":"text","text":"again"}]', 'complete', NULL, NULL, ?)`,
+  );
+  const nextUlid = monotonicFactory();
+  for (let n = 0; n < 205; n += 1) insert.run(`msg_${nextUlid()}`, n < 10 ? 'turn_older' : 'turn_newer', n);
+}
+
 describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer the same', () => {
   let dir: string;
   let dbPath: string;
@@ -131,6 +145,7 @@ describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer th
     // archive out: the same rows go into both stores here.
     const writable = openDatabase(dbPath);
     insertCostedSession(writable);
+    insertLongSession(writable);
     sessionIds = writable
       .prepare("SELECT id FROM sessions WHERE id <> 'system' ORDER BY id")
       .pluck()
