@@ -11,9 +11,14 @@ export function openStrict(dbPath: string): TraceContext {
  * the file: nothing more of it reaches the store) and opens the same file again, as the next start does.
  */
 export function crashAndReopen(first: TraceContext): TraceContext {
-  first.writer.close();
-  first.db.close();
+  crash(first);
   const second = openStrict(first.dbPath);
   onTestFinished(() => second.close());
   return second;
+}
+
+/** Closes a process's writer and database under it, as a SIGKILL leaves the file. */
+export function crash(context: TraceContext): void {
+  context.writer.close();
+  context.db.close();
 }

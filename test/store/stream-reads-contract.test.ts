@@ -1,12 +1,10 @@
-import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { monotonicFactory } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Db, openDatabase } from '../../src/core/store/database.js';
-import { postgresPool } from '../../src/core/store/postgres/connect.js';
 import { purgePostgres } from '../../src/core/store/postgres/pg-prune.js';
 import {
   EVENT_BEFORE_SQL,
@@ -16,13 +14,13 @@ import {
 import { purgeOldEvents, retentionCutoffUs } from '../../src/core/store/retention.js';
 import type { CountedCost } from '../../src/core/store/session-as-of.js';
 import { COST_EVENT_TYPES, SessionStore } from '../../src/core/store/session-store.js';
-import { copyStore } from '../../src/core/store/store-copy.js';
 import { type StreamReads, sqliteStreamReads } from '../../src/core/store/stream-reads.js';
 import { type ReplayQuery, TraceStore } from '../../src/core/store/trace-store.js';
 import { insertOldEvents } from '../helpers/old-events.js';
 import { loadOldEvents } from '../helpers/pg-old-events.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
-import { startTestServer } from '../helpers/server.js';
+import { copiedToPostgres, keepStore, openPair, pointsOf, type StorePair } from '../helpers/store-pair.js';
+import { writtenStore } from '../helpers/written-store.js';
 
 /**
  * The stream's reads (stream-reads.ts) answer the same on both stores (docs/plans/store-port.md, step 7):
@@ -32,41 +30,11 @@ import { startTestServer } from '../helpers/server.js';
 
 const server = postgresForFile();
 
-/** `run:` calls the shell tool (side effects: execute), which this config asks about. */
-const ASK_EXECUTE = { tool_confirmation: { write: 'allow', execute: 'ask', network: 'allow' } } as const;
-
 interface StoredEvent {
   readonly id: string;
   readonly session_id: string;
   readonly type: string;
   readonly payload_json: string;
-}
-
-/** A store as a server leaves it: turns with thinking, tool calls, a delegation, a confirmation asked and answered. */
-async function writtenStore(): Promise<string> {
-  const t = await startTestServer(ASK_EXECUTE);
-  const first = await t.createSession();
-  for (const message of ['think: time', 'delegate: count the files', 'hello'])
-    await t.submit(first, message).then(() => t.runtime.currentTurn(first)?.done);
-  await t.submit(first, 'run: echo hi');
-  let pending: string[] = [];
-  while (pending.length === 0) {
-    pending = t.runtime.confirmations.pendingIn(first);
-    await sleep(10);
-  }
-  const answered = await t.request('POST', `/sessions/${first}/confirmations/${pending[0]}`, {
-    decision: 'allow',
-  });
-  expect(answered.status).toBe(200);
-  await t.runtime.currentTurn(first)?.done;
-  const second = await t.createSession();
-  await t.submit(second, 'think: é 🙂 "quoted"');
-  await t.runtime.currentTurn(second)?.done;
-  await t.request('POST', `/sessions/${second}/end`, {});
-  await t.server.close();
-  await t.runtime.close();
-  await t.context.close();
-  return t.context.dbPath;
 }
 
 /** What the runtime's cost accumulator counts of a stored cost event (runtime/cost-accumulator.ts). */
@@ -104,11 +72,6 @@ function countedVariants(costs: readonly { id: string; amount: number }[], atId:
   return variants;
 }
 
-/** Stored ids, and ids between and around them: before the first, after the last, just past each. */
-function pointsOf(ids: readonly string[]): string[] {
-  return ['', 'evt_', ...ids, ...ids.map((id) => `${id}0`), `${ids.at(-1) ?? 'evt_'}~`];
-}
-
 describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer the same', () => {
   let dbPath: string;
   let url: string;
@@ -119,11 +82,11 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
   let events: StoredEvent[];
   let sessionIds: string[];
 
+  let pair: StorePair | undefined;
   const openBoth = () => {
-    // Read-only: a trace context would record its writer's start in `system`, which PostgreSQL lacks.
-    db = openDatabase(dbPath, { readonly: true });
+    pair = openPair(dbPath, url);
+    ({ db, pool } = pair);
     const sessions = new SessionStore(db);
-    pool = postgresPool(url, 'serve', 4);
     sqlite = sqliteStreamReads(new TraceStore(db), sessions);
     postgres = pgStreamReads(pool, sessions);
     events = db
@@ -132,9 +95,8 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
     sessionIds = [...new Set(events.map((event) => event.session_id))].sort();
   };
   const closeBoth = async () => {
-    db?.close();
-    await pool?.end();
-    pool = undefined;
+    await pair?.close();
+    pair = undefined;
   };
 
   let dir: string;
@@ -149,10 +111,7 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
   // A test, not a hook: the test server and its folder live as long as the test that starts them, so
   // the store is moved out of its folder for the tests after this one.
   it('a server writes the store, which is copied into PostgreSQL', async () => {
-    const written = await writtenStore();
-    dbPath = join(dir, 'store.db');
-    for (const suffix of ['', '-wal', '-shm'])
-      if (existsSync(written + suffix)) copyFileSync(written + suffix, dbPath + suffix);
+    dbPath = keepStore(await writtenStore(), dir);
     const writable = openDatabase(dbPath);
     const [realSession] = writable
       .prepare("SELECT id FROM sessions WHERE id <> 'system' AND parent_session_id IS NULL ORDER BY id")
@@ -178,8 +137,7 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
     odd.run(oddIds[3], 4, 10_000_000_000_000_000, 'turn_odd', null); // 2286: past SQLite's strftime
     odd.run(oddIds[4], 5, 253_402_300_800_000_000, 'turn_odd', null); // 10000: past PostgreSQL's to_char
     writable.close();
-    url = freshDatabase(server);
-    await copyStore({ from: dbPath, to: url });
+    url = await copiedToPostgres(dbPath, server);
     openBoth();
     const types = new Set(events.map((event) => event.type));
     for (const type of [

@@ -67,7 +67,7 @@ export interface ToolCallKey {
   readonly message_id: string | null;
 }
 
-interface MessageRow {
+export interface MessageRow {
   id: string;
   session_id: string;
   turn_id: string | null;
@@ -79,7 +79,7 @@ interface MessageRow {
   created_at_us: number;
 }
 
-function toMessage(row: MessageRow): MessageRecord {
+export function toMessage(row: MessageRow): MessageRecord {
   return {
     id: row.id,
     session_id: row.session_id,

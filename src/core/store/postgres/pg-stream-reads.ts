@@ -66,6 +66,30 @@ export function replayStatement(query: ReplayQuery): pg.QueryArrayConfig {
 }
 
 /**
+ * A page of stored events as frames (StreamReads.replayJson), each built by PostgreSQL where it can
+ * format the timestamp and by rowToJson where it cannot. Also the trace page's replay
+ * (pg-trace-content-reads.ts), which parses the same frames.
+ */
+export async function pgReplayJson(
+  pool: pg.Pool,
+  query: ReplayQuery,
+): Promise<{ rows: EventJsonRow[]; tooLarge: boolean }> {
+  const rows = (await pool.query(replayStatement(query))).rows as [string, string | null][];
+  const tooLarge = rows.length > query.limit;
+  if (tooLarge) rows.length = query.limit;
+  const unformatted = rows.filter((row) => row[1] === null).map((row) => row[0]);
+  if (unformatted.length === 0) return { rows: rows as EventJsonRow[], tooLarge };
+  const stored = await pool.query({
+    text: `SELECT ${EVENT_COLUMNS} FROM events WHERE id = ANY($1)`,
+    values: [unformatted],
+    rowMode: 'array',
+    types: BIGINT_AS_NUMBER,
+  });
+  const encoded = new Map((stored.rows as EventRow[]).map((row) => [row[0], rowToJson(row)]));
+  return { rows: rows.map(([id, json]): EventJsonRow => [id, json ?? encoded.get(id)!]), tooLarge };
+}
+
+/**
  * The stream's reads (stream-reads.ts) answered by the PostgreSQL store of record, so a server with no
  * SQLite working copy can serve subscriptions (docs/plans/store-port.md, steps 7-8). Each answer is the
  * SQLite adapter's for the same events. `messagesAsOf` stays with `sessions`: pending messages and marks
@@ -104,21 +128,7 @@ export function pgStreamReads(pool: pg.Pool, sessions: Pick<SessionRows, 'messag
   };
 
   return {
-    async replayJson(query) {
-      const rows = (await pool.query(replayStatement(query))).rows as [string, string | null][];
-      const tooLarge = rows.length > query.limit;
-      if (tooLarge) rows.length = query.limit;
-      const unformatted = rows.filter((row) => row[1] === null).map((row) => row[0]);
-      if (unformatted.length === 0) return { rows: rows as EventJsonRow[], tooLarge };
-      const stored = await pool.query({
-        text: `SELECT ${EVENT_COLUMNS} FROM events WHERE id = ANY($1)`,
-        values: [unformatted],
-        rowMode: 'array',
-        types: BIGINT_AS_NUMBER,
-      });
-      const encoded = new Map((stored.rows as EventRow[]).map((row) => [row[0], rowToJson(row)]));
-      return { rows: rows.map(([id, json]): EventJsonRow => [id, json ?? encoded.get(id)!]), tooLarge };
-    },
+    replayJson: (query) => pgReplayJson(pool, query),
 
     async eventBefore(sessionIds, beforeId) {
       const row = await one<{ id: string | null }>(EVENT_BEFORE_SQL, [sessionIds, beforeId]);

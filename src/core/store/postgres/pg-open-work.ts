@@ -1,0 +1,145 @@
+import type pg from 'pg';
+import type { OpenTurn, OpenWork, TurnEventRow } from '../open-work.js';
+import {
+  COST_EVENT_TYPES,
+  type MessageRecord,
+  type MessageRow,
+  type SessionRecord,
+  type ToolCallRecord,
+  toMessage,
+} from '../session-store.js';
+import { BIGINT_AS_NUMBER } from './pg-util.js';
+
+/** SqliteOpenWork reads a turn's messages among the session's newest this many. */
+const RECENT_MESSAGES = 200;
+
+/**
+ * SQLite's `sum()` of doubles (Kahan-Babuska-Neumaier, since 3.43), so a cost summed here is the same
+ * double `SessionStore.storedCost` answers: a numeric or float8 sum in PostgreSQL can differ in the
+ * last bit (0.1 + 0.2), and the runtime seeds its running cost from this figure.
+ */
+function sqliteSum(values: readonly number[]): number {
+  let sum = 0;
+  let error = 0;
+  for (const value of values) {
+    const next = sum + value;
+    error += Math.abs(sum) > Math.abs(value) ? sum - next + value : value - next + sum;
+    sum = next;
+  }
+  return Number.isNaN(error) ? sum : sum + error;
+}
+
+/** What SQLite's `CAST(text AS REAL)` makes of a text: its longest numeric prefix, else 0. */
+const textAsReal = (text: string): number => {
+  const value = Number.parseFloat(text);
+  return Number.isNaN(value) ? 0 : value;
+};
+
+/**
+ * The open work of a PostgreSQL store (open-work.ts), for recovery and take-over on a server with no
+ * SQLite working copy (docs/plans/store-port.md, steps 7-8). Each answer is SqliteOpenWork's for the
+ * same rows, with the same JavaScript types (bigint columns as numbers).
+ */
+export class PgOpenWork implements OpenWork {
+  constructor(private readonly pool: pg.Pool) {}
+
+  private async rows<T>(text: string, values: unknown[] = []): Promise<T[]> {
+    return (await this.pool.query({ text, values, types: BIGINT_AS_NUMBER })).rows as T[];
+  }
+
+  openTurns(): Promise<OpenTurn[]> {
+    return this.rows<OpenTurn>(
+      `SELECT s.session_id, s.turn_id, s.id, se.parent_session_id FROM events s
+         JOIN sessions se ON se.id = s.session_id
+        WHERE s.type = 'turn.started' AND s.turn_id IS NOT NULL AND NOT EXISTS (
+          SELECT 1 FROM events e WHERE e.turn_id = s.turn_id AND e.type IN ('turn.completed', 'turn.cancelled'))
+        ORDER BY s.id`,
+    );
+  }
+
+  turnEvents(turnId: string): Promise<TurnEventRow[]> {
+    return this.rows<TurnEventRow>(
+      'SELECT id, type, parent_event_id, timestamp_us, payload_json FROM events WHERE turn_id = $1 ORDER BY id',
+      [turnId],
+    );
+  }
+
+  async resumedSince(sessionId: string, afterId: string): Promise<number> {
+    const [row] = await this.rows<{ count: number }>(
+      "SELECT count(*) AS count FROM events WHERE session_id = $1 AND type = 'session.resumed' AND id > $2",
+      [sessionId, afterId],
+    );
+    return row!.count;
+  }
+
+  sessionsWithOpenToolCalls(): Promise<{ session_id: string; parent_session_id: string | null }[]> {
+    return this.rows(
+      `SELECT DISTINCT t.session_id, s.parent_session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
+        WHERE t.status IN ('pending', 'running') ORDER BY t.session_id`,
+    );
+  }
+
+  async session(sessionId: string): Promise<SessionRecord | null> {
+    const [row] = await this.rows<SessionRecord>('SELECT * FROM sessions WHERE id = $1', [sessionId]);
+    return row ?? null;
+  }
+
+  async storedCost(sessionId: string): Promise<number> {
+    const rows = await this.rows<{ type: string; amount: string | null }>(
+      `SELECT type, CASE type WHEN 'llm.call_completed' THEN payload_json::json ->> 'cost_usd'
+                              ELSE payload_json::json ->> 'worker_total_cost_usd' END AS amount
+         FROM events WHERE session_id = $1 AND type = ANY($2) ORDER BY id`,
+      [sessionId, COST_EVENT_TYPES],
+    );
+    // As json_extract then sum(): a missing amount counts nothing; a worker's is text cast to REAL.
+    const amounts = rows
+      .filter((row) => row.amount !== null)
+      .map((row) => (row.type === 'llm.call_completed' ? Number(row.amount) : textAsReal(row.amount!)));
+    return sqliteSum(amounts);
+  }
+
+  async turnCount(sessionId: string): Promise<number> {
+    const [row] = await this.rows<{ count: number }>(
+      "SELECT count(*) AS count FROM events WHERE session_id = $1 AND type = 'turn.started'",
+      [sessionId],
+    );
+    return row!.count;
+  }
+
+  async turnMessages(sessionId: string, turnId: string): Promise<MessageRecord[]> {
+    const rows = await this.rows<MessageRow>(
+      `SELECT * FROM (SELECT * FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $3) recent
+        WHERE turn_id = $2 ORDER BY id`,
+      [sessionId, turnId, RECENT_MESSAGES],
+    );
+    return rows.map(toMessage);
+  }
+
+  async toolCall(toolUseId: string, sessionId: string): Promise<ToolCallRecord | null> {
+    const [row] = await this.rows<
+      Omit<ToolCallRecord, 'input' | 'output'> & {
+        input_json: string;
+        output_json: string | null;
+        row_id: number;
+      }
+    >('SELECT * FROM tool_calls WHERE id = $1 AND session_id = $2 ORDER BY row_id DESC LIMIT 1', [
+      toolUseId,
+      sessionId,
+    ]);
+    if (row === undefined) return null;
+    const { input_json, output_json, row_id: _rowId, ...rest } = row;
+    return {
+      ...rest,
+      input: JSON.parse(input_json),
+      output: output_json === null ? null : JSON.parse(output_json),
+    };
+  }
+
+  async archivedAfter(sessionId: string, afterId: string, limit: number): Promise<string[]> {
+    const rows = await this.rows<{ event_json: string }>(
+      'SELECT event_json FROM stream_events WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3',
+      [sessionId, afterId, limit],
+    );
+    return rows.map((row) => row.event_json);
+  }
+}
