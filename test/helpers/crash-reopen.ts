@@ -1,4 +1,6 @@
 import { onTestFinished } from 'vitest';
+import { z } from 'zod';
+import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
 import { openTraceContext, type TraceContext } from '../../src/core/store/trace-context.js';
 
 /** A trace context on a real SQLite file, validating every event strictly. */
@@ -22,3 +24,15 @@ export function crash(context: TraceContext): void {
   context.writer.close();
   context.db.close();
 }
+
+/** A tool that never ends: a crash lands while it runs (its tool-call row stays `running`). */
+export const hangs: Tool = defineTool({
+  name: 'hang',
+  description: 'never ends: the crash lands in it',
+  inputSchema: z.strictObject({}),
+  sideEffects: 'none',
+  async execute() {
+    await new Promise(() => {});
+    return { content: 'unreachable' };
+  },
+});

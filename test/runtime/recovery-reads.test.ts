@@ -1,11 +1,9 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { silentLogger } from '../../src/core/logger.js';
 import { recoverCrashedTurns } from '../../src/core/runtime/crash-recovery.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
-import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
-import { crashAndReopen, openStrict } from '../helpers/crash-reopen.js';
+import { crashAndReopen, hangs, openStrict } from '../helpers/crash-reopen.js';
 import { eventually } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -16,17 +14,6 @@ import { tempDir } from '../helpers/tmp.js';
  * worker's `session.ended`. Two runtimes on one real SQLite file; the first "crashes" while its worker's
  * tool runs, after the worker's first model call was billed.
  */
-
-const hangs: Tool = defineTool({
-  name: 'hang',
-  description: 'never ends: the crash lands in it',
-  inputSchema: z.strictObject({}),
-  sideEffects: 'none',
-  async execute() {
-    await new Promise(() => {});
-    return { content: 'unreachable' };
-  },
-});
 
 describe('recovery reads what it reports before closing', () => {
   it("a cut worker's cost reaches the planner's delegate.failed and the worker's session.ended", async () => {

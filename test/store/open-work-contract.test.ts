@@ -9,7 +9,7 @@ import { defineTool, type Tool } from '../../src/core/runtime/tools/tool.js';
 import { type Db, openDatabase } from '../../src/core/store/database.js';
 import { type OpenWork, SqliteOpenWork } from '../../src/core/store/open-work.js';
 import { PgOpenWork } from '../../src/core/store/postgres/pg-open-work.js';
-import { crash, openStrict } from '../helpers/crash-reopen.js';
+import { crash, hangs, openStrict } from '../helpers/crash-reopen.js';
 import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { eventually } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
@@ -30,17 +30,6 @@ import { tempDir } from '../helpers/tmp.js';
  */
 
 const server = postgresForFile();
-
-const hangs: Tool = defineTool({
-  name: 'hang',
-  description: 'never ends: the crash lands in it',
-  inputSchema: z.strictObject({}),
-  sideEffects: 'none',
-  async execute() {
-    await new Promise(() => {});
-    return { content: 'unreachable' };
-  },
-});
 
 /** Asks for confirmation first (execute: ask), so its row stays pending until the crash. */
 const asks: Tool = defineTool({

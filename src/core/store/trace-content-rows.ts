@@ -66,23 +66,8 @@ export function turnRecords(db: Db, sessionId: string, turnId: string): TurnReco
       `SELECT id, tool_name, input_json, output_json, status, error_class FROM tool_calls
         WHERE session_id = ? AND turn_id = ? ORDER BY row_id`,
     )
-    .all(sessionId, turnId) as {
-    id: string;
-    tool_name: string;
-    input_json: string;
-    output_json: string | null;
-    status: string;
-    error_class: string | null;
-  }[];
-  for (const row of rows)
-    toolCalls.set(row.id, {
-      id: row.id,
-      tool_name: row.tool_name,
-      input: parse(row.input_json),
-      output: parse(row.output_json),
-      status: row.status,
-      error_class: row.error_class,
-    });
+    .all(sessionId, turnId) as ToolCallContentRow[];
+  for (const row of rows) toolCalls.set(row.id, toContentToolCall(row));
   return { sessionId, turnId, events, messages, toolCalls };
 }
 
@@ -168,26 +153,28 @@ export function toolCallRow(db: Db, sessionId: string, toolUseId: string): Conte
       `SELECT id, tool_name, input_json, output_json, status, error_class FROM tool_calls
         WHERE session_id = ? AND id = ? ORDER BY row_id DESC LIMIT 1`,
     )
-    .get(sessionId, toolUseId) as
-    | {
-        id: string;
-        tool_name: string;
-        input_json: string;
-        output_json: string | null;
-        status: string;
-        error_class: string | null;
-      }
-    | undefined;
-  if (row === undefined) return null;
-  return {
-    id: row.id,
-    tool_name: row.tool_name,
-    input: parse(row.input_json),
-    output: parse(row.output_json),
-    status: row.status,
-    error_class: row.error_class,
-  };
+    .get(sessionId, toolUseId) as ToolCallContentRow | undefined;
+  return row === undefined ? null : toContentToolCall(row);
 }
+
+/** A tool_calls row as both stores' trace reads select it. */
+export interface ToolCallContentRow {
+  readonly id: string;
+  readonly tool_name: string;
+  readonly input_json: string;
+  readonly output_json: string | null;
+  readonly status: string;
+  readonly error_class: string | null;
+}
+
+export const toContentToolCall = (row: ToolCallContentRow): ContentToolCall => ({
+  id: row.id,
+  tool_name: row.tool_name,
+  input: parse(row.input_json),
+  output: parse(row.output_json),
+  status: row.status,
+  error_class: row.error_class,
+});
 
 /**
  * What a session's trace page shows besides its events (the dashboard's content and scores), read per

@@ -1,7 +1,12 @@
 import type pg from 'pg';
 import type { MetisEvent } from '../../events/envelope.js';
 import { EVENT_COLUMNS, type EventRow, rowToEvent } from '../event-rows.js';
-import type { ContentMessage, ContentToolCall, TraceContentReads } from '../trace-content-rows.js';
+import {
+  type ContentMessage,
+  type ToolCallContentRow,
+  type TraceContentReads,
+  toContentToolCall,
+} from '../trace-content-rows.js';
 import { pgReplayJson } from './pg-stream-reads.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
 
@@ -14,29 +19,11 @@ interface MessageContentRow {
   readonly status: string;
 }
 
-interface ToolCallContentRow {
-  readonly id: string;
-  readonly tool_name: string;
-  readonly input_json: string;
-  readonly output_json: string | null;
-  readonly status: string;
-  readonly error_class: string | null;
-}
-
 const toContentMessage = (row: MessageContentRow): ContentMessage => ({
   id: row.id,
   role: row.role,
   status: row.status,
   content: parse(row.content_json) as ContentMessage['content'],
-});
-
-const toContentToolCall = (row: ToolCallContentRow): ContentToolCall => ({
-  id: row.id,
-  tool_name: row.tool_name,
-  input: parse(row.input_json),
-  output: parse(row.output_json),
-  status: row.status,
-  error_class: row.error_class,
 });
 
 /**
