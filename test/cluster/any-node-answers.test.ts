@@ -36,7 +36,7 @@ async function sseStatus(url: string, sessionId: string): Promise<[number, strin
 
 inCluster('a session created on another node', () => {
   it('is answered by every route on a node that never saw it, as on the node that made it', async () => {
-    const { a, b } = await twoNodeCluster(pg);
+    const { a, b, store } = await twoNodeCluster(pg);
     const sessionId = (await clusterRequest(a.url, 'POST', '/sessions', {})).body.session_id as string;
     const turn = await clusterRequest(a.url, 'POST', `/sessions/${sessionId}/turns`, {
       message: 'hello there',
@@ -48,6 +48,19 @@ inCluster('a session created on another node', () => {
           turnEnd(turn.body.turn_id),
         ),
       'the turn to end on A',
+    );
+    // A shows its turn's end once its copy holds it; B reads the list from PostgreSQL, which holds it
+    // once A's next shipment lands.
+    const dbName = new URL(store).pathname.slice(1);
+    await until(
+      async () =>
+        pg
+          .psql(
+            `SELECT count(*) FROM events WHERE turn_id = '${turn.body.turn_id}' AND type = 'turn.completed'`,
+            dbName,
+          )
+          .trim() === '1',
+      'the turn end shipped to PostgreSQL',
     );
 
     // B first, so that nothing on B has brought the session in before the read under test.
