@@ -217,6 +217,20 @@ export const PG_MIGRATIONS: readonly string[] = [
     PRIMARY KEY (session_id, gap_start_id)
   );
   `,
+  // 14 (issue 35): a fencing token per lease, new whenever the session changes owner, so that a write
+  // checks it holds the session now, not only that its node did once (docs/plans/store-port.md §4);
+  // and each writer's last committed batch, so that a writer whose COMMIT answer was lost asks whether
+  // the batch committed instead of writing its rows twice (a spend adds).
+  `
+  CREATE SEQUENCE IF NOT EXISTS metis_lease_tokens;
+  ALTER TABLE metis_session_leases
+    ADD COLUMN IF NOT EXISTS token bigint NOT NULL DEFAULT nextval('metis_lease_tokens');
+  CREATE TABLE IF NOT EXISTS metis_writer_commits (
+    writer_id text COLLATE "C" PRIMARY KEY,
+    batch_no bigint NOT NULL,
+    committed_at_us bigint NOT NULL
+  );
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
