@@ -25,7 +25,13 @@ import { NATS_BIN, startNats } from '../test/helpers/nats.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
 import { benchClusterCpu } from './lib/cluster-cpu.js';
 import { benchCrossNodeLoad } from './lib/cluster-load.js';
-import { type BenchNode, followSession, nodeRequest, startBenchNode } from './lib/cluster-nodes.js';
+import {
+  type BenchNode,
+  followSession,
+  nodeRequest,
+  slowTokensFor,
+  startBenchNode,
+} from './lib/cluster-nodes.js';
 import { benchPruneWhileServing, loadOldEvents } from './lib/cluster-prune.js';
 import { benchNodeStart } from './lib/cluster-startup.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
@@ -89,7 +95,7 @@ export async function benchCluster(opts: SuiteOptions): Promise<Figure[]> {
     );
     const starting = await benchNodeStart(postgres, nats.url, store, old, TIMING, opts.quick ? 1 : 3);
     for (const id of ['node-a', 'node-b', 'node-c'])
-      nodes.push(await startBenchNode(store, nats.url, id, TIMING));
+      nodes.push(await startBenchNode(store, nats.url, id, TIMING, slowTokensFor(opts.quick)));
     const [a, b, c] = nodes as [BenchNode, BenchNode, BenchNode];
 
     // Delta latency: one client on the node running the turn, one on another node.

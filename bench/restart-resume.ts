@@ -11,10 +11,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { openDatabase } from '../src/core/store/database.js';
+import { cliNodeArgs } from '../test/helpers/cli-command.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
 const ROOT = join(import.meta.dirname, '..');
-const ENTRY = join(ROOT, 'test/helpers/cli-entry.ts');
 const TOKEN = 'restart-bench-token-0123456789abcdef';
 const SLACK_MS = 1000;
 
@@ -26,7 +26,7 @@ interface Served {
 function serve(home: string): { child: ResultPromise; ready: Promise<Served> } {
   const child = execa(
     process.execPath,
-    ['--import', 'tsx', ENTRY, 'serve', '--port', '0', '--json', '--config', join(home, 'metis.config.json')],
+    [...cliNodeArgs(), 'serve', '--port', '0', '--json', '--config', join(home, 'metis.config.json')],
     {
       cwd: ROOT,
       reject: false,

@@ -60,11 +60,11 @@ export async function benchClusterCpu(
 ): Promise<Figure[]> {
   const shape = quick ? QUICK_LOAD : FULL_LOAD;
   const msPerTick = 1000 / clockTicksPerSecond();
-  const three = await startLoadNodes(postgres, nats, 'cpu-three', 3);
+  const three = await startLoadNodes(postgres, nats, 'cpu-three', 3, quick);
   const onThree: number[] = [];
   const onOne: number[] = [];
   try {
-    const single = await startLoadNodes(postgres, nats, 'cpu-one', 1);
+    const single = await startLoadNodes(postgres, nats, 'cpu-one', 1, quick);
     try {
       // A node's first turns count its warm-up (modules loaded, code compiled): not measured. (Not
       // in --quick, which checks that the figure is made, not what it is.)

@@ -1,6 +1,12 @@
 import { isoToMicros, nowMicros } from '../../src/core/events/clock.js';
 import { freshDatabase, type PostgresServer } from '../../test/helpers/postgres.js';
-import { type BenchNode, followSession, nodeRequest, startBenchNode } from './cluster-nodes.js';
+import {
+  type BenchNode,
+  followSession,
+  nodeRequest,
+  slowTokensFor,
+  startBenchNode,
+} from './cluster-nodes.js';
 import { type Figure, figure, percentile } from './stats.js';
 
 /** The shape of the load: issue 35 names 30 sessions and 120 clients over three nodes. */
@@ -118,12 +124,15 @@ export async function startLoadNodes(
   nats: string,
   prefix: string,
   count: number,
+  quick: boolean,
 ): Promise<BenchNode[]> {
   const store = freshDatabase(postgres);
   const nodes: BenchNode[] = [];
   try {
     for (let n = 0; n < count; n += 1)
-      nodes.push(await startBenchNode(store, nats, `${prefix}-${n + 1}`, DEPLOYED_TIMING));
+      nodes.push(
+        await startBenchNode(store, nats, `${prefix}-${n + 1}`, DEPLOYED_TIMING, slowTokensFor(quick)),
+      );
   } catch (error) {
     await stopNodes(nodes);
     throw error;
@@ -145,7 +154,7 @@ export async function benchCrossNodeLoad(
   quick: boolean,
 ): Promise<Figure[]> {
   const shape = quick ? QUICK_LOAD : FULL_LOAD;
-  const nodes = await startLoadNodes(postgres, nats, 'load', 3);
+  const nodes = await startLoadNodes(postgres, nats, 'load', 3, quick);
   let round: LoadRound;
   try {
     if (!quick) await runClusterLoad(nodes, shape); // warm-up

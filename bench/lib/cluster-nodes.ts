@@ -7,11 +7,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import WebSocket from 'ws';
+import { cliNodeArgs } from '../../test/helpers/cli-command.js';
 
 const ROOT = join(import.meta.dirname, '../..');
-const ENTRY = join(ROOT, 'test/helpers/cli-entry.ts');
 
 export const BENCH_TOKEN = 'cluster-bench-token-0123456789abcdef';
+
+/**
+ * Deltas of a `slow:` turn on a bench node: 300 (3 s), or 100 in --quick, which checks that each figure
+ * is made, not what it is (the suite's smoke test runs it).
+ */
+export function slowTokensFor(quick: boolean): number {
+  return quick ? 100 : 300;
+}
 
 export interface BenchNode {
   readonly nodeId: string;
@@ -27,6 +35,8 @@ export async function startBenchNode(
   nats: string,
   nodeId: string,
   timing: { heartbeatMs: number; nodeTimeoutMs: number },
+  /** Deltas a `slow:` turn streams, 10 ms apart (slowTokensFor). */
+  slowTokens = slowTokensFor(false),
 ): Promise<BenchNode> {
   const home = mkdtempSync(join(tmpdir(), `metis-bench-${nodeId}-`));
   const config = join(home, 'metis.config.json');
@@ -34,16 +44,15 @@ export async function startBenchNode(
     config,
     JSON.stringify({
       cluster: { heartbeat_ms: timing.heartbeatMs, node_timeout_ms: timing.nodeTimeoutMs },
-      // `slow:` turns stream 300 deltas 10 ms apart: paced, so each delta's latency is its own.
-      runtime: { scripted: { slow_tokens: 300, slow_token_delay_ms: 10 } },
+      // `slow:` turns stream their deltas 10 ms apart: paced, so each delta's latency is its own.
+      runtime: { scripted: { slow_tokens: slowTokens, slow_token_delay_ms: 10 } },
     }),
   );
   const child: ResultPromise = execa(
     process.execPath,
     [
-      '--import',
-      'tsx',
-      ENTRY,
+      // Under the suite, the CLI it compiled (a node started under tsx pays ~0.6 s of CPU to transform).
+      ...cliNodeArgs(),
       ...['serve', '--port', '0', '--json', '--config', config, '--store', store, '--nats', nats],
       ...['--node-id', nodeId],
     ],
