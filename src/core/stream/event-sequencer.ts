@@ -117,6 +117,25 @@ export class EventSequencer {
     return remote ? newest : this.lastReleasedId;
   }
 
+  /**
+   * Which stored rows a replay may show, given `upTo` (releasedThrough, read before the rows were): those
+   * up to it; before this process released anything, those before its first own event (all while it
+   * created none), since its own rows are committed and still wait for their release. Asked at each row,
+   * so an event created while the rows were read is left to arrive live.
+   */
+  storedRowShown(upTo: string | null): (id: string) => boolean {
+    if (upTo !== null) return (id) => id <= upTo;
+    return (id) => this.firstCreatedId === null || id < this.firstCreatedId;
+  }
+
+  /**
+   * Before this process released anything, the bound a snapshot's point is looked up below (the newest
+   * stored event before it): its first own event, or past every id when it created none.
+   */
+  unreleasedBound(): string {
+    return this.firstCreatedId ?? '~';
+  }
+
   onRelease(listener: ReleaseListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);

@@ -148,10 +148,9 @@ export async function planSubscription(
 
   if (frame.snapshot) {
     const faults = deps.faults ?? NO_FAULTS;
-    // Nothing released yet by this process: what was stored before its own first event is all there is.
     const released =
       hub.sequencer.releasedThrough(sessionIds) ??
-      (await reads.eventBefore([...sessionIds], hub.sequencer.firstCreatedId ?? '~'));
+      (await reads.eventBefore([...sessionIds], hub.sequencer.unreleasedBound()));
     let point = await snapshotPoint({
       runtime,
       reads,
@@ -304,10 +303,7 @@ function replayAfter(
 ): { frames: ReplayFrame[]; tooLarge: boolean } {
   const { deps, resolved, sessionIds, matches } = scope;
   const { hub, options } = deps;
-  // Before this process released anything, what it created itself is not shown yet, stored or not.
-  const firstOwn = hub.sequencer.firstCreatedId;
-  const shown =
-    upTo !== null ? (id: string) => id <= upTo : (id: string) => firstOwn === null || id < firstOwn;
+  const shown = hub.sequencer.storedRowShown(upTo);
   const rows = mergeRows(own.rows, questions.rows).filter((row) => shown(row[0]));
   // What this connection was handed between accept and subscribe joins the in-memory streams: it
   // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
