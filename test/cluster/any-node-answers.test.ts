@@ -113,5 +113,22 @@ inCluster('a session created on another node', () => {
     expect(next.status).toBe(202);
     expect(next.node).toBe('node-a');
     await until(() => watcher.events().some(turnEnd(next.body.turn_id)), 'the next turn to end on B');
+
+    // The reads B answers from PostgreSQL, while it is away: 503 naming the store, not a 500.
+    await pg.stop('fast');
+    try {
+      for (const path of ['/sessions', '/stats/usage']) {
+        const away = await clusterRequest(b.url, 'GET', path);
+        expect({ path, status: away.status, code: away.body.error?.code }).toEqual({
+          path,
+          status: 503,
+          code: 'METIS_ERR_STORE_UNAVAILABLE',
+        });
+        expect(away.body.error.message).toMatch(/PostgreSQL store .* is unreachable/);
+        expect(away.body.error.message).not.toContain('secret');
+      }
+    } finally {
+      await pg.start();
+    }
   }, 120_000);
 });

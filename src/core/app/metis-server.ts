@@ -27,6 +27,7 @@ import { serveTheLoop } from '../store/database.js';
 import { gatewaySpendSince } from '../store/gateway-spend.js';
 import { shippedCommits } from '../store/shipped-commits.js';
 import { sqliteWholeStoreReads } from '../store/sqlite-whole-store-reads.js';
+import { storageErrorOf } from '../store/store-unavailable.js';
 import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
 import { type StreamReads, sqliteStreamReads } from '../store/stream-reads.js';
 import { sqliteTraceContentReads } from '../store/trace-content-rows.js';
@@ -255,7 +256,7 @@ export async function startServer(
   const { server, served, inject } = await createHttpApp({
     routes,
     logger,
-    dbPath: trace.dbPath,
+    storageErrorOf: (error) => storageErrorOf(trace, error),
     sessionRouter: options.sessionRouter,
     frontDoor: frontDoor(security, gate),
   });

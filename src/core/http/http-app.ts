@@ -3,7 +3,6 @@ import Fastify, { type FastifyReply, type FastifyRequest, LogController } from '
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { isMetisError } from '../errors.js';
-import { asStorageError } from '../store/storage-errors.js';
 import { errorHeaders, HttpError, MAX_BODY_BYTES, sendError, validationError } from './http-util.js';
 import { pathPattern, type SessionPlacement } from './openapi.js';
 import { frameworkPath, paramNames, type Route, type RouteCall } from './routes.js';
@@ -18,8 +17,11 @@ export interface HttpAppOptions {
    */
   readonly frontDoor: (request: IncomingMessage, response: ServerResponse) => boolean;
   readonly logger: Logger;
-  /** The trace store's file, to name it when a read fails on storage. */
-  readonly dbPath: string;
+  /**
+   * A failure of storage met by a route (a full disk, the store of record away) as the storage error to
+   * answer, naming the store; any other error unchanged.
+   */
+  readonly storageErrorOf: (error: unknown) => unknown;
   /** Where a request naming a session runs (a cluster); every session runs here without one. */
   readonly sessionRouter?: SessionRouter;
 }
@@ -168,7 +170,7 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
       }
     });
   app.setErrorHandler((error, request, reply) => {
-    const [status, code, message] = describeFailure(error, options.dbPath);
+    const [status, code, message] = describeFailure(error, options.storageErrorOf);
     if (status === 500) logger.error({ err: error, path: request.url.split('?')[0] }, 'request failed');
     if ((error as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE') discardRestOfBody(request, reply);
     replyError(reply, status, code, message);
@@ -222,7 +224,7 @@ export async function createHttpApp(options: HttpAppOptions): Promise<HttpApp> {
               try {
                 await route.handle(callOf(request), reply.raw);
               } catch (error) {
-                const [status, code, message] = describeFailure(error, options.dbPath);
+                const [status, code, message] = describeFailure(error, options.storageErrorOf);
                 if (status === 500)
                   logger.error({ err: error, path: route.path }, 'request failed after its answer began');
                 if (!reply.raw.headersSent) sendError(reply.raw, status, code, message);
@@ -341,7 +343,10 @@ function unsupportedMediaType(): HttpError {
 }
 
 /** A failure as the status, code and message the client gets. */
-function describeFailure(error: unknown, dbPath: string): [number, string, string] {
+function describeFailure(
+  error: unknown,
+  storageErrorOf: HttpAppOptions['storageErrorOf'],
+): [number, string, string] {
   if (error instanceof HttpError) return [error.status, error.code, error.message];
   if (isMetisError(error)) return [error.status, error.code, error.message];
   switch ((error as { code?: string }).code) {
@@ -362,8 +367,8 @@ function describeFailure(error: unknown, dbPath: string): [number, string, strin
     framework.statusCode < 500
   )
     return [400, 'METIS_ERR_INVALID_ARGUMENT', 'the request is malformed'];
-  // A read that met a full disk or an I/O error is a storage failure, not a metis bug.
-  const mapped = asStorageError(error, dbPath);
+  // A read that met a full disk, an I/O error or a store away is a storage failure, not a metis bug.
+  const mapped = storageErrorOf(error);
   if (isMetisError(mapped)) return [mapped.status, mapped.code, mapped.message];
   return [500, 'METIS_ERR_INTERNAL', 'internal error'];
 }

@@ -1,5 +1,6 @@
-import { MetisError } from '../errors.js';
+import type { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
+import { storeUnavailable } from '../store/store-unavailable.js';
 import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
 import type { TraceContext } from '../store/trace-context.js';
 
@@ -34,16 +35,15 @@ export function emittedDuring<T>(
 export function assertStorageWritable(trace: TraceContext): void {
   if (trace.writer.failure !== null) throw trace.writer.storageRefusal();
   const upstream = trace.upstream;
-  if (upstream?.failure) throw storeUnavailable(upstream.label, upstream.failure);
+  if (upstream?.failure) throw storeAway(upstream.label, upstream.failure);
 }
 
 /** The store of record is gone: named, with why, and what happens to what was already done. */
-function storeUnavailable(label: string, cause: Error | null): MetisError {
-  return new MetisError(
-    'METIS_ERR_STORE_UNAVAILABLE',
-    `the PostgreSQL store ${label} is unreachable${cause === null ? '' : ` (${cause.message})`}: ` +
-      'new turns are refused until it is back; what was already done waits in the working copy and is sent then',
-    { cause },
+function storeAway(label: string, cause: Error | null): MetisError {
+  return storeUnavailable(
+    label,
+    cause,
+    'new turns are refused until it is back; what was already done waits in the working copy and is sent then',
   );
 }
 
@@ -69,5 +69,5 @@ export async function untilCommitted(
   const upstream = trace.upstream;
   if (upstream === null) return;
   const left = Math.max(1, timeoutMs - (performance.now() - started));
-  if (!(await upstream.whenShipped(left))) throw storeUnavailable(upstream.label, upstream.failure);
+  if (!(await upstream.whenShipped(left))) throw storeAway(upstream.label, upstream.failure);
 }
