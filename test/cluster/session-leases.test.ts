@@ -37,30 +37,29 @@ async function store(): Promise<pg.Client[]> {
 describe.skipIf(!postgresTestsRun)('session leases', () => {
   it('a live owner keeps its session; another node is told who owns it', async () => {
     const [client] = await store();
-    expect(await acquireLease(client!, 'sess_1', 'node-a', TIMEOUT_MS)).toEqual({
-      held: true,
-      taken: false,
-    });
-    expect(await acquireLease(client!, 'sess_1', 'node-a', TIMEOUT_MS)).toEqual({
-      held: true,
-      taken: false,
-    });
+    const first = await acquireLease(client!, 'sess_1', 'node-a', TIMEOUT_MS);
+    expect(first).toEqual({ held: true, taken: false, token: expect.any(Number) });
+    // The same owner asking again keeps its token: nothing changed hands.
+    expect(await acquireLease(client!, 'sess_1', 'node-a', TIMEOUT_MS)).toEqual(first);
     const refused = await acquireLease(client!, 'sess_1', 'node-b', TIMEOUT_MS);
     expect(refused).toMatchObject({ held: false, owner: { node_id: 'node-a', url: 'http://node-a:8421' } });
+    // Each session's lease has a token of its own.
+    const other = await acquireLease(client!, 'sess_2', 'node-a', TIMEOUT_MS);
+    expect(other.held && first.held && other.token !== first.token).toBe(true);
   });
 
-  it('a stopped or silent owner frees its sessions: the next node takes them over', async () => {
+  it('a stopped or silent owner frees its sessions: the next node takes them over, with a new token', async () => {
     const [client] = await store();
-    await acquireLease(client!, 'sess_1', 'node-a', TIMEOUT_MS);
+    const before = await acquireLease(client!, 'sess_1', 'node-a', TIMEOUT_MS);
     await acquireLease(client!, 'sess_2', 'node-a', TIMEOUT_MS);
     const started = (
       await client!.query('SELECT started_at_us FROM metis_nodes WHERE node_id = $1', ['node-a'])
     ).rows[0].started_at_us as number;
     await markStopped(client!, 'node-a', started);
-    expect(await acquireLease(client!, 'sess_1', 'node-b', TIMEOUT_MS)).toEqual({
-      held: true,
-      taken: true,
-    });
+    const taken = await acquireLease(client!, 'sess_1', 'node-b', TIMEOUT_MS);
+    expect(taken).toEqual({ held: true, taken: true, token: expect.any(Number) });
+    // A write carrying node-a's token is told apart from node-b's, even if node-a held it again later.
+    expect(before.held && taken.held && taken.token > before.token).toBe(true);
     // Silent: no beat for longer than the timeout (node-a came back, then stopped beating).
     await client!.query(
       'UPDATE metis_nodes SET stopped_at_us = NULL, heartbeat_at_us = $1 WHERE node_id = $2',
@@ -69,12 +68,16 @@ describe.skipIf(!postgresTestsRun)('session leases', () => {
     expect(await acquireLease(client!, 'sess_2', 'node-b', TIMEOUT_MS)).toEqual({
       held: true,
       taken: true,
+      token: expect.any(Number),
     });
-    const owners = await client!.query('SELECT session_id, node_id FROM metis_session_leases ORDER BY 1');
-    expect(owners.rows).toEqual([
+    const owners = await client!.query(
+      'SELECT session_id, node_id, token FROM metis_session_leases ORDER BY 1',
+    );
+    expect(owners.rows.map(({ session_id, node_id }) => ({ session_id, node_id }))).toEqual([
       { session_id: 'sess_1', node_id: 'node-b' },
       { session_id: 'sess_2', node_id: 'node-b' },
     ]);
+    expect(Number(owners.rows[0].token)).toBe(taken.held ? taken.token : -1);
   });
 
   it('two nodes asking for a free session at once: exactly one gets it, the other is told which', async () => {

@@ -8,9 +8,13 @@ export interface LeaseRecord {
   readonly acquired_at_us: number;
 }
 
-/** The answer to "may this node run the session's turns?": yes, or the live node that does. */
+/**
+ * The answer to "may this node run the session's turns?": yes, with the lease's fencing token, or the
+ * live node that does. The token is new whenever the session changes owner (schema 14), so a write that
+ * carries it proves its node holds the session now, not that it did once (docs/plans/store-port.md §4).
+ */
 export type LeaseOutcome =
-  | { readonly held: true; readonly taken: boolean }
+  | { readonly held: true; readonly taken: boolean; readonly token: number }
   | { readonly held: false; readonly owner: NodeRecord };
 
 /**
@@ -47,8 +51,8 @@ async function attempt(
     // lock, PostgreSQL re-checks only the locked row of a join, and handed back the joined node's columns
     // empty, so a waiter read a dead owner where a live one had just taken the lease (issue 35, cause 2).
     const lease = (
-      await client.query<LeaseRecord>(
-        `SELECT session_id, node_id, acquired_at_us FROM metis_session_leases
+      await client.query<LeaseRecord & { token: string }>(
+        `SELECT session_id, node_id, acquired_at_us, token FROM metis_session_leases
           WHERE session_id = $1 FOR UPDATE`,
         [sessionId],
       )
@@ -68,22 +72,24 @@ async function attempt(
           };
     let outcome: LeaseOutcome | null;
     if (current === undefined) {
-      const inserted = await client.query(
+      const inserted = await client.query<{ token: string }>(
         `INSERT INTO metis_session_leases (session_id, node_id, acquired_at_us) VALUES ($1, $2, $3)
-         ON CONFLICT (session_id) DO NOTHING`,
+         ON CONFLICT (session_id) DO NOTHING RETURNING token`,
         [sessionId, nodeId, nowUs],
       );
-      outcome = inserted.rowCount === 1 ? { held: true, taken: false } : null;
+      const row = inserted.rows[0];
+      outcome = row === undefined ? null : { held: true, taken: false, token: Number(row.token) };
     } else if (current.node_id === nodeId) {
-      outcome = { held: true, taken: false };
+      outcome = { held: true, taken: false, token: Number(current.token) };
     } else if (current.node !== null && nodeState(current.node, nowUs, nodeTimeoutMs) === 'alive') {
       outcome = { held: false, owner: current.node };
     } else {
-      await client.query(
-        'UPDATE metis_session_leases SET node_id = $2, acquired_at_us = $3 WHERE session_id = $1',
+      const taken = await client.query<{ token: string }>(
+        `UPDATE metis_session_leases SET node_id = $2, acquired_at_us = $3, token = nextval('metis_lease_tokens')
+          WHERE session_id = $1 RETURNING token`,
         [sessionId, nodeId, nowUs],
       );
-      outcome = { held: true, taken: true };
+      outcome = { held: true, taken: true, token: Number(taken.rows[0]!.token) };
     }
     await client.query('COMMIT');
     return outcome;
