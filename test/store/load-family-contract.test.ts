@@ -146,6 +146,10 @@ describe.runIf(postgresTestsRun)('loadFamily on SQLite and on PostgreSQL loads t
     writable.prepare('UPDATE sessions SET queue_json = ? WHERE id = ?').run(JSON.stringify(QUEUE), root);
     writable.close();
     pair = openPair(dbPath, await copiedToPostgres(dbPath, server));
+    // copyStore leaves `system` out; a server on PostgreSQL writes it, so it is there to be refused.
+    await pair.pool.query(
+      "INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES ('system', 0, 0) ON CONFLICT DO NOTHING",
+    );
     sqlite = new SqliteFamilyLoader(pair.db);
     postgres = new PgFamilyLoader(pair.pool);
     expect(worker).toBeTruthy();
@@ -244,7 +248,9 @@ describe.runIf(postgresTestsRun)('loadFamily on SQLite and on PostgreSQL loads t
       expect(await loader.loadFamily('sess_unknown')).toBeNull();
       expect(await loader.loadFamily('system')).toBeNull();
     }
-    // SQLite keeps a `system` row (a writer records its start there); loading it would be a family.
+    // Both stores hold a `system` row (a writer records its start there): loading it would be a family.
     expect(pair!.db.prepare("SELECT count(*) FROM sessions WHERE id = 'system'").pluck().get()).toBe(1);
+    const inPostgres = await pair!.pool.query("SELECT 1 FROM sessions WHERE id = 'system'");
+    expect(inPostgres.rowCount).toBe(1);
   });
 });
