@@ -90,19 +90,22 @@ export class PgFamilyLoader implements FamilyLoader {
          FROM events WHERE session_id = ANY($1) GROUP BY session_id`,
       [ids],
     );
+    // Each session's newest rows of a kind walk its (session_id, id) index backwards and stop at the
+    // limit (LATERAL ... LIMIT), rather than number all its rows as a window function would.
     const lastEdges = await rows<{ session_id: string; type: string; turn_id: string | null }>(
-      `SELECT DISTINCT ON (session_id) session_id, type, turn_id FROM events
-        WHERE session_id = ANY($1) AND type IN ${TURN_EDGES} ORDER BY session_id, id DESC`,
+      `SELECT f.session_id, e.type, e.turn_id FROM unnest($1::text[]) AS f(session_id)
+         CROSS JOIN LATERAL (SELECT type, turn_id FROM events WHERE session_id = f.session_id
+                               AND type IN ${TURN_EDGES} ORDER BY id DESC LIMIT 1) e`,
       [ids],
     );
     const turns = await rows<LoadedTurn & { session_id: string }>(
-      `SELECT t.session_id, t.turn_id AS "turnId", t.id AS "startedId",
-              (SELECT min(e.id) FROM events e WHERE e.session_id = t.session_id AND e.turn_id = t.turn_id
+      `SELECT f.session_id, t.turn_id AS "turnId", t.id AS "startedId",
+              (SELECT min(e.id) FROM events e WHERE e.session_id = f.session_id AND e.turn_id = t.turn_id
                   AND e.type IN ${TURN_ENDS}) AS "endedId"
-         FROM (SELECT session_id, turn_id, id,
-                      row_number() OVER (PARTITION BY session_id ORDER BY id DESC) AS n
-                 FROM events WHERE session_id = ANY($1) AND type = 'turn.started' AND turn_id IS NOT NULL) t
-        WHERE t.n <= $2 ORDER BY t.session_id, t.id`,
+         FROM unnest($1::text[]) AS f(session_id)
+         CROSS JOIN LATERAL (SELECT turn_id, id FROM events WHERE session_id = f.session_id
+                               AND type = 'turn.started' AND turn_id IS NOT NULL ORDER BY id DESC LIMIT $2) t
+        ORDER BY f.session_id, t.id`,
       [ids, RECENT_TURNS],
     );
     const costs = await rows<{ session_id: string; type: string; amount: string | null }>(
@@ -111,11 +114,14 @@ export class PgFamilyLoader implements FamilyLoader {
          FROM events WHERE session_id = ANY($1) AND type = ANY($2) ORDER BY session_id, id`,
       [ids, COST_EVENT_TYPES],
     );
+    // Message ids are `msg_` and a ULID, which every collation orders as SQLite does (PgOpenWork too).
     const messages = await rows<MessageRow>(
-      `SELECT id, session_id, turn_id, role, content_json, status, model, usage_json, created_at_us
-         FROM (SELECT m.*, row_number() OVER (PARTITION BY session_id ORDER BY id COLLATE "C" DESC) AS n
-                 FROM messages m WHERE session_id = ANY($1)) recent
-        WHERE n <= $2 ORDER BY session_id, id COLLATE "C"`,
+      `SELECT m.id, m.session_id, m.turn_id, m.role, m.content_json, m.status, m.model, m.usage_json,
+              m.created_at_us
+         FROM unnest($1::text[]) AS f(session_id)
+         CROSS JOIN LATERAL (SELECT * FROM messages WHERE session_id = f.session_id
+                               ORDER BY id DESC LIMIT $2) m
+        ORDER BY m.session_id, m.id`,
       [ids, RECENT_MESSAGES],
     );
     const openCalls = await rows<ToolCallRow>(
@@ -124,10 +130,11 @@ export class PgFamilyLoader implements FamilyLoader {
       [ids],
     );
     const routed = await rows<{ session_id: string; model: string | null }>(
-      `SELECT DISTINCT ON (session_id) session_id,
-              coalesce(payload_json::json ->> 'chosen_model', payload_json::json ->> 'new_chosen_model') AS model
-         FROM events WHERE session_id = ANY($1) AND type IN ('route.decided', 'route.overridden')
-        ORDER BY session_id, id DESC`,
+      `SELECT f.session_id, r.model FROM unnest($1::text[]) AS f(session_id)
+         CROSS JOIN LATERAL (
+           SELECT coalesce(payload_json::json ->> 'chosen_model', payload_json::json ->> 'new_chosen_model') AS model
+             FROM events WHERE session_id = f.session_id AND type IN ('route.decided', 'route.overridden')
+            ORDER BY id DESC LIMIT 1) r`,
       [ids],
     );
 
