@@ -40,10 +40,11 @@ function bySession<T extends { session_id: string }>(rows: readonly T[]): Map<st
 }
 
 /**
- * A family read from PostgreSQL (store-port.md step 4 on the step 7 adapter): the family's ids by a
- * recursive query from the root, then one query per kind over all of them (`= ANY($1)`), in one
- * read-only REPEATABLE READ transaction so every answer is of the same committed state. Each field is
- * what SqliteFamilyLoader answers for the same rows, with the same JavaScript types.
+ * A family read from PostgreSQL (store-port.md step 4 on the step 7 adapter): the family's rows by a
+ * recursive query from the root, then one query per kind over all its sessions (`= ANY($1)`, or LATERAL
+ * over `unnest($1)` where each session's newest few are wanted): 10 round trips however large the
+ * family, in one read-only REPEATABLE READ transaction so every answer is of the same committed state.
+ * Each field is what SqliteFamilyLoader answers for the same rows, with the same JavaScript types.
  */
 export class PgFamilyLoader implements FamilyLoader {
   constructor(private readonly pool: pg.Pool) {}
