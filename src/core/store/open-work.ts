@@ -1,4 +1,5 @@
 import type { Db } from './database.js';
+import { RECENT_MESSAGES } from './family-state.js';
 import {
   type MessageRecord,
   type SessionRecord,
@@ -110,7 +111,7 @@ export class SqliteOpenWork implements OpenWork {
   }
 
   async turnMessages(sessionId: string, turnId: string): Promise<MessageRecord[]> {
-    return this.sessions.messages(sessionId, { limit: 200 }).filter((m) => m.turn_id === turnId);
+    return this.sessions.messages(sessionId, { limit: RECENT_MESSAGES }).filter((m) => m.turn_id === turnId);
   }
 
   async toolCall(toolUseId: string, sessionId: string): Promise<ToolCallRecord | null> {

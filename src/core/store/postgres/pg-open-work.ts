@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { RECENT_MESSAGES } from '../family-state.js';
 import type { OpenTurn, OpenWork, TurnEventRow } from '../open-work.js';
 import {
   COST_EVENT_TYPES,
@@ -9,9 +10,6 @@ import {
   toMessage,
 } from '../session-store.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
-
-/** SqliteOpenWork reads a turn's messages among the session's newest this many. */
-const RECENT_MESSAGES = 200;
 
 /**
  * SQLite's `sum()` of doubles (Kahan-Babuska-Neumaier, since 3.43), so a cost summed here is the same
@@ -34,6 +32,19 @@ const textAsReal = (text: string): number => {
   const value = Number.parseFloat(text);
   return Number.isNaN(value) ? 0 : value;
 };
+
+/**
+ * What SessionStore.storedCost answers for a session's cost events (each one's type and the amount its
+ * payload holds as JSON text, in id order): as json_extract then sum(), a missing amount counts nothing
+ * and a worker's is text cast to REAL.
+ */
+export function costOfAmounts(rows: readonly { type: string; amount: string | null }[]): number {
+  return sqliteSum(
+    rows
+      .filter((row) => row.amount !== null)
+      .map((row) => (row.type === 'llm.call_completed' ? Number(row.amount) : textAsReal(row.amount!))),
+  );
+}
 
 /**
  * The open work of a PostgreSQL store (open-work.ts), for recovery and take-over on a server with no
@@ -91,11 +102,7 @@ export class PgOpenWork implements OpenWork {
          FROM events WHERE session_id = $1 AND type = ANY($2) ORDER BY id`,
       [sessionId, COST_EVENT_TYPES],
     );
-    // As json_extract then sum(): a missing amount counts nothing; a worker's is text cast to REAL.
-    const amounts = rows
-      .filter((row) => row.amount !== null)
-      .map((row) => (row.type === 'llm.call_completed' ? Number(row.amount) : textAsReal(row.amount!)));
-    return sqliteSum(amounts);
+    return costOfAmounts(rows);
   }
 
   async turnCount(sessionId: string): Promise<number> {
