@@ -1,6 +1,6 @@
 import type { Spent, StoredCaps } from './budget-rows.js';
 import type { StoredQueue } from './queue-rows.js';
-import type { MessageRecord, SessionRecord, ToolCallRecord, ToolCallStatus } from './session-store.js';
+import type { MessageRecord, SessionRecord, ToolCallRecord } from './session-store.js';
 
 /**
  * The most messages of a session any reader takes from its newest: the model's history (50), a stream
@@ -81,33 +81,6 @@ export interface FamilyState {
 export interface FamilyLoader {
   /** null when no such session is stored, and for the `system` sentinel, which is no family. */
   loadFamily(rootSessionId: string): Promise<FamilyState | null>;
-}
-
-/** A `tool_calls` row as both stores return it. */
-export interface ToolCallRow {
-  readonly id: string;
-  readonly session_id: string;
-  readonly turn_id: string | null;
-  readonly message_id: string | null;
-  readonly tool_name: string;
-  readonly input_json: string;
-  readonly status: ToolCallStatus;
-  readonly output_json: string | null;
-  readonly error_class: string | null;
-}
-
-export function toToolCallRecord(row: ToolCallRow): ToolCallRecord {
-  return {
-    id: row.id,
-    session_id: row.session_id,
-    turn_id: row.turn_id,
-    message_id: row.message_id,
-    tool_name: row.tool_name,
-    input: JSON.parse(row.input_json),
-    status: row.status,
-    output: row.output_json === null ? null : JSON.parse(row.output_json),
-    error_class: row.error_class,
-  };
 }
 
 /** The SessionRecord fields of a `sessions` row (which has budget and queue columns too). */

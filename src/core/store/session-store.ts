@@ -55,6 +55,33 @@ export interface ToolCallRecord {
   readonly error_class: string | null;
 }
 
+/** A `tool_calls` row as both stores return it. */
+export interface ToolCallRow {
+  readonly id: string;
+  readonly session_id: string;
+  readonly turn_id: string | null;
+  readonly message_id: string | null;
+  readonly tool_name: string;
+  readonly input_json: string;
+  readonly status: ToolCallStatus;
+  readonly output_json: string | null;
+  readonly error_class: string | null;
+}
+
+export function toToolCallRecord(row: ToolCallRow): ToolCallRecord {
+  return {
+    id: row.id,
+    session_id: row.session_id,
+    turn_id: row.turn_id,
+    message_id: row.message_id,
+    tool_name: row.tool_name,
+    input: JSON.parse(row.input_json),
+    status: row.status,
+    output: row.output_json === null ? null : JSON.parse(row.output_json),
+    error_class: row.error_class,
+  };
+}
+
 /**
  * Which row a tool call is: a provider's tool_use id is unique only within its message (an
  * OpenAI-compatible server may answer `call_1` in every turn), so the row is keyed by the message too
@@ -430,24 +457,7 @@ export class SessionStore {
       .prepare(
         'SELECT * FROM tool_calls WHERE id = ? AND (? IS NULL OR session_id = ?) ORDER BY row_id DESC LIMIT 1',
       )
-      .get(id, sessionId ?? null, sessionId ?? null) as
-      | (Omit<ToolCallRecord, 'input' | 'output'> & { input_json: string; output_json: string | null })
-      | undefined;
-    if (!row) return null;
-    const {
-      input_json,
-      output_json,
-      row_id: _rowId,
-      ...rest
-    } = row as typeof row & {
-      row_id?: number;
-      created_at_us?: number;
-      updated_at_us?: number;
-    };
-    return {
-      ...rest,
-      input: JSON.parse(input_json),
-      output: output_json === null ? null : JSON.parse(output_json),
-    };
+      .get(id, sessionId ?? null, sessionId ?? null) as ToolCallRow | undefined;
+    return row === undefined ? null : toToolCallRecord(row);
   }
 }

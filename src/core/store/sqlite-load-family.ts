@@ -9,12 +9,10 @@ import {
   newestOf,
   RECENT_MESSAGES,
   RECENT_TURNS,
-  type ToolCallRow,
   toSessionRecord,
-  toToolCallRecord,
 } from './family-state.js';
 import { SqliteQueueRows } from './queue-rows.js';
-import { type SessionRecord, SessionStore } from './session-store.js';
+import { type SessionRecord, SessionStore, type ToolCallRow, toToolCallRecord } from './session-store.js';
 import { SqliteTraceLookups } from './trace-lookups.js';
 
 /**

@@ -9,12 +9,17 @@ import {
   newestOf,
   RECENT_MESSAGES,
   RECENT_TURNS,
-  type ToolCallRow,
   toSessionRecord,
-  toToolCallRecord,
 } from '../family-state.js';
 import type { StoredQueue } from '../queue-rows.js';
-import { COST_EVENT_TYPES, type MessageRow, type SessionRecord, toMessage } from '../session-store.js';
+import {
+  COST_EVENT_TYPES,
+  type MessageRow,
+  type SessionRecord,
+  type ToolCallRow,
+  toMessage,
+  toToolCallRecord,
+} from '../session-store.js';
 import { costOfAmounts } from './pg-open-work.js';
 import { BIGINT_AS_NUMBER, checkOut } from './pg-util.js';
 

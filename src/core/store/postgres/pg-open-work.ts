@@ -7,7 +7,9 @@ import {
   type MessageRow,
   type SessionRecord,
   type ToolCallRecord,
+  type ToolCallRow,
   toMessage,
+  toToolCallRecord,
 } from '../session-store.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
 
@@ -123,23 +125,11 @@ export class PgOpenWork implements OpenWork {
   }
 
   async toolCall(toolUseId: string, sessionId: string): Promise<ToolCallRecord | null> {
-    const [row] = await this.rows<
-      Omit<ToolCallRecord, 'input' | 'output'> & {
-        input_json: string;
-        output_json: string | null;
-        row_id: number;
-      }
-    >('SELECT * FROM tool_calls WHERE id = $1 AND session_id = $2 ORDER BY row_id DESC LIMIT 1', [
-      toolUseId,
-      sessionId,
-    ]);
-    if (row === undefined) return null;
-    const { input_json, output_json, row_id: _rowId, ...rest } = row;
-    return {
-      ...rest,
-      input: JSON.parse(input_json),
-      output: output_json === null ? null : JSON.parse(output_json),
-    };
+    const [row] = await this.rows<ToolCallRow>(
+      'SELECT * FROM tool_calls WHERE id = $1 AND session_id = $2 ORDER BY row_id DESC LIMIT 1',
+      [toolUseId, sessionId],
+    );
+    return row === undefined ? null : toToolCallRecord(row);
   }
 
   async archivedAfter(sessionId: string, afterId: string, limit: number): Promise<string[]> {
