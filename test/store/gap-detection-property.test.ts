@@ -246,5 +246,5 @@ describe('gap detection with two writers, late commits and prunes (issue 12)', (
       }),
       { numRuns: 2000 },
     );
-  }, 60_000);
+  }, 180_000);
 });
