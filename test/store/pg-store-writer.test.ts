@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import type pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { EmitInput } from '../../src/core/bus/event-bus.js';
@@ -9,6 +10,8 @@ import { sessionCreated, turnCompleted, turnStarted } from '../helpers/events.js
 import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
 import { openPgWriter } from '../helpers/pg-store-writer.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { ROW_TABLES, RowStores } from '../helpers/row-applier-stores.js';
+import { randomChangeSequences } from '../helpers/row-change-arbitrary.js';
 import { session } from '../helpers/row-change-builders.js';
 import { message, recorded, spend } from '../helpers/writer-rows.js';
 
@@ -344,4 +347,27 @@ describe.runIf(postgresTestsRun)('PgStoreWriter: what only a store across the ne
     });
     await flush();
   });
+
+  it('writes random sequences of row changes as applyRowChanges does with parameters', async () => {
+    // The writer sends its rows as literals in the round trip of BEGIN: every kind, every value shape.
+    const stores = new RowStores(() => freshDatabase(server));
+    onTestFinished(() => stores.close());
+    const { writer, pool } = await openPgWriter(server);
+    await fc.assert(
+      fc.asyncProperty(randomChangeSequences(), async ({ setup, changes }) => {
+        const expected = await stores.onPostgres(setup, changes);
+        await pool.query(`TRUNCATE ${Object.keys(ROW_TABLES).join(', ')} RESTART IDENTITY CASCADE`);
+        for (const sql of setup) await pool.query(sql);
+        const settled: boolean[] = [];
+        for (const change of changes)
+          writer.writeRow({ what: change.kind, change, settled: (ok) => settled.push(ok) });
+        expect(await writer.idle(10_000)).toBe(true);
+        expect(settled).toEqual(changes.map(() => true));
+        const tables: Record<string, unknown[]> = {};
+        for (const [table, sql] of Object.entries(ROW_TABLES)) tables[table] = (await pool.query(sql)).rows;
+        expect(tables).toEqual(expected.tables);
+      }),
+      { numRuns: 40 },
+    );
+  }, 180_000);
 });

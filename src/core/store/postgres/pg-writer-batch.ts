@@ -5,8 +5,8 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { nowMicros } from '../../events/clock.js';
 import type { MetisEvent } from '../../events/envelope.js';
 import type { WriteItem } from '../batch-committer.js';
-import type { RowChange } from '../row-change.js';
-import { applyRowChanges } from './pg-row-applier.js';
+import { applyRowChanges, renderRowChanges } from './pg-row-applier.js';
+import type { PgStatement } from './pg-row-statements.js';
 import { checkOut, copyTextField } from './pg-util.js';
 import { numberSystemEvents } from './system-seq.js';
 
@@ -79,10 +79,10 @@ export async function commitPgBatch(
   commitSent: (outcome: PgBatchOutcome) => void,
 ): Promise<PgBatchOutcome> {
   try {
-    return await inBatchTransaction(pool, plan, commitSent, writeGrouped);
+    return await inBatchTransaction(pool, plan, commitSent, 'grouped');
   } catch (error) {
     if (!isPermanent(error)) throw error;
-    return await inBatchTransaction(pool, plan, commitSent, writeIsolated);
+    return await inBatchTransaction(pool, plan, commitSent, 'isolated');
   }
 }
 
@@ -101,20 +101,41 @@ type BatchWork = (
   fenced: ReadonlyMap<WriteItem, FencedFamily>,
 ) => Promise<Pick<PgBatchOutcome, 'refused' | 'renumbered'>>;
 
+/** Tries of one transaction whose fence changed between its reads before the batch is retried later. */
+const MAX_FENCE_READS = 4;
+
+/**
+ * The transaction. Grouped, the rows go out with BEGIN and the fence in one round trip, on the guess
+ * that the families fenced are the ones the last read found (none, first): a guess the fence proves
+ * wrong is rolled back and made again with what it found. Isolated, each item goes alone afterwards.
+ */
 async function inBatchTransaction(
   pool: pg.Pool,
   plan: PgBatchPlan,
   commitSent: (outcome: PgBatchOutcome) => void,
-  work: BatchWork,
+  mode: 'grouped' | 'isolated',
 ): Promise<PgBatchOutcome> {
   const { client, release } = await checkOut(pool);
   let broken = false;
   try {
-    const fenced = await beginMarkAndFence(client, plan);
-    const outcome = { fenced, ...(await work(client, plan, fenced)) };
-    commitSent(outcome);
-    await client.query('COMMIT');
-    return outcome;
+    const families = familiesOf(plan);
+    let guess: ReadonlySet<string> = new Set();
+    for (let read = 1; ; read += 1) {
+      const rows = mode === 'grouped' ? rowItemsOutside(plan, families, guess) : [];
+      const lost = await beginMarkAndFence(client, plan, families, rows);
+      if (mode === 'grouped' && !sameItems(rows, rowItemsOutside(plan, families, new Set(lost.keys())))) {
+        await client.query('ROLLBACK');
+        if (read >= MAX_FENCE_READS) throw new Error('the lease fence changed at every read of this commit');
+        guess = new Set(lost.keys());
+        continue;
+      }
+      const fenced = fencedItems(families, lost);
+      const work = mode === 'grouped' ? writeEvents : writeIsolated;
+      const outcome = { fenced, ...(await work(client, plan, fenced)) };
+      commitSent(outcome);
+      await client.query('COMMIT');
+      return outcome;
+    }
   } catch (error) {
     broken = true;
     await client.query('ROLLBACK').catch(() => {});
@@ -124,18 +145,13 @@ async function inBatchTransaction(
   }
 }
 
-/** The rows and events of families not fenced, in one statement per run of rows and one COPY. */
-const writeGrouped: BatchWork = async (client, plan, fenced) => {
-  const changes: RowChange[] = [];
-  const events: EventItem[] = [];
-  for (const item of plan.items) {
-    if (fenced.has(item)) continue;
-    if ('row' in item) changes.push(item.row.change);
-    else events.push(item);
-  }
-  // Rows before events: rows need their sessions (foreign keys), events need nothing, and the whole
-  // batch becomes visible at once, so a row queued after an event is never seen before it.
-  if (changes.length > 0) await applyRowChanges(client, changes);
+/**
+ * The events of families not fenced, by one COPY: their rows went out with BEGIN. Rows before events:
+ * rows need their sessions (foreign keys), events need nothing, and the whole batch becomes visible at
+ * once, so a row queued after an event is never seen before it.
+ */
+const writeEvents: BatchWork = async (client, plan, fenced) => {
+  const events = plan.items.filter((item): item is EventItem => 'event' in item && !fenced.has(item));
   const { lines, renumbered } = await copyLines(client, plan, events);
   if (lines.length > 0) await copyEvents(client, lines.join(''));
   return { refused: new Map(), renumbered };
@@ -164,17 +180,67 @@ const writeIsolated: BatchWork = async (client, plan, fenced) => {
   return { refused, renumbered };
 };
 
+/** The leases each item's writes depend on (fence.leaseOf), and the token of each family root. */
+interface Families {
+  readonly leasesOf: ReadonlyMap<WriteItem, readonly { root: string; token: number }[]>;
+  readonly tokens: ReadonlyMap<string, number>;
+}
+
+function familiesOf(plan: PgBatchPlan): Families {
+  const leasesOf = new Map<WriteItem, { root: string; token: number }[]>();
+  const tokens = new Map<string, number>();
+  if (plan.fence === null) return { leasesOf, tokens };
+  for (const item of plan.items) {
+    const leases: { root: string; token: number }[] = [];
+    for (const session of sessionsOf(item)) {
+      const lease = plan.fence.leaseOf(session);
+      if (lease === null) continue;
+      leases.push(lease);
+      tokens.set(lease.root, lease.token);
+    }
+    if (leases.length > 0) leasesOf.set(item, leases);
+  }
+  return { leasesOf, tokens };
+}
+
+/** The row items of `plan` whose families are not among `roots`, in queue order. */
+function rowItemsOutside(plan: PgBatchPlan, families: Families, roots: ReadonlySet<string>): WriteItem[] {
+  return plan.items.filter(
+    (item) => 'row' in item && !(families.leasesOf.get(item) ?? []).some((lease) => roots.has(lease.root)),
+  );
+}
+
+function sameItems(a: readonly WriteItem[], b: readonly WriteItem[]): boolean {
+  return a.length === b.length && a.every((item, i) => item === b[i]);
+}
+
+function fencedItems(
+  families: Families,
+  lost: ReadonlyMap<string, FencedFamily>,
+): ReadonlyMap<WriteItem, FencedFamily> {
+  const fenced = new Map<WriteItem, FencedFamily>();
+  if (lost.size === 0) return fenced;
+  for (const [item, leases] of families.leasesOf) {
+    const family = leases.map((lease) => lost.get(lease.root)).find((found) => found !== undefined);
+    if (family !== undefined) fenced.set(item, family);
+  }
+  return fenced;
+}
+
 /**
- * BEGIN and one statement, sent together (simple protocol, values as literals: one round trip less per
- * commit, measured in `npm run bench -- --only pg-store`): the commit mark upserted, a bare `sessions` row for each session with events and no
- * `session.create` in the batch (as SQLite's committer makes one: the session list and the rows after
- * need it), and every lease row of the batch's families read FOR SHARE, this node's own too, so that
- * a take-over waits for this commit or this commit sees the take-over. Returns the items fenced out.
+ * One round trip (simple protocol, values as literals): BEGIN; the commit mark upserted, a bare
+ * `sessions` row for each session with events and no `session.create` in the batch (as SQLite's
+ * committer makes one: the session list and the rows after need it), and every lease row of the
+ * batch's families read FOR SHARE, this node's own too, so that a take-over waits for this commit or
+ * this commit sees the take-over; then `rows`' statements. Returns the families whose lease is lost.
+ * Measured in `npm run bench -- --only pg-store`: each round trip saved is worth points against COPY.
  */
 async function beginMarkAndFence(
   client: pg.PoolClient,
   plan: PgBatchPlan,
-): Promise<ReadonlyMap<WriteItem, FencedFamily>> {
+  families: Families,
+  rows: readonly WriteItem[],
+): Promise<ReadonlyMap<string, FencedFamily>> {
   const created = new Set<string>();
   const eventSessions = new Set<string>();
   for (const item of plan.items) {
@@ -182,25 +248,9 @@ async function beginMarkAndFence(
     else if (item.row.change.kind === 'session.create') created.add(item.row.change.sessionId);
   }
   const bare = [...eventSessions].filter((id) => !created.has(id));
-  const wanted = new Map<WriteItem, { root: string; token: number }[]>();
-  const tokens = new Map<string, number>();
-  if (plan.fence !== null) {
-    for (const item of plan.items) {
-      const leases: { root: string; token: number }[] = [];
-      for (const session of sessionsOf(item)) {
-        const lease = plan.fence.leaseOf(session);
-        if (lease === null) continue;
-        leases.push(lease);
-        tokens.set(lease.root, lease.token);
-      }
-      if (leases.length > 0) wanted.set(item, leases);
-    }
-  }
   const now = nowMicros();
-  const texts = (values: Iterable<string>) => {
-    const literals = [...values].map(escapeLiteral);
-    return literals.length === 0 ? "'{}'::text[]" : `ARRAY[${literals.join(', ')}]::text[]`;
-  };
+  const changes = rows.map((item) => (item as Extract<WriteItem, { row: unknown }>).row.change);
+  const rowSql = changes.length === 0 ? '' : `;\n${renderRowChanges(changes).map(inlined).join(';\n')}`;
   const results = (await client.query(
     `BEGIN;
      WITH mark AS (
@@ -210,30 +260,37 @@ async function beginMarkAndFence(
          SET batch_no = excluded.batch_no, committed_at_us = excluded.committed_at_us
        RETURNING 1),
      bare AS (
-       INSERT INTO sessions (id, created_at_us, updated_at_us) SELECT id, ${now}, ${now} FROM unnest(${texts(bare)}) id
+       INSERT INTO sessions (id, created_at_us, updated_at_us) SELECT id, ${now}, ${now} FROM unnest(${literal(bare)}::text[]) id
        ON CONFLICT (id) DO NOTHING
        RETURNING 1)
      SELECT session_id, node_id, token FROM metis_session_leases
-      WHERE session_id = ANY(${texts(tokens.keys())}) ORDER BY session_id FOR SHARE`,
+      WHERE session_id = ANY(${literal([...families.tokens.keys()])}::text[]) ORDER BY session_id FOR SHARE${rowSql}`,
   )) as unknown as pg.QueryResult<{ session_id: string; node_id: string; token: number }>[];
-  const result = results.at(-1)!;
-  if (plan.fence === null || tokens.size === 0) return new Map();
-  const held = new Map(result.rows.map((row) => [row.session_id, row]));
   const lost = new Map<string, FencedFamily>();
-  for (const [root, token] of tokens) {
+  if (plan.fence === null || families.tokens.size === 0) return lost;
+  const held = new Map(results[1]!.rows.map((row) => [row.session_id, row]));
+  for (const [root, token] of families.tokens) {
     const lease = held.get(root);
     // No lease row: this node cannot show it holds the family, so it writes nothing of it.
     if (lease === undefined) lost.set(root, { root, holder: null });
     else if (lease.node_id !== plan.fence.nodeId || Number(lease.token) !== token)
       lost.set(root, { root, holder: lease.node_id });
   }
-  const fenced = new Map<WriteItem, FencedFamily>();
-  if (lost.size === 0) return fenced;
-  for (const [item, leases] of wanted) {
-    const family = leases.map((lease) => lost.get(lease.root)).find((found) => found !== undefined);
-    if (family !== undefined) fenced.set(item, family);
-  }
-  return fenced;
+  return lost;
+}
+
+/** A statement with its parameters written in as literals, for the simple protocol. */
+function inlined(statement: PgStatement): string {
+  return statement.text.replace(/\$(\d+)/g, (_, n: string) => literal(statement.values[Number(n) - 1]));
+}
+
+/** A value as SQL: every parameter the row statements take is a string, a number, null or an array. */
+function literal(value: unknown): string {
+  if (value === null || value === undefined) return 'NULL';
+  if (Array.isArray(value)) return `ARRAY[${value.map(literal).join(', ')}]`;
+  if (typeof value === 'number') return Number.isFinite(value) ? String(value) : `'${value}'`;
+  if (typeof value === 'boolean') return value ? 'TRUE' : 'FALSE';
+  return escapeLiteral(String(value));
 }
 
 /** The sessions an item writes: its event's, or the ones its row change names. */
