@@ -1,8 +1,10 @@
+import type { Logger } from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { EventBus } from '../../src/core/bus/event-bus.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import type { StoreWriter } from '../../src/core/store/store-writer.js';
 import { sessionCreated, turnCompleted, turnStarted } from '../helpers/events.js';
+import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
 import { openPgWriter } from '../helpers/pg-store-writer.js';
 import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { session, toolCall, toolCallUpdate } from '../helpers/row-change-builders.js';
@@ -29,12 +31,12 @@ interface Subject {
   flush(): Promise<void>;
 }
 
-const WRITERS: readonly { name: string; runs: boolean; open(): Promise<Subject> }[] = [
+const WRITERS: readonly { name: string; runs: boolean; open(logger?: Logger): Promise<Subject> }[] = [
   {
     name: 'SQLite (TraceWriter)',
     runs: true,
-    open: async () => {
-      const context = tempTraceContext();
+    open: async (logger) => {
+      const context = tempTraceContext(logger === undefined ? {} : { logger });
       return {
         bus: context.bus,
         writer: context.writer,
@@ -46,8 +48,8 @@ const WRITERS: readonly { name: string; runs: boolean; open(): Promise<Subject> 
   {
     name: 'PostgreSQL (PgStoreWriter)',
     runs: postgresTestsRun,
-    open: async () => {
-      const pg = await openPgWriter(server);
+    open: async (logger) => {
+      const pg = await openPgWriter(server, logger === undefined ? {} : { logger });
       return {
         bus: pg.bus,
         writer: pg.writer,
@@ -159,7 +161,8 @@ for (const subject of WRITERS) {
     });
 
     it('refuses a row that breaks a constraint alone: logged, settled false, the rest of its batch committed', async () => {
-      const { bus, writer, all, flush } = await subject.open();
+      const logs = captureLogs();
+      const { bus, writer, all, flush } = await subject.open(logs.logger);
       const settled: string[] = [];
       const dropped: MetisEvent[] = [];
       writer.onDrop((events) => dropped.push(...events));
@@ -179,6 +182,8 @@ for (const subject of WRITERS) {
         'msg_after',
         'msg_good',
       ]);
+      await settleLogs();
+      expect(logs.at(LEVEL.error).map((record) => record.row)).toEqual(['msg:bad']);
       const events = await all("SELECT id FROM events WHERE session_id = 'sess_a' ORDER BY id");
       expect(events.map((row) => row.id)).toEqual([first.id, second.id]);
     });
