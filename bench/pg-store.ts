@@ -5,6 +5,8 @@
  * - group commit: events appended through PgEventStore (500 per append, each awaited, as a busy bus
  *   hands them over) against raw `COPY` of the same rows 500 per transaction with the same driver;
  *   target ≥ 0.8× of raw.
+ * - group commit with rows (and fence): PgStoreWriter, the writer of a server with no working copy,
+ *   500 events and 20 message rows a transaction (bench/lib/pg-writer-commit.ts); target ≥ 0.8× of raw.
  * - shipped: what `metis serve --store` does with each event: emitted on the bus in bursts of 1,000,
  *   committed to the working copy, shipped by the outbox to PostgreSQL; events/s until the last one is
  *   in PostgreSQL, beside the same raw COPY (no target: two stores' work against one store's).
@@ -16,68 +18,18 @@
  */
 
 import { performance } from 'node:perf_hooks';
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
-import { microsToIso, nowMicros } from '../src/core/events/clock.js';
-import type { MetisEvent } from '../src/core/events/envelope.js';
-import { newEventId } from '../src/core/events/ids.js';
 import { silentLogger } from '../src/core/logger.js';
 import { PgEventStore } from '../src/core/store/postgres/pg-event-store.js';
 import { pgStreamReads } from '../src/core/store/postgres/pg-stream-reads.js';
 import { openPostgresStore } from '../src/core/store/postgres/serve-store.js';
 import { openTraceContext } from '../src/core/store/trace-context.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
+import { BATCH, events, rawCopy } from './lib/pg-bench-events.js';
 import { benchRowBatch } from './lib/pg-row-batch.js';
+import { benchWriterCommit } from './lib/pg-writer-commit.js';
 import { collectGarbage, type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 import { benchInput, removeDir, tempStoreDir } from './lib/store-fixtures.js';
-
-const BATCH = 500;
-
-function events(count: number, sessions: number): MetisEvent[] {
-  const seqs = new Array<number>(sessions).fill(0);
-  return Array.from({ length: count }, (_, i) => {
-    const session = i % sessions;
-    seqs[session]! += 1;
-    return {
-      id: newEventId(),
-      timestamp: microsToIso(nowMicros()),
-      session_id: `sess_bench_${session}`,
-      turn_id: 'turn_bench',
-      parent_event_id: null,
-      type: 'text.delta',
-      actor: 'agent',
-      payload: { message_id: 'msg_bench', content_block_index: 0, text: `token ${i} ` },
-      sensitivity: 'pseudonymous',
-      seq: seqs[session]!,
-    } satisfies MetisEvent;
-  });
-}
-
-function copyRows(batch: readonly MetisEvent[]): string {
-  return batch
-    .map(
-      (e) =>
-        `${e.session_id}\t${e.id}\t${e.seq}\t${Date.parse(e.timestamp) * 1000}\t${e.turn_id}\t\\N\t${e.type}\t${e.actor}\t${e.sensitivity}\t${JSON.stringify(e.payload)}\n`,
-    )
-    .join('');
-}
-
-async function rawCopy(client: pg.Client, all: readonly MetisEvent[]): Promise<void> {
-  for (let i = 0; i < all.length; i += BATCH) {
-    await client.query('BEGIN');
-    await pipeline(
-      Readable.from([copyRows(all.slice(i, i + BATCH))]),
-      client.query(
-        copyFrom(
-          'COPY events (session_id, id, seq, timestamp_us, turn_id, parent_event_id, type, actor, sensitivity, payload_json) FROM STDIN',
-        ),
-      ),
-    );
-    await client.query('COMMIT');
-  }
-}
 
 export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
   if (PG_BIN === null) {
@@ -106,6 +58,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
       rawSeconds += (performance.now() - began) / 1000;
     }
     await store.close();
+    const writerCommits = await benchWriterCommit(server, total);
     const shipped = await shippedThroughput(freshDatabase(server), total);
 
     // Replay: one session's events among many.
@@ -179,6 +132,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
         baseline: { name: `raw COPY, ${BATCH} rows a transaction`, value: total / rawSeconds },
         target: { op: '>=', value: Math.round((0.8 * total) / rawSeconds) },
       }),
+      ...writerCommits,
       figure({
         // No target: this is two stores' work (the working copy's commit, then the shipment) on one
         // thread, against one store's; the figure says what a server on PostgreSQL sustains.

@@ -9,19 +9,14 @@ import { BatchCommitter, type CommitResult, type RowWrite, type WriteItem } from
 import { CommitWaiters } from './commit-waiters.js';
 import type { Db } from './database.js';
 import { DropLedger } from './drop-ledger.js';
-import { eventToParams } from './event-rows.js';
 import { reportDroppedRanges } from './report-dropped.js';
 import { RetrySchedule } from './retry-schedule.js';
 import { rowApplierOf } from './sqlite-row-applier.js';
 import { type StorageFailure, storageError } from './storage-errors.js';
-import type {
-  BatchListener,
-  BatchReport,
-  CommitListener,
-  StoreWriter,
-  StoreWriterStats,
-} from './store-writer.js';
+import type { BatchListener, CommitListener, StoreWriter, StoreWriterStats } from './store-writer.js';
+import { admitEvents, type BufferBounds, bufferBounds, ROW_OVERHEAD_BYTES } from './write-admission.js';
 import { WriteQueue } from './write-queue.js';
+import { WriterListeners } from './writer-listeners.js';
 
 export type { RowWrite } from './batch-committer.js';
 
@@ -40,23 +35,8 @@ export interface TraceWriterOptions {
   readonly retryMaxDelayMs?: number;
 }
 
-/**
- * Events that end something a client waits for: past the buffer's bound they are still kept (a few per
- * turn, so the bound is exceeded by little), so that an acknowledged turn always ends for its clients
- * and in the store, with the dropped events before it reported as a gap.
- */
-const ENDINGS: ReadonlySet<string> = new Set([
-  'turn.completed',
-  'turn.cancelled',
-  'session.ended',
-  'delegate.completed',
-  'delegate.failed',
-]);
-
 /** A recovery after an outage commits the backlog in transactions of at most this many items. */
 const MAX_ITEMS_PER_RECOVERY_TRANSACTION = 5000;
-/** Approximate bytes of a row beside its payload JSON, for the buffer's byte bound. */
-const ROW_OVERHEAD_BYTES = 200;
 
 const WRITERS = new WeakMap<Db, TraceWriter>();
 
@@ -101,11 +81,8 @@ export class TraceWriter implements StoreWriter {
   };
   private readonly logger: Logger;
   private readonly path: string | null;
-  private readonly maxEvents: number;
-  private readonly maxBytes: number;
-  private readonly listeners: CommitListener[] = [];
-  private readonly dropListeners: CommitListener[] = [];
-  private readonly batchListeners: BatchListener[] = [];
+  private readonly bounds: BufferBounds;
+  private readonly listeners: WriterListeners;
   /** Duration of the last transaction that committed, for `onBatch`. */
   private lastCommitMs = 0;
   private readonly waiters = new CommitWaiters();
@@ -126,8 +103,8 @@ export class TraceWriter implements StoreWriter {
   ) {
     this.logger = options.logger ?? silentLogger();
     this.path = options.path ?? null;
-    this.maxEvents = options.maxBufferedEvents ?? 100_000;
-    this.maxBytes = options.maxBufferedBytes ?? 64 * 1024 * 1024;
+    this.bounds = bufferBounds(options);
+    this.listeners = new WriterListeners(this.logger);
     this.committer = new BatchCommitter(db);
     this.retries = new RetrySchedule(
       this.logger,
@@ -150,25 +127,17 @@ export class TraceWriter implements StoreWriter {
   }
 
   onCommit(listener: CommitListener): () => void {
-    this.listeners.push(listener);
-    return () => {
-      const index = this.listeners.indexOf(listener);
-      if (index >= 0) this.listeners.splice(index, 1);
-    };
+    return this.listeners.onCommit(listener);
   }
 
   /** Called with the events dropped: past the buffer's bound, or refused one by one. */
   onDrop(listener: CommitListener): void {
-    this.dropListeners.push(listener);
+    this.listeners.onDrop(listener);
   }
 
   /** Observes every batch once it is settled, committed or dropped (metrics). */
   onBatch(listener: BatchListener): () => void {
-    this.batchListeners.push(listener);
-    return () => {
-      const index = this.batchListeners.indexOf(listener);
-      if (index >= 0) this.batchListeners.splice(index, 1);
-    };
+    return this.listeners.onBatch(listener);
   }
 
   /** The storage failure the writer is waiting out, or null when storage is writable. */
@@ -184,20 +153,7 @@ export class TraceWriter implements StoreWriter {
   /** Queues one tick's events; commits them now unless storage is being waited out. */
   write(events: readonly MetisEvent[]): void {
     if (events.length === 0) return;
-    const bounded = this.retries.waiting;
-    const dropped: MetisEvent[] = [];
-    for (const event of events) {
-      const params = eventToParams(event);
-      const bytes = (params[9] as string).length + ROW_OVERHEAD_BYTES;
-      const full = this.queue.events >= this.maxEvents || this.queue.bytes + bytes > this.maxBytes;
-      if (bounded && full && !ENDINGS.has(event.type)) {
-        dropped.push(event);
-        this.ledger.dropped(event);
-        continue;
-      }
-      this.ledger.kept(event);
-      this.queue.push({ event, params, bytes });
-    }
+    const dropped = admitEvents(this.queue, events, this.retries.waiting, this.bounds, this.ledger);
     if (dropped.length > 0) this.dropOverflow(dropped);
     this.drain();
   }
@@ -327,14 +283,12 @@ export class TraceWriter implements StoreWriter {
       this.stats.committedEvents += committed.length;
       this.stats.committedBatches += 1;
       this.waiters.committed(committed);
-      this.publish(this.listeners, committed);
-      this.report(committed, this.lastCommitMs, 'committed');
+      this.listeners.commit(committed, this.lastCommitMs);
     }
     if (rejected.length > 0) {
       this.stats.droppedEvents += rejected.length;
       this.waiters.dropped(rejected, () => storageError('io', this.path));
-      this.publish(this.dropListeners, rejected);
-      this.report(rejected, this.lastCommitMs, 'dropped');
+      this.listeners.drop(rejected, this.lastCommitMs);
     }
   }
 
@@ -368,36 +322,13 @@ export class TraceWriter implements StoreWriter {
           events: dropped.length,
           first_id: dropped[0]!.id,
           last_id: dropped.at(-1)!.id,
-          max_events: this.maxEvents,
-          max_bytes: this.maxBytes,
+          max_events: this.bounds.maxEvents,
+          max_bytes: this.bounds.maxBytes,
         },
         'trace store buffer full while storage is unavailable; events dropped (reported as bus.gap_detected once storage is back)',
       );
     this.overflowLogged = true;
     this.waiters.dropped(dropped, () => this.storageRefusal());
-    this.publish(this.dropListeners, dropped);
-    this.report(dropped, 0, 'dropped');
-  }
-
-  private report(events: readonly MetisEvent[], durationMs: number, outcome: BatchReport['outcome']): void {
-    if (this.batchListeners.length === 0) return;
-    const report: BatchReport = { events, durationMs, outcome };
-    for (const listener of this.batchListeners) {
-      try {
-        listener(report);
-      } catch (error) {
-        this.logger.warn({ err: (error as Error).message }, 'batch observer failed');
-      }
-    }
-  }
-
-  private publish(listeners: readonly CommitListener[], batch: readonly MetisEvent[]): void {
-    for (const listener of listeners) {
-      try {
-        listener(batch);
-      } catch (error) {
-        this.logger.warn({ err: (error as Error).message }, 'commit listener failed');
-      }
-    }
+    this.listeners.drop(dropped, 0);
   }
 }

@@ -10,6 +10,7 @@ import { rootSession } from '../session-lineage.js';
 import { SessionStore } from '../session-store.js';
 import { COPIED_TABLES, type CopiedTable, EVENT_ROW_AT } from '../store-copy.js';
 import { copyTextField, inTransaction } from './pg-util.js';
+import { numberSystemEvents } from './system-seq.js';
 
 export interface OutboxEntry {
   readonly n: number;
@@ -39,9 +40,6 @@ export interface ShipmentSource {
 }
 
 const EVENTS = COPIED_TABLES.find((table) => table.name === 'events')!;
-
-/** Taken by every shipment that numbers `system` events, so that two nodes never give out one seq. */
-const SYSTEM_SEQ_LOCK_SQL = "hashtext('metis_system_seq')";
 
 /** The column naming the session a table's row belongs to. */
 const SESSION_COLUMN: Readonly<Record<string, string>> = {
@@ -87,7 +85,18 @@ export async function ship(
       fenced = await fencedSessions(client, source.db, source.fenceFor, events, entries);
     const kept =
       fenced.size === 0 ? events : events.filter((row) => !fenced.has(row[EVENT_ROW_AT.session] as string));
-    const shipped = source.numberSystemEvents ? await numberSystemEvents(client, kept) : kept;
+    const shipped = source.numberSystemEvents
+      ? await numberSystemEvents(
+          client,
+          kept,
+          (row) => row[EVENT_ROW_AT.session] as string,
+          (row, seq) => {
+            const numbered = [...row];
+            numbered[EVENT_ROW_AT.seq] = seq;
+            return numbered;
+          },
+        )
+      : kept;
     if (shipped.length > 0) await copyEvents(client, shipped);
     // Deletes first (children before parents): a row deleted and one inserted under another key with
     // the same unique value (a pattern fingerprint's key) must not meet in the store.
@@ -118,31 +127,6 @@ export async function ship(
       );
   });
   return fenced;
-}
-
-/**
- * The rows with their `system` events numbered after the store's last one, in id order (the order they
- * are shipped in). Runs inside the shipment's transaction, under a lock held to its end.
- */
-async function numberSystemEvents(
-  client: pg.PoolClient,
-  rows: readonly unknown[][],
-): Promise<readonly unknown[][]> {
-  if (!rows.some((row) => row[EVENT_ROW_AT.session] === SYSTEM_SESSION_ID)) return rows;
-  await client.query(`SELECT pg_advisory_xact_lock(${SYSTEM_SEQ_LOCK_SQL})`);
-  let seq = (
-    await client.query<{ last: number }>(
-      'SELECT coalesce(max(seq), 0)::bigint AS last FROM events WHERE session_id = $1',
-      [SYSTEM_SESSION_ID],
-    )
-  ).rows[0]!.last;
-  return rows.map((row) => {
-    if (row[EVENT_ROW_AT.session] !== SYSTEM_SESSION_ID) return row;
-    const numbered = [...row];
-    seq += 1;
-    numbered[EVENT_ROW_AT.seq] = seq;
-    return numbered;
-  });
 }
 
 /** Events in COPY's text format, in the table's column order. */
