@@ -21,7 +21,7 @@ import {
   toToolCallRecord,
 } from '../session-store.js';
 import { costOfAmounts } from './pg-open-work.js';
-import { BIGINT_AS_NUMBER, checkOut } from './pg-util.js';
+import { BIGINT_AS_NUMBER, inTransaction } from './pg-util.js';
 
 type FamilyRow = SessionRecord & {
   readonly budget_caps_json: string | null;
@@ -56,20 +56,11 @@ export class PgFamilyLoader implements FamilyLoader {
 
   async loadFamily(rootSessionId: string): Promise<FamilyState | null> {
     if (rootSessionId === SYSTEM_SESSION_ID) return null;
-    const { client, release } = await checkOut(this.pool);
-    let broken = false;
-    try {
-      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-      const state = await this.load(client, rootSessionId);
-      await client.query('COMMIT');
-      return state;
-    } catch (error) {
-      broken = true;
-      await client.query('ROLLBACK').catch(() => {});
-      throw error;
-    } finally {
-      release(broken);
-    }
+    return inTransaction(
+      this.pool,
+      (client) => this.load(client, rootSessionId),
+      'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+    );
   }
 
   private async load(client: pg.ClientBase, rootSessionId: string): Promise<FamilyState | null> {

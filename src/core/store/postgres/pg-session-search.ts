@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { toSessionRecord } from '../family-state.js';
 import { LATENCY_BINS_PER_OCTAVE, storedQuantile } from '../latency-bins.js';
 import { CONFORMANCE_MARK_MODEL } from '../session-index-schema.js';
 import {
@@ -177,16 +178,7 @@ function listRow(row: PgRow, userTitle: string | null): SessionListRow {
   const p95 = storedQuantile(bins, 0.95);
   const fromMessage = row.first_message === null ? null : titleFromMessage(row.first_message);
   return {
-    id: row.id,
-    parent_session_id: row.parent_session_id,
-    workspace_path: row.workspace_path,
-    workspace_hash: row.workspace_hash,
-    active_model: row.active_model,
-    sticky_model: row.sticky_model,
-    status: row.status,
-    disposition: row.disposition,
-    created_at_us: row.created_at_us,
-    updated_at_us: row.updated_at_us,
+    ...toSessionRecord(row),
     turn_count: row.turn_count,
     cost_usd: row.cost_usd,
     model: row.model,

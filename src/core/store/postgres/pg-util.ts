@@ -59,19 +59,22 @@ export async function checkOut(
 }
 
 /**
- * Runs `work` in one transaction on a connection of `pool`: committed when it resolves, rolled back when
- * it throws. A connection that failed (a lost server, a broken COPY) is discarded, not reused.
+ * Runs `work` in one transaction on a connection of `pool` (`begin` may name its isolation and mode):
+ * committed when it resolves, rolled back when it throws. A connection that failed (a lost server, a
+ * broken COPY) is discarded, not reused.
  */
-export async function inTransaction(
+export async function inTransaction<T>(
   pool: pg.Pool,
-  work: (client: pg.PoolClient) => Promise<void>,
-): Promise<void> {
+  work: (client: pg.PoolClient) => Promise<T>,
+  begin = 'BEGIN',
+): Promise<T> {
   const { client, release } = await checkOut(pool);
   let broken = false;
   try {
-    await client.query('BEGIN');
-    await work(client);
+    await client.query(begin);
+    const result = await work(client);
     await client.query('COMMIT');
+    return result;
   } catch (error) {
     broken = true;
     await client.query('ROLLBACK').catch(() => {});
