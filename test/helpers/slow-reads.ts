@@ -18,6 +18,5 @@ export function slowReads(reads: StreamReads, maxDelayMs: number, random = Math.
     confirmationEventsThrough: (sessionIds, throughId) =>
       later(() => reads.confirmationEventsThrough(sessionIds, throughId)),
     retention: (sessionId) => later(() => reads.retention(sessionId)),
-    lineage: (sessionId) => later(() => reads.lineage(sessionId)),
   };
 }
