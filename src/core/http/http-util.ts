@@ -68,11 +68,8 @@ export function sendError(
  * (the bus's own events: every subscriber's registration with its connection and session ids), which
  * every route answers as unknown (issue 34).
  */
-export async function isClientSession(
-  runtime: Pick<Runtime, 'knowsSession'>,
-  sessionId: string,
-): Promise<boolean> {
-  return sessionId !== SYSTEM_SESSION_ID && (await runtime.knowsSession(sessionId));
+export function isClientSession(runtime: Pick<Runtime, 'hasSession'>, sessionId: string): boolean {
+  return sessionId !== SYSTEM_SESSION_ID && runtime.hasSession(sessionId);
 }
 
 /** Validates a body or query with zod; the error names the field and the problem. */

@@ -11,7 +11,6 @@ import {
   toMessage,
   toToolCallRecord,
 } from '../session-store.js';
-import { pgSessionRow } from './pg-session-reads.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
 
 /**
@@ -93,8 +92,9 @@ export class PgOpenWork implements OpenWork {
     );
   }
 
-  session(sessionId: string): Promise<SessionRecord | null> {
-    return pgSessionRow(this.pool, sessionId);
+  async session(sessionId: string): Promise<SessionRecord | null> {
+    const [row] = await this.rows<SessionRecord>('SELECT * FROM sessions WHERE id = $1', [sessionId]);
+    return row ?? null;
   }
 
   async storedCost(sessionId: string): Promise<number> {
