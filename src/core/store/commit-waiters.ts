@@ -23,6 +23,28 @@ export class CommitWaiters {
    * Resolves once `eventId` is committed; rejects with `dropError()` if it is dropped. A caller that
    * stops waiting (a timeout) leaves its waiter here until the event is committed or dropped.
    */
+  /**
+   * As `wait`, and rejects with `refusal()` when the event is still waiting after `timeoutMs` (0: no
+   * limit): how long a request may wait for storage before it is refused.
+   */
+  waitAtMost(eventId: string, timeoutMs: number, refusal: () => Error): Promise<void> {
+    const wait = this.wait(eventId, refusal);
+    if (timeoutMs <= 0) return wait;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(refusal()), timeoutMs);
+      wait.then(
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
   wait(eventId: string, dropError: () => Error): Promise<void> {
     if (this.droppedIds.has(eventId)) return Promise.reject(dropError());
     if (eventId <= this.lastCommittedId) return Promise.resolve();

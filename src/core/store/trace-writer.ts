@@ -181,22 +181,7 @@ export class TraceWriter implements StoreWriter {
   }
 
   whenCommitted(eventId: string, timeoutMs = 0): Promise<void> {
-    const failed = () => this.storageRefusal();
-    const wait = this.waiters.wait(eventId, failed);
-    if (timeoutMs <= 0) return wait;
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(failed()), timeoutMs);
-      wait.then(
-        () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
-    });
+    return this.waiters.waitAtMost(eventId, timeoutMs, () => this.storageRefusal());
   }
 
   /** Resolves once nothing waits to be committed; with a timeout, resolves false if still waiting. */

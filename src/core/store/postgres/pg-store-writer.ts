@@ -12,6 +12,7 @@ import { CommitWaiters } from '../commit-waiters.js';
 import { DropLedger } from '../drop-ledger.js';
 import { RetrySchedule } from '../retry-schedule.js';
 import type { StorageFailure } from '../storage-errors.js';
+import { storeUnavailable } from '../store-unavailable.js';
 import type { BatchListener, CommitListener, StoreWriter, StoreWriterStats } from '../store-writer.js';
 import { admitEvents, type BufferBounds, bufferBounds, ROW_OVERHEAD_BYTES } from '../write-admission.js';
 import { WriteQueue } from '../write-queue.js';
@@ -158,12 +159,10 @@ export class PgStoreWriter implements StoreWriter {
         'METIS_ERR_STORE_UNAVAILABLE',
         `the PostgreSQL store ${this.label} did not commit in time: the request is refused`,
       );
-    const cause = this.lastError instanceof Error ? ` (${this.lastError.message})` : '';
-    return new MetisError(
-      'METIS_ERR_STORE_UNAVAILABLE',
-      `the PostgreSQL store ${this.label} is unreachable${cause}: new turns are refused until it is back; ` +
-        'what was already done waits in memory and is written then',
-      { cause: this.lastError },
+    return storeUnavailable(
+      this.label,
+      this.lastError,
+      'new turns are refused until it is back; what was already done waits in memory and is written then',
     );
   }
 
@@ -188,21 +187,7 @@ export class PgStoreWriter implements StoreWriter {
   }
 
   whenCommitted(eventId: string, timeoutMs = 0): Promise<void> {
-    const wait = this.waiters.wait(eventId, () => this.storageRefusal());
-    if (timeoutMs <= 0) return wait;
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(this.storageRefusal()), timeoutMs);
-      wait.then(
-        () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
-    });
+    return this.waiters.waitAtMost(eventId, timeoutMs, () => this.storageRefusal());
   }
 
   idle(timeoutMs = 0): Promise<boolean> {
