@@ -93,7 +93,8 @@ export class ClusterSeat {
   /** Lets a request naming a session through when this node owns it (taking the lease if free). */
   private sessionGate(runtime: Runtime): SessionGate {
     return async (sessionId, creating = false) => {
-      if (!this.clustered) return;
+      // The session the request acts on runs from memory (runtime.open), loaded once it is this node's.
+      if (!this.clustered) return runtime.open(sessionId);
       const node = this.node;
       if (node === null)
         throw new MetisError(
@@ -111,6 +112,7 @@ export class ClusterSeat {
         if (!runtime.hasSession(sessionId)) return;
       }
       await node.ownSession(this.rootOf(sessionId));
+      await runtime.open(sessionId);
     };
   }
 

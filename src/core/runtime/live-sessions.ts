@@ -6,10 +6,12 @@ import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
-import type { SessionRows } from '../store/store-port.js';
+import type { FamilyLoader, LoadedSession } from '../store/family-state.js';
+import type { SessionRecord } from '../store/session-store.js';
 import type { CostAccumulator } from './cost-accumulator.js';
 import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
 import type { ConversationMessage } from './model-adapter.js';
+import type { OwnerRows } from './owner-rows.js';
 import type { StreamingChannel } from './streaming-channel.js';
 import { TurnEvents } from './turn-events.js';
 import type { DeferredPattern } from './turn-runner.js';
@@ -58,13 +60,21 @@ export interface LiveSession {
   ended: boolean;
 }
 
-/** How many ended turn ids a live session remembers; older ones are looked up in the store. */
-export const REMEMBERED_ENDED_TURNS = 16;
+/**
+ * How many ended turn ids a live session remembers (as many as a family's load brings); older ones are
+ * looked up in the store.
+ */
+export const REMEMBERED_ENDED_TURNS = 64;
 
 export interface LiveSessionsOptions {
   readonly bus: EventBus;
   readonly streaming: StreamingChannel;
-  readonly sessions: SessionRows;
+  /** The rows as the owner sees them: what it holds in memory, else the store's. */
+  readonly sessions: OwnerRows;
+  /** Loads a session's family for `open`. */
+  readonly families: FamilyLoader;
+  /** Resolves once the writes queued so far are stored (or after a bounded wait): a load sees them. */
+  readonly settled: () => Promise<unknown>;
   readonly config: RuntimeConfig;
   readonly costs: CostAccumulator;
   readonly logger: Logger;
@@ -82,6 +92,8 @@ export interface LiveSessionsOptions {
  */
 export class LiveSessions {
   private readonly live = new Map<string, LiveSession>();
+  /** Loads in flight, by the session asked for: two requests for one session share one load. */
+  private readonly opening = new Map<string, Promise<void>>();
 
   constructor(private readonly options: LiveSessionsOptions) {}
 
@@ -121,6 +133,7 @@ export class LiveSessions {
       workspace_hash: session.workspaceHash,
       active_model: session.activeModel,
       sticky_model: session.stickyModel,
+      created_at_us: session.createdAtUs,
     });
     this.live.set(session.id, session);
     this.eventsOf(session.id).emit('session.created', null, {
@@ -154,15 +167,41 @@ export class LiveSessions {
     if (signal !== null) emitSignal(bus, sessionId, signal, ended.id);
   }
 
-  /** The session, loaded from the store (and announced) when this process does not hold it yet. */
+  /**
+   * Loads the session's family (it and the workers below it) into memory, unless held already: its
+   * next use here runs from what was loaded, with no read of the store. A session not stored is left
+   * for `require` to refuse.
+   */
+  open(sessionId: string): Promise<void> {
+    const { sessions } = this.options;
+    if (this.live.has(sessionId) || sessions.holds(sessionId)) return Promise.resolve();
+    let opening = this.opening.get(sessionId);
+    if (opening === undefined) {
+      opening = this.load(sessionId).finally(() => this.opening.delete(sessionId));
+      this.opening.set(sessionId, opening);
+    }
+    return opening;
+  }
+
+  private async load(sessionId: string): Promise<void> {
+    // Rows this process queued (a turn's last message, released since) are in the store first.
+    await this.options.settled();
+    const family = await this.options.families.loadFamily(sessionId);
+    if (family !== null && !this.live.has(sessionId)) this.options.sessions.hold(family);
+  }
+
+  /** The session, taken up from memory or the store (and announced) when this process does not run it yet. */
   require(sessionId: string): LiveSession {
     const live = this.live.get(sessionId);
     if (live) return live;
-    const stored = this.options.sessions.getSession(sessionId);
+    const { sessions } = this.options;
+    const loaded = sessions.loadedState(sessionId);
+    if (loaded !== undefined) return this.resume(loaded.row, loaded);
+    const stored = sessions.getSession(sessionId);
     if (stored === null || stored.id === 'system') {
       throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
     }
-    return this.resume(stored);
+    return this.resume(stored, null);
   }
 
   /** A session this process neither holds nor may take up (see RuntimeOptions.mayResume). */
@@ -184,6 +223,7 @@ export class LiveSessions {
     if (live?.turn) return false;
     if (live?.inactivityTimer) clearTimeout(live.inactivityTimer);
     this.live.delete(sessionId);
+    this.options.sessions.forget(sessionId);
     this.options.costs.forget(sessionId);
     return true;
   }
@@ -264,12 +304,14 @@ export class LiveSessions {
   }
 
   /**
-   * Loads a session written by an earlier process and announces it with `session.resumed`. Its turn
-   * count and sticky model come back from the database, so routing and `session.ended.turn_count`
-   * carry on where the earlier process left off.
+   * Takes up a session written by an earlier process (or another node) and announces it with
+   * `session.resumed`. Its turn count, recent turns, cost and sticky model come from the family's load
+   * (`loaded`), else from the store's rows, so routing, a cancel and `session.ended` carry on where the
+   * earlier process left off.
    */
-  private resume(stored: NonNullable<ReturnType<SessionRows['getSession']>>): LiveSession {
-    const { sessions, config, costs } = this.options;
+  private resume(stored: SessionRecord, loaded: LoadedSession | null): LiveSession {
+    const { config, costs } = this.options;
+    const state = loaded ?? this.readState(stored.id);
     const workspacePath = stored.workspace_path ?? process.cwd();
     const session: LiveSession = {
       id: stored.id,
@@ -281,25 +323,38 @@ export class LiveSessions {
       sessionAllowed: new Set(),
       stickyModel: stored.parent_session_id === null ? stored.sticky_model : null,
       activeModel: stored.active_model ?? config.default_model,
-      turnCount: sessions.turnCount(stored.id),
+      turnCount: state.turnCount,
       turn: null,
-      endedTurnIds: [],
+      endedTurnIds: state.recentTurns.map((turn) => turn.turnId).slice(-REMEMBERED_ENDED_TURNS),
       recommendation: null,
       feedback: stored.parent_session_id === null ? new FeedbackMemory() : null,
       inactivityTimer: null,
       ended: stored.status === 'ended',
     };
     this.live.set(session.id, session);
-    costs.seed(session.id, sessions.storedCost(session.id), sessions.lastEventId(session.id));
+    costs.seed(session.id, state.storedCost, state.lastEventId);
     if (!session.ended) {
-      const lastEvent = sessions.lastEventId(session.id);
       this.eventsOf(session.id).emit('session.resumed', null, {
         workspace_hash: session.workspaceHash,
-        last_event_id_at_resume: lastEvent,
+        last_event_id_at_resume: state.lastEventId,
       });
       this.touch(session);
     }
     return session;
+  }
+
+  /** What `resume` needs of a session no family load brought, read from the store's rows. */
+  private readState(
+    sessionId: string,
+  ): Pick<LoadedSession, 'turnCount' | 'storedCost' | 'lastEventId' | 'recentTurns'> {
+    const { sessions } = this.options;
+    return {
+      turnCount: sessions.turnCount(sessionId),
+      storedCost: sessions.storedCost(sessionId),
+      lastEventId: sessions.lastEventId(sessionId),
+      // Earlier turns are found in the store when a cancel names one.
+      recentTurns: [],
+    };
   }
 
   /** Session-level events: outside any turn. */

@@ -6,7 +6,7 @@ import { MetisError } from '../errors.js';
 import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import { isSelfOrAncestor, selfAndDescendants } from '../store/session-lineage.js';
-import type { SessionRows, StorePort } from '../store/store-port.js';
+import type { StorePort } from '../store/store-port.js';
 import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
 import { Budgets } from './budget.js';
 import type { ChildProcessRecord } from './child-process-record.js';
@@ -19,21 +19,19 @@ import type { Judge } from './evaluator/judge.js';
 import { LlmJudge } from './evaluator/llm-judge.js';
 import { emitSignal } from './implicit-feedback.js';
 import { type LiveSession, LiveSessions, type SessionInfo } from './live-sessions.js';
-import { MemoryStore } from './memory/memory-store.js';
 import { assertConfiguredModel, assertModelId } from './models/model-id.js';
 import { ModelRegistry } from './models/model-registry.js';
+import { OwnerRows } from './owner-rows.js';
 import { adviserFor, applyRecommendation, dismissRecommendation } from './pattern-recommendation.js';
 import { PatternRecorder } from './patterns/pattern-recorder.js';
 import { PatternStore } from './patterns/pattern-store.js';
 import { ProviderHealth } from './provider-health.js';
 import { logRedundantCancel } from './redundant-cancel.js';
 import { RoutingPolicy } from './routing-policy.js';
+import { runtimeTools } from './runtime-tools.js';
 import { attachedSkillSessions, type SkillSessions } from './skills/skill-sessions.js';
 import { StreamingChannel } from './streaming-channel.js';
 import { ToolDispatcher } from './tool-dispatcher.js';
-import { builtinTools } from './tools/builtin.js';
-import { createDelegateTool } from './tools/delegate.js';
-import { SecretPaths } from './tools/secret-paths.js';
 import type { Tool } from './tools/tool.js';
 import { drainTurns, isHandedOver, trackTurnEvents } from './turn-drain.js';
 import { TurnEvents } from './turn-events.js';
@@ -85,7 +83,8 @@ export type CancelOutcome = 'cancelling' | 'already_cancelling' | 'already_ended
 export class Runtime {
   readonly config: RuntimeConfig;
   readonly streaming: StreamingChannel;
-  readonly sessions: SessionRows;
+  /** The session rows: those of the sessions this process holds from memory, others from the store. */
+  readonly sessions: OwnerRows;
   readonly models: ModelRegistry;
   readonly confirmations = new ConfirmationBroker();
   /** Results of the client's own tools (an AG-UI run's frontend tools), which their calls wait for. */
@@ -119,7 +118,8 @@ export class Runtime {
     this.config = runtimeConfig(options.config);
     this.logger = options.logger ?? silentLogger();
     this.streaming = options.streaming ?? new StreamingChannel();
-    this.sessions = options.store.sessions;
+    this.sessions = new OwnerRows(options.store.sessions);
+    const store: StorePort = { ...options.store, sessions: this.sessions };
     this.models = new ModelRegistry(this.config);
     this.health = new ProviderHealth(this.config.provider_health);
     this.models.health = this.health;
@@ -142,6 +142,8 @@ export class Runtime {
       bus: this.bus,
       streaming: this.streaming,
       sessions: this.sessions,
+      families: store.families,
+      settled: () => store.settled(DEFAULT_COMMIT_WAIT_MS),
       config: this.config,
       costs: this.costs,
       logger: this.logger,
@@ -165,22 +167,15 @@ export class Runtime {
       endWorker: (sessionId, disposition) => this.endSession(sessionId, disposition),
       session: (id) => this.live.require(id),
     });
-    const tools = [
-      ...builtinTools({
-        shell: { timeoutMs: this.config.shell_timeout_ms, children: options.childProcesses },
-        readFile: {
-          outsideWorkspace: this.config.outside_workspace,
-          secrets: new SecretPaths({
-            patterns: this.config.secret_paths,
-            protectedPaths: options.protectedPaths,
-          }),
-        },
-        memory: { store: new MemoryStore(this.bus, this.config.memory.max_bytes) },
-        skills: { skills: this.skills },
-      }),
-      createDelegateTool((input, context) => delegations.run(input, context)),
-      ...(options.tools ?? []),
-    ];
+    const tools = runtimeTools({
+      bus: this.bus,
+      config: this.config,
+      skills: this.skills,
+      delegations,
+      childProcesses: options.childProcesses,
+      protectedPaths: options.protectedPaths,
+      extra: options.tools,
+    });
     const dispatcher = new ToolDispatcher(tools, this.config, this.sessions, this.confirmations, this.logger);
     this.clientToolResults = new ClientToolResults(tools.map((tool) => tool.name));
     this.runner = new TurnRunner(
@@ -200,12 +195,12 @@ export class Runtime {
     this.patternRecorder =
       this.patterns === null
         ? null
-        : new PatternRecorder(this.patterns, this.bus, options.store, this.config.pricing_version);
+        : new PatternRecorder(this.patterns, this.bus, store, this.config.pricing_version);
     const recorder = this.patternRecorder;
     this.evaluator = this.config.evaluator.enabled
       ? new Evaluator({
           bus: this.bus,
-          store: options.store,
+          store,
           logger: this.logger,
           judge:
             options.judge ??
@@ -350,6 +345,11 @@ export class Runtime {
     this.live.end(sessionId, disposition);
     this.turnQueues.forget(sessionId);
     this.budgets.forget(sessionId);
+  }
+
+  /** Loads a stored session and its workers into memory, so running it reads no store: gates await it. */
+  open(sessionId: string): Promise<void> {
+    return this.live.open(sessionId);
   }
 
   getSession(sessionId: string): SessionInfo {

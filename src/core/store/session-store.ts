@@ -147,8 +147,10 @@ export class SessionStore {
     workspace_hash: string;
     active_model: string | null;
     sticky_model?: string | null;
+    /** When it was made (default: now): the owner's memory of the row says the same. */
+    created_at_us?: number;
   }): void {
-    const now = nowMicros();
+    const now = session.created_at_us ?? nowMicros();
     this.write(`session ${session.id}`, {
       kind: 'session.create',
       sessionId: session.id,
@@ -296,9 +298,13 @@ export class SessionStore {
    * Saves a message. `visibleWith` is the id of the event with which it became part of the conversation
    * (see MessageMarks), null when none did (it then shows in every snapshot from now on).
    */
-  saveMessage(message: Omit<MessageRecord, 'created_at_us'>, visibleWith: string | null): void {
+  saveMessage(
+    message: Omit<MessageRecord, 'created_at_us'>,
+    visibleWith: string | null,
+    createdAtUs: number = nowMicros(),
+  ): void {
     if (visibleWith !== null) this.marks.mark(message.session_id, message.id, visibleWith);
-    const now = nowMicros();
+    const now = createdAtUs;
     const pending: MessageRecord = { ...message, created_at_us: now };
     this.pendingMessages.set(message.id, pending);
     const settled = () => {

@@ -1,9 +1,11 @@
 import { type BudgetRows, SqliteBudgetRows } from './budget-rows.js';
 import { type ConversationReads, sqliteConversationReads } from './conversation-reads.js';
 import type { Db } from './database.js';
+import type { FamilyLoader } from './family-state.js';
 import { type PatternRows, SqlitePatternRows } from './pattern-rows.js';
 import { type QueueRows, SqliteQueueRows } from './queue-rows.js';
 import { SessionStore } from './session-store.js';
+import { SqliteFamilyLoader } from './sqlite-load-family.js';
 import { SqliteTraceLookups, type TraceLookups } from './trace-lookups.js';
 import { writerOf } from './trace-writer.js';
 
@@ -26,6 +28,13 @@ export interface StorePort {
   readonly budgets: BudgetRows;
   /** Messages sent while a turn ran, waiting: served after a restart or a take-over too. */
   readonly queues: QueueRows;
+  /** Loads a session and its workers as their owner runs them (runtime.open). */
+  readonly families: FamilyLoader;
+  /**
+   * Resolves true once every write queued so far is stored, so that a load made after it sees this
+   * process's own writes; false after `timeoutMs`, or at once while storage is away.
+   */
+  settled(timeoutMs: number): Promise<boolean>;
   /**
    * Resolves once an event the bus took is stored (at once when the store commits before `emit` returns:
    * no writer attached); rejects with the storage error after `timeoutMs` when one is given.
@@ -43,6 +52,13 @@ export function sqliteStorePort(db: Db, lookups: TraceLookups = new SqliteTraceL
     patterns: new SqlitePatternRows(db),
     budgets: new SqliteBudgetRows(db),
     queues: new SqliteQueueRows(db),
+    families: new SqliteFamilyLoader(db),
+    // The writer commits at once unless it waits storage out: then a load is not held up for it.
+    settled: (timeoutMs) => {
+      const writer = writerOf(db);
+      if (writer === undefined) return Promise.resolve(true);
+      return writer.failure === null ? writer.idle(timeoutMs) : Promise.resolve(false);
+    },
     // Looked up at each call: a writer may be attached after the port is made.
     whenStored: (id, timeoutMs) => writerOf(db)?.whenCommitted(id, timeoutMs) ?? Promise.resolve(),
   };

@@ -1,0 +1,165 @@
+import { copyFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import type { MetisEvent } from '../../src/core/events/envelope.js';
+import { type ConversationMessage, estimateTokens } from '../../src/core/runtime/model-adapter.js';
+import { createRuntime } from '../../src/core/runtime/runtime.js';
+import type { SessionRows, StorePort } from '../../src/core/store/store-port.js';
+import { byType } from '../helpers/runtime.js';
+import { tempDir, tempTraceContext } from '../helpers/tmp.js';
+
+/**
+ * The store-port plan's step 4 (issue 35): a session the runtime takes up runs from what its family's
+ * load brought into memory. The proof: a runtime whose store answers no read of sessions, messages or
+ * tool calls (a backend over the network cannot answer them synchronously) runs a resumed session the
+ * same as one reading a SQLite file does.
+ */
+
+/** The writes a runtime makes through the session rows; every other method is a read. */
+const WRITES = new Set<keyof SessionRows>([
+  'createSession',
+  'setStickyModel',
+  'endSession',
+  'saveMessage',
+  'saveToolCall',
+  'updateToolCall',
+  // It reads a count as it writes; the runtime does not call it on a resumed session's turns here.
+  'closeOpenToolCalls',
+]);
+
+/** The rows with every read refused, naming it: a read that reaches the store fails the test. */
+function writesOnly(rows: SessionRows, reads: string[]): SessionRows {
+  return new Proxy(rows, {
+    get(target, name, receiver) {
+      const value = Reflect.get(target, name, receiver) as unknown;
+      if (typeof value !== 'function') return value;
+      if (WRITES.has(name as keyof SessionRows)) return value.bind(target);
+      return (...args: unknown[]) => {
+        reads.push(`${String(name)}(${String(args[0])})`);
+        throw new Error(`read from the store: ${String(name)}`);
+      };
+    },
+  });
+}
+
+function openProcess(dbPath: string, storeReads: 'answered' | 'refused') {
+  const context = tempTraceContext({ dbPath });
+  const committed: MetisEvent[] = [];
+  context.writer.onCommit((batch) => committed.push(...batch));
+  const reads: string[] = [];
+  const store: StorePort =
+    storeReads === 'answered'
+      ? context.port
+      : { ...context.port, sessions: writesOnly(context.port.sessions, reads) };
+  const runtime = createRuntime({
+    bus: context.bus,
+    store,
+    config: { scripted: { token_delay_ms: 0 } },
+  });
+  onTestFinished(() => runtime.close());
+  return {
+    runtime,
+    context,
+    committed,
+    reads,
+    stop: async () => {
+      await runtime.close();
+      await context.close();
+    },
+  };
+}
+
+/** A copy of a closed store, so that two processes can take up the same state. */
+function copyStore(dbPath: string): string {
+  const copy = join(tempDir(), 'metis.db');
+  for (const suffix of ['', '-wal', '-shm'])
+    if (existsSync(dbPath + suffix)) copyFileSync(dbPath + suffix, copy + suffix);
+  return copy;
+}
+
+describe('a session taken up runs from its family load', () => {
+  it('resumes, routes, remembers its history and ends the same as with a readable store, reading nothing', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const workspace = tempDir('metis-ws-');
+    const before = openProcess(dbPath, 'answered');
+    const session = before.runtime.createSession({ workspacePath: workspace });
+    before.runtime.setStickyModel(session.id, 'scripted:sticky');
+    const first = before.runtime.submitTurn(session.id, 'hello');
+    await first.done;
+    await before.runtime.submitTurn(session.id, 'time').done;
+    await before.runtime.submitTurn(session.id, 'think: the weather').done;
+    await before.stop();
+    const copy = copyStore(dbPath);
+
+    const runs = [];
+    for (const [path, storeReads] of [
+      [dbPath, 'answered'],
+      [copy, 'refused'],
+    ] as const) {
+      const after = openProcess(path, storeReads);
+      await after.runtime.open(session.id);
+      expect(after.runtime.getSession(session.id)).toMatchObject({
+        turn_count: 3,
+        active_model: 'scripted:sticky',
+        status: 'active',
+      });
+      // A turn of an earlier process has ended: a cancel of it is a no-op.
+      expect(after.runtime.cancelTurn(session.id, first.turnId)).toBe('already_ended');
+      await after.runtime.submitTurn(session.id, 'time').done;
+      // This turn's history holds the messages the last one saved: memory follows its own writes.
+      await after.runtime.submitTurn(session.id, 'hello again').done;
+      after.runtime.endSession(session.id);
+      await after.context.flush();
+      runs.push({ events: after.committed.filter((e) => e.session_id === session.id), reads: after.reads });
+      await after.stop();
+    }
+    const [readable, memory] = runs;
+    expect(memory!.reads).toEqual([]);
+    const summary = (events: MetisEvent[]) => ({
+      types: events.map((e) => e.type),
+      resumed: byType(events, 'session.resumed')[0]!.payload,
+      route: byType(events, 'route.decided')[0]!.payload.chosen_model,
+      // The history the model was given: its size is what the scripted model counts as input tokens.
+      inputTokens: byType(events, 'llm.call_completed').map((e) => e.payload.input_tokens),
+      ended: byType(events, 'session.ended')[0]!.payload,
+    });
+    const expected = summary(readable!.events);
+    expect(expected.ended).toMatchObject({ turn_count: 5 });
+    expect(expected.route).toBe('scripted:sticky');
+    const got = summary(memory!.events);
+    expect({ ...got, ended: { ...got.ended, duration_seconds: 0 } }).toEqual({
+      ...expected,
+      ended: { ...expected.ended, duration_seconds: 0 },
+    });
+    // Both runs above hold the session in memory: the history each turn was given is checked against the
+    // store's own messages too (its size is `turn.started.estimated_input_tokens`).
+    const stored = tempTraceContext({ dbPath: copy });
+    onTestFinished(() => stored.close());
+    const turns = byType(memory!.events, 'turn.started');
+    expect(turns).toHaveLength(2);
+    for (const turn of turns) {
+      const asked = stored.port.sessions
+        .messages(session.id, { limit: 1000 })
+        .find((m) => m.turn_id === turn.turn_id && m.role === 'user')!;
+      const history = stored.port.sessions
+        .messages(session.id, { beforeId: asked.id, limit: 50 })
+        .filter((m) => m.status === 'complete');
+      const conversation = [...history, asked].map((m) => ({
+        role: m.role,
+        content: m.content as ConversationMessage['content'],
+      }));
+      expect(history.length).toBeGreaterThan(4);
+      expect(turn.payload.estimated_input_tokens).toBe(estimateTokens(conversation));
+    }
+  });
+
+  it('without a load, the store is read: the check above would see it', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const before = openProcess(dbPath, 'answered');
+    const session = before.runtime.createSession({ workspacePath: tempDir('metis-ws-') });
+    await before.stop();
+    const after = openProcess(dbPath, 'refused');
+    expect(() => after.runtime.getSession(session.id)).toThrow(/read from the store: getSession/);
+    expect(after.reads).toEqual([`getSession(${session.id})`]);
+  });
+});
