@@ -4,7 +4,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { type ConversationMessage, estimateTokens } from '../../src/core/runtime/model-adapter.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
-import type { SessionRows, StorePort } from '../../src/core/store/store-port.js';
+import type { StorePort } from '../../src/core/store/store-port.js';
 import { byType } from '../helpers/runtime.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
@@ -16,7 +16,7 @@ import { tempDir, tempTraceContext } from '../helpers/tmp.js';
  */
 
 /** The writes a runtime makes through the session rows; every other method is a read. */
-const WRITES = new Set<keyof SessionRows>([
+const WRITES = new Set<string>([
   'createSession',
   'setStickyModel',
   'endSession',
@@ -27,13 +27,13 @@ const WRITES = new Set<keyof SessionRows>([
   'closeOpenToolCalls',
 ]);
 
-/** The rows with every read refused, naming it: a read that reaches the store fails the test. */
-function writesOnly(rows: SessionRows, reads: string[]): SessionRows {
+/** Rows with every read refused, naming it: a read that reaches the store fails the test. */
+function writesOnly<Rows extends object>(rows: Rows, writes: ReadonlySet<string>, reads: string[]): Rows {
   return new Proxy(rows, {
     get(target, name, receiver) {
       const value = Reflect.get(target, name, receiver) as unknown;
       if (typeof value !== 'function') return value;
-      if (WRITES.has(name as keyof SessionRows)) return value.bind(target);
+      if (writes.has(String(name))) return value.bind(target);
       return (...args: unknown[]) => {
         reads.push(`${String(name)}(${String(args[0])})`);
         throw new Error(`read from the store: ${String(name)}`);
@@ -50,7 +50,11 @@ function openProcess(dbPath: string, storeReads: 'answered' | 'refused') {
   const store: StorePort =
     storeReads === 'answered'
       ? context.port
-      : { ...context.port, sessions: writesOnly(context.port.sessions, reads) };
+      : {
+          ...context.port,
+          sessions: writesOnly(context.port.sessions, WRITES, reads),
+          budgets: writesOnly(context.port.budgets, new Set(['setCaps', 'addSpend']), reads),
+        };
   const runtime = createRuntime({
     bus: context.bus,
     store,
@@ -84,6 +88,9 @@ describe('a session taken up runs from its family load', () => {
     const before = openProcess(dbPath, 'answered');
     const session = before.runtime.createSession({ workspacePath: workspace });
     before.runtime.setStickyModel(session.id, 'scripted:sticky');
+    before.runtime.budgets.set(session.id, { tree: { tokens: 1_000_000 } });
+    // A worker: the family loaded holds it, and the tree's spend counts it.
+    await before.runtime.submitTurn(session.id, 'delegate: hello').done;
     const first = before.runtime.submitTurn(session.id, 'hello');
     await first.done;
     await before.runtime.submitTurn(session.id, 'time').done;
@@ -99,7 +106,7 @@ describe('a session taken up runs from its family load', () => {
       const after = openProcess(path, storeReads);
       await after.runtime.open(session.id);
       expect(after.runtime.getSession(session.id)).toMatchObject({
-        turn_count: 3,
+        turn_count: 4,
         active_model: 'scripted:sticky',
         status: 'active',
       });
@@ -110,11 +117,18 @@ describe('a session taken up runs from its family load', () => {
       await after.runtime.submitTurn(session.id, 'hello again').done;
       after.runtime.endSession(session.id);
       await after.context.flush();
-      runs.push({ events: after.committed.filter((e) => e.session_id === session.id), reads: after.reads });
+      runs.push({
+        events: after.committed.filter((e) => e.session_id === session.id),
+        reads: after.reads,
+        budget: after.runtime.budgets.view(session.id),
+      });
       await after.stop();
     }
     const [readable, memory] = runs;
     expect(memory!.reads).toEqual([]);
+    expect(readable!.budget.tree).toMatchObject({ caps: { tokens: 1_000_000 } });
+    expect(readable!.budget.tree.spent_tokens).toBeGreaterThan(readable!.budget.session.spent_tokens);
+    expect(memory!.budget).toEqual(readable!.budget);
     const summary = (events: MetisEvent[]) => ({
       types: events.map((e) => e.type),
       resumed: byType(events, 'session.resumed')[0]!.payload,
@@ -124,7 +138,7 @@ describe('a session taken up runs from its family load', () => {
       ended: byType(events, 'session.ended')[0]!.payload,
     });
     const expected = summary(readable!.events);
-    expect(expected.ended).toMatchObject({ turn_count: 5 });
+    expect(expected.ended).toMatchObject({ turn_count: 6 });
     expect(expected.route).toBe('scripted:sticky');
     const got = summary(memory!.events);
     expect({ ...got, ended: { ...got.ended, duration_seconds: 0 } }).toEqual({
@@ -135,6 +149,11 @@ describe('a session taken up runs from its family load', () => {
     // store's own messages too (its size is `turn.started.estimated_input_tokens`).
     const stored = tempTraceContext({ dbPath: copy });
     onTestFinished(() => stored.close());
+    // What memory answered for the budget after the session ended is what the store counted.
+    const storedOwn = stored.port.budgets.spentBy(session.id);
+    const storedTree = stored.port.budgets.spentByTree(session.id);
+    expect(memory!.budget.session.spent_tokens).toBe(storedOwn.tokens);
+    expect(memory!.budget.tree.spent_tokens).toBe(storedTree.tokens);
     const turns = byType(memory!.events, 'turn.started');
     expect(turns).toHaveLength(2);
     for (const turn of turns) {

@@ -1,12 +1,20 @@
 import { nowMicros } from '../events/clock.js';
+import type { StoredCaps } from '../store/budget-rows.js';
 import type { FamilyState, LoadedSession } from '../store/family-state.js';
 import { RECENT_MESSAGES } from '../store/family-state.js';
 import type { MessageRecord, SessionRecord } from '../store/session-store.js';
 import type { SessionRows } from '../store/store-port.js';
 
+/** A held session's budget as its rows say, following this process's writes (OwnerBudgetRows). */
+export interface HeldBudget {
+  caps: StoredCaps | null;
+  readonly spent: { usd: number; tokens: number };
+}
+
 /** What the owner keeps of a session it holds: enough to run it without reading the store. */
 interface HeldSession {
   row: SessionRecord;
+  readonly budget: HeldBudget;
   /** The newest RECENT_MESSAGES messages, in id order, as written here since the load. */
   readonly messages: MessageRecord[];
   /** Whether `messages` is the whole conversation (nothing older was left in the store). */
@@ -37,6 +45,7 @@ export class OwnerRows implements SessionRows {
         messages: [...loaded.recentMessages],
         complete: loaded.recentMessages.length < RECENT_MESSAGES,
         children: new Set(loaded.childIds),
+        budget: { caps: loaded.budgetCaps, spent: { ...loaded.spent } },
         loaded,
       });
     }
@@ -50,6 +59,22 @@ export class OwnerRows implements SessionRows {
   /** What the family's load said of a held session (undefined: not held, or created here). */
   loadedState(sessionId: string): LoadedSession | undefined {
     return this.held.get(sessionId)?.loaded ?? undefined;
+  }
+
+  /** The budget of a held session (undefined: not held). */
+  heldBudget(sessionId: string): HeldBudget | undefined {
+    return this.held.get(sessionId)?.budget;
+  }
+
+  /** The session and every one below it, when all are held; null when one is not (the store knows). */
+  heldTree(rootSessionId: string): string[] | null {
+    const tree = [rootSessionId];
+    for (let i = 0; i < tree.length; i += 1) {
+      const held = this.held.get(tree[i]!);
+      if (held === undefined) return null;
+      tree.push(...held.children);
+    }
+    return tree;
   }
 
   /** Lets go of a session: its next read goes to the store, its next use loads it again. */
@@ -77,6 +102,7 @@ export class OwnerRows implements SessionRows {
       messages: [],
       complete: true,
       children: new Set(),
+      budget: { caps: null, spent: { usd: 0, tokens: 0 } },
       loaded: null,
     });
     if (parent !== null) this.held.get(parent)?.children.add(session.id);

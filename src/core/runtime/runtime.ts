@@ -21,7 +21,8 @@ import { emitSignal } from './implicit-feedback.js';
 import { type LiveSession, LiveSessions, type SessionInfo } from './live-sessions.js';
 import { assertConfiguredModel, assertModelId } from './models/model-id.js';
 import { ModelRegistry } from './models/model-registry.js';
-import { OwnerRows } from './owner-rows.js';
+import { ownerStorePort } from './owner-budget-rows.js';
+import type { OwnerRows } from './owner-rows.js';
 import { adviserFor, applyRecommendation, dismissRecommendation } from './pattern-recommendation.js';
 import { PatternRecorder } from './patterns/pattern-recorder.js';
 import { PatternStore } from './patterns/pattern-store.js';
@@ -118,8 +119,8 @@ export class Runtime {
     this.config = runtimeConfig(options.config);
     this.logger = options.logger ?? silentLogger();
     this.streaming = options.streaming ?? new StreamingChannel();
-    this.sessions = new OwnerRows(options.store.sessions);
-    const store: StorePort = { ...options.store, sessions: this.sessions };
+    const store = ownerStorePort(options.store);
+    this.sessions = store.sessions;
     this.models = new ModelRegistry(this.config);
     this.health = new ProviderHealth(this.config.provider_health);
     this.models.health = this.health;
@@ -151,7 +152,7 @@ export class Runtime {
       routingVersion: () => this.routing.version,
       closed: () => this.closed,
     });
-    this.budgets = new Budgets(this.bus, this.config, this.live, this.logger, options.store.budgets);
+    this.budgets = new Budgets(this.bus, this.config, this.live, this.logger, store.budgets);
     this.turnQueues = new TurnQueues(queueHost(this, this.logger, () => this.closed, options.store.queues));
     const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>
