@@ -363,9 +363,8 @@ export class Runtime {
   }
 
   /**
-   * Drops what this process holds in memory of a session with no turn in flight, so that its next use
-   * loads it from the store again (`session.resumed`): another process wrote it since. False when a turn
-   * runs, and nothing is dropped.
+   * Drops what this process holds of a session with no turn in flight, so that its next use loads it
+   * again (`session.resumed`): another process wrote it since. False, dropping nothing, while a turn runs.
    */
   release(sessionId: string): boolean {
     return this.live.release(sessionId);
