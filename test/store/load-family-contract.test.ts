@@ -243,6 +243,21 @@ describe.runIf(postgresTestsRun)('loadFamily on SQLite and on PostgreSQL loads t
     }
   });
 
+  it("walks down to a session's workers by the parent index on PostgreSQL too", async () => {
+    const client = await pair!.pool.connect();
+    try {
+      // The copied store is small: the planner would scan it whatever the indexes; asked not to, it
+      // can only avoid the scan with an index on the parent.
+      await client.query('SET enable_seqscan = off');
+      const plan = await client.query('EXPLAIN SELECT id FROM sessions WHERE parent_session_id = $1', [root]);
+      const text = plan.rows.map((row) => row['QUERY PLAN']).join('\n');
+      expect(text).toContain('idx_sessions_parent');
+    } finally {
+      await client.query('RESET enable_seqscan');
+      client.release();
+    }
+  });
+
   it('an unknown root and the `system` sentinel are no family', async () => {
     for (const loader of [sqlite, postgres]) {
       expect(await loader.loadFamily('sess_unknown')).toBeNull();

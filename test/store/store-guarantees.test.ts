@@ -258,6 +258,16 @@ describe('trace store query plans (EXPLAIN QUERY PLAN)', () => {
     });
   });
 
+  it("finds a session's workers by index (a subscription's and a family load's walk down the tree)", async () => {
+    const { context } = await populatedStore();
+    const calls = await capturePrepared(context.db, () => context.port.sessions.childSessionIds('sess_1'));
+    expect(calls).toHaveLength(1);
+    const plan = queryPlan(context.db, calls[0]!.source, calls[0]!.params);
+    expect(plan.join('\n')).toMatch(
+      /SEARCH sessions USING (COVERING )?INDEX idx_sessions_parent \(parent_session_id=\?\)/,
+    );
+  });
+
   it('pages exports by the id index; only session-less exports walk the whole id index', async () => {
     const { context, ids } = await populatedStore();
     const hour = 3_600_000;

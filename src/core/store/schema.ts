@@ -222,6 +222,9 @@ export const MIGRATIONS: readonly Migration[] = [
   // 9 (issue 31): messages queued while a turn ran (multitask enqueue, interrupt, steer) outlive the
   // process: a 202 "queued" is kept like a turn is, and the next start or a take-over serves it.
   addColumns('sessions', ['queue_json TEXT']),
+  // 10 (issue 35): a session's workers found by index. Every subscribe walks the delegation tree down
+  // (selfAndDescendants), one lookup per session of the tree, which scanned all sessions.
+  'CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id)',
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -231,6 +231,9 @@ export const PG_MIGRATIONS: readonly string[] = [
     committed_at_us bigint NOT NULL
   );
   `,
+  // 15 (issue 35): a session's workers found by index (SQLite's version 10): a family's load and a
+  // subscription's lineage walk the delegation tree down by parent.
+  'CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions (parent_session_id)',
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
