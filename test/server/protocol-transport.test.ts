@@ -192,6 +192,22 @@ describe('streaming protocol: backpressure and heartbeats (§3.8, §8, §11.1)',
     expect(ofType(events, 'turn.completed').map((e) => e.turn_id)).toEqual(turns);
   });
 
+  it("15b. the conformance flood's hold: no ping and no heartbeat close while held, then three pings close a silent client", async () => {
+    const t = await startTestServer({}, { stream: { heartbeatIntervalMs: 50 } });
+    const sessionId = await t.createSession();
+    const { client: silent } = await subscribeOn(await t.attach(sessionId, { autoPong: false }));
+    const release = t.server.hub.holdHeartbeats(sessionId);
+    // Twice the three pings that close a silent client, held: it gets none and stays open.
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect(pings(silent)).toHaveLength(0);
+    expect(silent.ws.readyState).toBe(silent.ws.OPEN);
+    release();
+    const { code } = await closedWithin(silent);
+    expect(code).toBe(4408);
+    expect(pings(silent)).toHaveLength(3);
+    expect(t.server.hub.heartbeatsHeld(sessionId)).toBe(false);
+  });
+
   it('15. heartbeat: idle clients get pings; a client answering pongs stays, a silent one is closed after 3', async () => {
     const t = await startTestServer({}, { stream: { heartbeatIntervalMs: 50 } });
     const sessionId = await t.createSession();

@@ -47,6 +47,23 @@ export function conformanceRoutes(
   hub: StreamHub,
 ): JsonRoute[] {
   let releaseStall: (() => void) | null = null;
+  /** Stores `count` events in the session, chunk by chunk; the last one's id. */
+  const flood = async (sessionId: string, count: number): Promise<string> => {
+    let last = '';
+    for (let done = 0; done < count; done += FLOOD_CHUNK) {
+      const n = Math.min(FLOOD_CHUNK, count - done);
+      for (let i = 0; i < n; i += 1)
+        last = trace.bus.emit({
+          type: 'feedback.implicit',
+          session_id: sessionId,
+          payload: FLOOD_PAYLOAD,
+        })!.id;
+      await trace.flush();
+      // Let clients read between chunks, as they would between real turns.
+      await new Promise((resolve) => setTimeout(resolve, FLOOD_PAUSE_MS));
+    }
+    return last;
+  };
   const hook = (path: string, summary: string) => ({
     method: 'POST' as const,
     path,
@@ -77,21 +94,13 @@ export function conformanceRoutes(
     jsonRoute(
       { ...hook('/_conformance/flood', 'Conformance: store count events in a session'), body: FloodBody },
       async ({ body }) => {
-        let last = '';
-        for (let done = 0; done < body.count; done += FLOOD_CHUNK) {
-          const n = Math.min(FLOOD_CHUNK, body.count - done);
-          for (let i = 0; i < n; i += 1) {
-            last = trace.bus.emit({
-              type: 'feedback.implicit',
-              session_id: body.session_id,
-              payload: FLOOD_PAYLOAD,
-            })!.id;
-          }
-          await trace.flush();
-          // Let clients read between chunks, as they would between real turns.
-          await new Promise((resolve) => setTimeout(resolve, FLOOD_PAUSE_MS));
+        // The flood tests a slow client's closure (1008): no heartbeat closes it first (stream-hub.ts).
+        const release = hub.holdHeartbeats(body.session_id);
+        try {
+          return [200, { emitted: body.count, last_event_id: await flood(body.session_id, body.count) }];
+        } finally {
+          release();
         }
-        return [200, { emitted: body.count, last_event_id: last }];
       },
     ),
     jsonRoute(

@@ -387,6 +387,11 @@ export class ClientConnection implements StreamTarget, QueueEvents, IntentTarget
       this.sentSinceTick = false;
       return;
     }
+    if (this.deps.hub.heartbeatsHeld(this.sessionId)) {
+      this.pingNonces = [];
+      this.sentSinceTick = false;
+      return;
+    }
     if (this.pingNonces.length >= 3) {
       this.transport.close(
         CLOSE.heartbeatTimeout,

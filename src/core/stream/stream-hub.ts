@@ -36,6 +36,8 @@ export class StreamHub {
   private readonly targets = new Map<string, Set<StreamTarget>>();
   private readonly parentOf = new Map<string, string | null>();
   private readonly detach: () => void;
+  /** Sessions whose clients get no heartbeat for now (holdHeartbeats), with how many holds each. */
+  private readonly heartbeatHolds = new Map<string, number>();
 
   constructor(
     readonly sequencer: EventSequencer,
@@ -94,6 +96,29 @@ export class StreamHub {
   close(): void {
     this.detach();
     this.recent.close();
+  }
+
+  /**
+   * Suspends the heartbeat of the session's clients until the function returned is called: only the
+   * `--conformance` flood uses it. A client that stops reading during a flood must be closed as too slow
+   * (1008) once its queue overflows; when a loaded machine commits the flood slowly, idle ticks between
+   * chunks would otherwise close it for unanswered pings (4408) first.
+   */
+  holdHeartbeats(sessionId: string): () => void {
+    this.heartbeatHolds.set(sessionId, (this.heartbeatHolds.get(sessionId) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = (this.heartbeatHolds.get(sessionId) ?? 1) - 1;
+      if (left > 0) this.heartbeatHolds.set(sessionId, left);
+      else this.heartbeatHolds.delete(sessionId);
+    };
+  }
+
+  /** Whether the session's clients' heartbeat is suspended (holdHeartbeats). */
+  heartbeatsHeld(sessionId: string): boolean {
+    return this.heartbeatHolds.has(sessionId);
   }
 
   /** Delivers an event that did not come through the sequencer: only the `--conformance` hooks use it. */
