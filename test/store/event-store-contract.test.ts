@@ -71,7 +71,7 @@ describe.each(backends)('the event log on %s', (name, open) => {
   });
 
   it.runIf(run)('replays names holding quotes and what a text format escapes, byte for byte', async () => {
-    // PostgreSQL replays through COPY's text format with its values written in (pg-copy-out.ts).
+    // Appends go through COPY's text format (copyTextField escapes), replays bind the names: both keep them.
     const store = await open();
     const odd = "tab\t nl\n cr\r back\\slash \\N \b\f\v quote' é🙂";
     const s = `sess_${odd}_${name}`;

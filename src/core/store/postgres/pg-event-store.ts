@@ -5,8 +5,7 @@ import type { Actor, MetisEvent, Sensitivity } from '../../events/envelope.js';
 import type { EventPage, EventQuery, EventStore } from '../event-store.js';
 import { postgresPool } from './connect.js';
 import { batchQuery } from './pg-batch-query.js';
-import { type CopiedRow, copyOutRows } from './pg-copy-out.js';
-import { checkOut, copyTextField, inlineParams } from './pg-util.js';
+import { checkOut, copyTextField } from './pg-util.js';
 import { migratePostgres } from './schema.js';
 
 export interface PgEventStoreOptions {
@@ -106,25 +105,23 @@ export class PgEventStore implements EventStore {
     });
   }
 
-  /** Read by COPY (pg-copy-out.ts): the driver's per-field work was most of a large replay's time. */
   async replay(query: EventQuery): Promise<EventPage> {
-    const rows = await copyOutRows(
-      this.pool,
-      inlineParams(
-        `SELECT ${SELECT} FROM events
-          WHERE session_id = ANY($1::text[]) AND id > $2
-            AND ($3::text[] IS NULL OR type = ANY($3::text[]))
-            AND ($4::text[] IS NULL OR actor = ANY($4::text[]))
-          ORDER BY id LIMIT $5`,
-        [
-          query.sessionIds,
-          query.afterId ?? '',
-          query.eventTypes ?? null,
-          query.actors ?? null,
-          query.limit + 1,
-        ],
-      ),
-    );
+    const result = await this.pool.query({
+      text: `SELECT ${SELECT} FROM events
+              WHERE session_id = ANY($1) AND id > $2
+                AND ($3::text[] IS NULL OR type = ANY($3))
+                AND ($4::text[] IS NULL OR actor = ANY($4))
+              ORDER BY id LIMIT $5`,
+      values: [
+        query.sessionIds,
+        query.afterId ?? '',
+        query.eventTypes ?? null,
+        query.actors ?? null,
+        query.limit + 1,
+      ],
+      rowMode: 'array',
+    });
+    const rows = result.rows as unknown[][];
     const tooLarge = rows.length > query.limit;
     return { events: (tooLarge ? rows.slice(0, query.limit) : rows).map(rowToEvent), tooLarge };
   }
@@ -262,7 +259,7 @@ function copyText(events: readonly MetisEvent[]): string {
   return text;
 }
 
-function rowToEvent(row: CopiedRow): MetisEvent {
+function rowToEvent(row: unknown[]): MetisEvent {
   return {
     id: row[0] as string,
     timestamp: microsToIso(Number(row[1])),

@@ -7,8 +7,7 @@ import type { SessionRows } from '../store-port.js';
 import type { RetentionMarks, StreamReads } from '../stream-reads.js';
 import type { PayloadRow } from '../trace-lookups.js';
 import type { ReplayQuery } from '../trace-store.js';
-import { copyOutRows } from './pg-copy-out.js';
-import { BIGINT_AS_NUMBER, inlineParams } from './pg-util.js';
+import { BIGINT_AS_NUMBER } from './pg-util.js';
 
 const TURN_EDGES = ['turn.started', 'turn.completed', 'turn.cancelled'];
 const CONFIRMATION_TYPES = ['tool.confirmation_requested', 'tool.confirmation_resolved'];
@@ -68,19 +67,14 @@ export function replayStatement(query: ReplayQuery): pg.QueryArrayConfig {
 
 /**
  * A page of stored events as frames (StreamReads.replayJson), each built by PostgreSQL where it can
- * format the timestamp and by rowToJson where it cannot; read by COPY (pg-copy-out.ts), which measured
- * the 10,000-event replay of bench/pg-store.ts at about half the time a SELECT of the frames took. Also the trace page's replay
+ * format the timestamp and by rowToJson where it cannot. Also the trace page's replay
  * (pg-trace-content-reads.ts), which parses the same frames.
  */
 export async function pgReplayJson(
   pool: pg.Pool,
   query: ReplayQuery,
 ): Promise<{ rows: EventJsonRow[]; tooLarge: boolean }> {
-  const statement = replayStatement(query);
-  const rows = (await copyOutRows(pool, inlineParams(statement.text, statement.values ?? []))) as [
-    string,
-    string | null,
-  ][];
+  const rows = (await pool.query(replayStatement(query))).rows as [string, string | null][];
   const tooLarge = rows.length > query.limit;
   if (tooLarge) rows.length = query.limit;
   const unformatted = rows.filter((row) => row[1] === null).map((row) => row[0]);

@@ -18,24 +18,6 @@ export function copyTextField(value: unknown): string {
 }
 
 /**
- * A value as SQL, for a statement sent with its values written in (the simple protocol, which takes
- * several statements in one round trip, and COPY, which takes no parameters): a string, a number,
- * null, a boolean or an array of them. An empty array is `'{}'`, which takes its type from a cast.
- */
-export function sqlLiteral(value: unknown): string {
-  if (value === null || value === undefined) return 'NULL';
-  if (Array.isArray(value)) return value.length === 0 ? "'{}'" : `ARRAY[${value.map(sqlLiteral).join(', ')}]`;
-  if (typeof value === 'number') return Number.isFinite(value) ? String(value) : `'${value}'`;
-  if (typeof value === 'boolean') return value ? 'TRUE' : 'FALSE';
-  return pg.escapeLiteral(String(value));
-}
-
-/** `text` with each `$n` replaced by `values[n - 1]` as a literal (sqlLiteral). */
-export function inlineParams(text: string, values: readonly unknown[]): string {
-  return text.replace(/\$(\d+)/g, (_, n: string) => sqlLiteral(values[Number(n) - 1]));
-}
-
-/**
  * Refuses, changing nothing, a database to be read that holds no metis store or one newer than this
  * metis; `label` names it in the message (the URL with its password hidden, and the flag).
  */

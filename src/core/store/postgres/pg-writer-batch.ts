@@ -4,7 +4,8 @@ import { type MetisEvent, SYSTEM_SESSION_ID } from '../../events/envelope.js';
 import type { WriteItem } from '../batch-committer.js';
 import { batchQuery, type TextRows } from './pg-batch-query.js';
 import { applyRowChanges, renderRowChanges } from './pg-row-applier.js';
-import { checkOut, copyTextField, inlineParams, sqlLiteral } from './pg-util.js';
+import type { PgStatement } from './pg-row-statements.js';
+import { checkOut, copyTextField } from './pg-util.js';
 import { numberSystemEvents } from './system-seq.js';
 
 const { escapeLiteral } = pg;
@@ -274,12 +275,7 @@ function markAndFenceSql(plan: PgBatchPlan, families: Families, rows: readonly W
   const bare = [...eventSessions].filter((id) => !created.has(id));
   const now = nowMicros();
   const changes = rows.map((item) => (item as Extract<WriteItem, { row: unknown }>).row.change);
-  const rowSql =
-    changes.length === 0
-      ? ''
-      : `;\n${renderRowChanges(changes)
-          .map((statement) => inlineParams(statement.text, statement.values))
-          .join(';\n')}`;
+  const rowSql = changes.length === 0 ? '' : `;\n${renderRowChanges(changes).map(inlined).join(';\n')}`;
   return `WITH mark AS (
        INSERT INTO metis_writer_commits (writer_id, batch_no, committed_at_us)
        VALUES (${escapeLiteral(plan.writerId)}, ${Math.trunc(plan.batchNo)}, ${now})
@@ -287,11 +283,11 @@ function markAndFenceSql(plan: PgBatchPlan, families: Families, rows: readonly W
          SET batch_no = excluded.batch_no, committed_at_us = excluded.committed_at_us
        RETURNING 1),
      bare AS (
-       INSERT INTO sessions (id, created_at_us, updated_at_us) SELECT id, ${now}, ${now} FROM unnest(${sqlLiteral(bare)}::text[]) id
+       INSERT INTO sessions (id, created_at_us, updated_at_us) SELECT id, ${now}, ${now} FROM unnest(${literal(bare)}::text[]) id
        ON CONFLICT (id) DO NOTHING
        RETURNING 1)
      SELECT session_id, node_id, token FROM metis_session_leases
-      WHERE session_id = ANY(${sqlLiteral([...families.tokens.keys()])}::text[]) ORDER BY session_id FOR SHARE${rowSql}`;
+      WHERE session_id = ANY(${literal([...families.tokens.keys()])}::text[]) ORDER BY session_id FOR SHARE${rowSql}`;
 }
 
 /** The families whose lease is lost, from the lease rows markAndFenceSql read (as text). */
@@ -311,6 +307,20 @@ function lostFamilies(
       lost.set(root, { root, holder: lease.nodeId });
   }
   return lost;
+}
+
+/** A statement with its parameters written in as literals, for the simple protocol. */
+function inlined(statement: PgStatement): string {
+  return statement.text.replace(/\$(\d+)/g, (_, n: string) => literal(statement.values[Number(n) - 1]));
+}
+
+/** A value as SQL: every parameter the row statements take is a string, a number, null or an array. */
+function literal(value: unknown): string {
+  if (value === null || value === undefined) return 'NULL';
+  if (Array.isArray(value)) return `ARRAY[${value.map(literal).join(', ')}]`;
+  if (typeof value === 'number') return Number.isFinite(value) ? String(value) : `'${value}'`;
+  if (typeof value === 'boolean') return value ? 'TRUE' : 'FALSE';
+  return escapeLiteral(String(value));
 }
 
 /** The sessions an item writes: its event's, or the ones its row change names. */
