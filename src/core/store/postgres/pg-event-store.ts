@@ -5,7 +5,7 @@ import type { Actor, MetisEvent, Sensitivity } from '../../events/envelope.js';
 import type { EventPage, EventQuery, EventStore } from '../event-store.js';
 import { postgresPool } from './connect.js';
 import { batchQuery } from './pg-batch-query.js';
-import { checkOut, copyTextField } from './pg-util.js';
+import { checkOut, copyTextField, readInIdOrder } from './pg-util.js';
 import { migratePostgres } from './schema.js';
 
 export interface PgEventStoreOptions {
@@ -106,21 +106,24 @@ export class PgEventStore implements EventStore {
   }
 
   async replay(query: EventQuery): Promise<EventPage> {
-    const result = await this.pool.query({
+    const one = query.sessionIds.length === 1;
+    const statement: pg.QueryArrayConfig = {
+      // One session by `=`, read with readInIdOrder: the primary key yields its rows in id order.
       text: `SELECT ${SELECT} FROM events
-              WHERE session_id = ANY($1) AND id > $2
+              WHERE ${one ? 'session_id = $1' : 'session_id = ANY($1)'} AND id > $2
                 AND ($3::text[] IS NULL OR type = ANY($3))
                 AND ($4::text[] IS NULL OR actor = ANY($4))
               ORDER BY id LIMIT $5`,
       values: [
-        query.sessionIds,
+        one ? query.sessionIds[0] : query.sessionIds,
         query.afterId ?? '',
         query.eventTypes ?? null,
         query.actors ?? null,
         query.limit + 1,
       ],
       rowMode: 'array',
-    });
+    };
+    const result = one ? await readInIdOrder(this.pool, statement) : await this.pool.query(statement);
     const rows = result.rows as unknown[][];
     const tooLarge = rows.length > query.limit;
     return { events: (tooLarge ? rows.slice(0, query.limit) : rows).map(rowToEvent), tooLarge };
