@@ -17,9 +17,10 @@ interface Connection {
  * with the rows of each statement that returned any (a SELECT, even of no rows), in order.
  *
  * Why: the group commit's BEGIN, fence, rows, COPY and COMMIT then cost two round trips instead of
- * four, and each round trip is a wake-up of this process and of the server, which on a busy host is
- * what the commit waits for (measured in `npm run bench -- --only pg-store`). pg's own Query cannot
- * feed a COPY and pg-copy-streams cannot take rows, hence a query object of our own (pg's "submittable").
+ * four, each a wake-up of this process and of the server, and the COPY needs no stream (measured per
+ * 500-event batch of PgStoreWriter against the old way, interleaved: 14.1 ms against 15.0 ms median,
+ * 3.4 ms of this process's CPU against 4.6 ms). pg's own Query cannot feed a COPY and pg-copy-streams
+ * cannot take rows, hence a query object of our own (pg's "submittable").
  *
  * On an error the server skips the statements after it (a transaction begun in `text` is left aborted:
  * the caller rolls back) and the promise rejects with it.

@@ -229,9 +229,10 @@ export class PgEventStore implements EventStore {
   }
 
   /**
-   * One COPY, a transaction of its own (a statement alone commits or fails whole): two round trips
-   * where BEGIN, COPY and COMMIT sent one by one take four, which measured 0.77-0.80x of the raw
-   * driver's COPY in a transaction instead of above 0.8x (`npm run bench -- --only pg-store`).
+   * One COPY, a transaction of its own (a statement alone commits or fails whole), sent by batchQuery:
+   * two round trips where BEGIN, COPY and COMMIT one by one took four, and no stream. Measured per
+   * 500-event append against the old way, interleaved: 10.5 ms against 10.8 ms median (the raw
+   * driver's BEGIN, COPY, COMMIT 10.1 ms), 2.5 ms of this process's CPU against 3.2 ms.
    */
   private async commit(events: readonly MetisEvent[]): Promise<void> {
     if (events.length === 0) return;

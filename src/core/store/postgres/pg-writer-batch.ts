@@ -128,12 +128,12 @@ type BatchCommit = (
 
 /**
  * The whole batch in one query (batchQuery): BEGIN, the mark and the fence, the rows, the events by
- * one COPY, and COMMIT too when no family is fenced: two round trips where a statement each took four,
- * the raw driver's count for a COPY in a transaction. With families to fence it is written on the
- * guess that the families fenced are the ones the last read found (none, first); COMMIT follows once
- * the fence read proved the guess, and a guess it proves wrong is rolled back and made again with what
- * it found. Rows before events: rows need their sessions (foreign keys), events need nothing, and the
- * whole batch becomes visible at once, so a row queued after an event is never seen before it.
+ * one COPY, and COMMIT too when no family is fenced: two round trips where one a statement took four.
+ * With families to fence it is written on the guess that the families fenced are the ones the last
+ * read found (none, first), and COMMIT follows once the fence read proved the guess (three round
+ * trips); a guess it proves wrong is rolled back and made again with what it found. Rows before
+ * events: rows need their sessions (foreign keys), events need nothing, and the whole batch becomes
+ * visible at once, so a row queued after an event is never seen before it.
  */
 const groupedCommit: BatchCommit = async (client, plan, families, commitSent) => {
   const fenceFree = families.tokens.size === 0;
