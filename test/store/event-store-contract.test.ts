@@ -70,6 +70,29 @@ describe.each(backends)('the event log on %s', (name, open) => {
     expect(JSON.stringify(page.events)).toBe(JSON.stringify(written));
   });
 
+  it.runIf(run)('replays names holding quotes and what a text format escapes, byte for byte', async () => {
+    // Appends go through COPY's text format (copyTextField escapes), replays bind the names: both keep them.
+    const store = await open();
+    const odd = "tab\t nl\n cr\r back\\slash \\N \b\f\v quote' é🙂";
+    const s = `sess_${odd}_${name}`;
+    const first = event(s, `type ${odd}`);
+    const written = [
+      first,
+      { ...event(s), turn_id: odd, parent_event_id: first.id },
+      { ...event(s), turn_id: '\\N', parent_event_id: '\\' },
+    ];
+    await store.append(written);
+    const page = await store.replay({ sessionIds: [s], afterId: null, limit: 10 });
+    expect(JSON.stringify(page.events)).toBe(JSON.stringify(written));
+    const typed = await store.replay({
+      sessionIds: [s],
+      afterId: null,
+      eventTypes: [`type ${odd}`],
+      limit: 10,
+    });
+    expect(typed.events).toEqual([first]);
+  });
+
   it.runIf(run)('filters by cursor, type and actor, and says when a page is too large', async () => {
     const store = await open();
     const s = `sess_f_${name}`;

@@ -32,9 +32,20 @@ async function until(condition: () => boolean, timeoutMs = 10_000): Promise<void
   }
 }
 
+/** A query object of pg-batch-query.ts: the statements, and the callback its answer settles. */
+interface BatchSubmission {
+  readonly text: string;
+  callback(error: Error | null): void;
+}
+
+function isBatchSubmission(query: unknown): query is BatchSubmission {
+  return typeof query === 'object' && query !== null && 'submit' in query && 'text' in query;
+}
+
 /**
  * `real`, except that once armed, the next COMMIT is handed to `armed` (which sends it when it likes
- * and answers what it likes): a link that loses the answer, or a commit frozen in flight.
+ * and answers what it likes): a link that loses the answer, or a commit frozen in flight. A COMMIT
+ * sent at the end of a batch's one query (pg-batch-query.ts) is that whole query.
  */
 function interceptCommit(
   real: pg.Pool,
@@ -48,9 +59,21 @@ function interceptCommit(
       const client = await real.connect();
       const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
       (client as unknown as { query: typeof query }).query = (text, ...rest) => {
-        if (text !== 'COMMIT' || !next) return query(text, ...rest);
+        const batch = isBatchSubmission(text) && /;\s*COMMIT$/.test(text.text) ? text : null;
+        if ((text !== 'COMMIT' && batch === null) || !next) return query(text, ...rest);
         next = false;
-        return armed(() => query(text, ...rest));
+        if (batch === null) return armed(() => query(text, ...rest));
+        const answer = batch.callback.bind(batch);
+        const sent = () =>
+          new Promise((resolve, reject) => {
+            batch.callback = (error) => (error === null ? resolve(undefined) : reject(error));
+            query(batch);
+          });
+        armed(sent).then(
+          () => answer(null),
+          (error: Error) => answer(error),
+        );
+        return batch as unknown as Promise<unknown>;
       };
       return client;
     },

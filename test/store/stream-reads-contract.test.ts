@@ -11,6 +11,7 @@ import {
   pgStreamReads,
   replayStatement,
 } from '../../src/core/store/postgres/pg-stream-reads.js';
+import { readInIdOrder } from '../../src/core/store/postgres/pg-util.js';
 import { purgeOldEvents, retentionCutoffUs } from '../../src/core/store/retention.js';
 import type { CountedCost } from '../../src/core/store/session-as-of.js';
 import { COST_EVENT_TYPES, SessionStore } from '../../src/core/store/session-store.js';
@@ -283,6 +284,27 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
       expect(replayPlan).not.toMatch(/Seq Scan|Sort/);
     } finally {
       await client.end();
+    }
+  }, 120_000);
+
+  it('a whole session replays in primary-key order, where the planner left alone sorts it', async () => {
+    const big = freshDatabase(server);
+    await loadOldEvents(big, 20_000);
+    const pool = new pg.Pool({ connectionString: big, max: 1 });
+    try {
+      await pool.query('ANALYZE events');
+      const replay = replayStatement({ sessionIds: ['sess_old_5'], afterId: null, limit: 10_000 });
+      const explain = { ...replay, text: `EXPLAIN ${replay.text}` };
+      const planOf = (result: pg.QueryArrayResult) => result.rows.map((row) => row[0]).join('\n');
+      // What the plan would be without readInIdOrder: a bitmap scan and a sort of every row.
+      expect(planOf(await pool.query(explain))).toMatch(/Sort/);
+      const ordered = planOf(await readInIdOrder(pool, explain));
+      expect(ordered).toContain('Index Scan using events_pkey');
+      expect(ordered).not.toMatch(/Bitmap|Sort/);
+      // The setting was the transaction's own: the connection plans as before afterwards.
+      expect(planOf(await pool.query(explain))).toMatch(/Sort/);
+    } finally {
+      await pool.end();
     }
   }, 120_000);
 });

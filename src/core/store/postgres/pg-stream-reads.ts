@@ -7,7 +7,7 @@ import type { SessionRows } from '../store-port.js';
 import type { RetentionMarks, StreamReads } from '../stream-reads.js';
 import type { PayloadRow } from '../trace-lookups.js';
 import type { ReplayQuery } from '../trace-store.js';
-import { BIGINT_AS_NUMBER } from './pg-util.js';
+import { BIGINT_AS_NUMBER, readInIdOrder } from './pg-util.js';
 
 const TURN_EDGES = ['turn.started', 'turn.completed', 'turn.cancelled'];
 const CONFIRMATION_TYPES = ['tool.confirmation_requested', 'tool.confirmation_resolved'];
@@ -47,7 +47,8 @@ const EVENT_JSON_PG = `CASE WHEN timestamp_us BETWEEN 0 AND 253402300799999999 T
 export function replayStatement(query: ReplayQuery): pg.QueryArrayConfig {
   const many = query.sessionIds.length !== 1;
   return {
-    // One session by `=`: the primary key (session_id, id) yields its rows in id order, no sort.
+    // One session by `=`: the primary key (session_id, id) yields its rows in id order, no sort
+    // (read with readInIdOrder: the planner left alone sorts them).
     text: `SELECT id, ${EVENT_JSON_PG} FROM events
             WHERE ${many ? 'session_id = ANY($1)' : 'session_id = $1'} AND id > $2
               AND ($3::text[] IS NULL OR type = ANY($3))
@@ -74,7 +75,10 @@ export async function pgReplayJson(
   pool: pg.Pool,
   query: ReplayQuery,
 ): Promise<{ rows: EventJsonRow[]; tooLarge: boolean }> {
-  const rows = (await pool.query(replayStatement(query))).rows as [string, string | null][];
+  const statement = replayStatement(query);
+  const result =
+    query.sessionIds.length === 1 ? await readInIdOrder(pool, statement) : await pool.query(statement);
+  const rows = result.rows as [string, string | null][];
   const tooLarge = rows.length > query.limit;
   if (tooLarge) rows.length = query.limit;
   const unformatted = rows.filter((row) => row[1] === null).map((row) => row[0]);

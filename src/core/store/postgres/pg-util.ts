@@ -59,6 +59,34 @@ export async function checkOut(
 }
 
 /**
+ * `query`, a read of one session's events in id order, in a read-only transaction with bitmap scans
+ * off (SET LOCAL): the primary key (session_id, id) then yields the rows in that order as they are.
+ * The planner, costing each row as a random page read, prefers a bitmap scan and a sort of them all;
+ * with the pages cached (a warm replay) that took 24-29 ms of the server's time for 10,000 of
+ * 1,000,000 events, the index scan 9-10 ms (EXPLAIN ANALYZE on bench/pg-store.ts's store). The log is
+ * appended in id order, so id order is close to the pages' order on disk too. Costs two round trips.
+ */
+export async function readInIdOrder<R extends unknown[]>(
+  pool: pg.Pool,
+  query: pg.QueryArrayConfig,
+): Promise<pg.QueryArrayResult<R>> {
+  const { client, release } = await checkOut(pool);
+  let broken = false;
+  try {
+    await client.query('BEGIN READ ONLY; SET LOCAL enable_bitmapscan = off');
+    const result = await client.query<R>(query);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    broken = true;
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    release(broken);
+  }
+}
+
+/**
  * Runs `work` in one transaction on a connection of `pool` (`begin` may name its isolation and mode):
  * committed when it resolves, rolled back when it throws. A connection that failed (a lost server, a
  * broken COPY) is discarded, not reused.

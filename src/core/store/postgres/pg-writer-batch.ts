@@ -1,10 +1,8 @@
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
 import { nowMicros } from '../../events/clock.js';
-import type { MetisEvent } from '../../events/envelope.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../../events/envelope.js';
 import type { WriteItem } from '../batch-committer.js';
+import { batchQuery, type TextRows } from './pg-batch-query.js';
 import { applyRowChanges, renderRowChanges } from './pg-row-applier.js';
 import type { PgStatement } from './pg-row-statements.js';
 import { checkOut, copyTextField } from './pg-util.js';
@@ -95,20 +93,12 @@ export async function lastCommittedBatch(pool: pg.Pool, writerId: string): Promi
   return Number(result.rows[0]?.batch_no ?? 0);
 }
 
-type BatchWork = (
-  client: pg.PoolClient,
-  plan: PgBatchPlan,
-  fenced: ReadonlyMap<WriteItem, FencedFamily>,
-) => Promise<Pick<PgBatchOutcome, 'refused' | 'renumbered'>>;
-
 /** Tries of one transaction whose fence changed between its reads before the batch is retried later. */
 const MAX_FENCE_READS = 4;
 
-/**
- * The transaction. Grouped, the rows go out with BEGIN and the fence in one round trip, on the guess
- * that the families fenced are the ones the last read found (none, first): a guess the fence proves
- * wrong is rolled back and made again with what it found. Isolated, each item goes alone afterwards.
- */
+const COPY_EVENTS_SQL = `COPY events (${COLUMNS}) FROM STDIN`;
+
+/** The transaction, on a connection of its own: discarded, not reused, when anything in it failed. */
 async function inBatchTransaction(
   pool: pg.Pool,
   plan: PgBatchPlan,
@@ -118,24 +108,8 @@ async function inBatchTransaction(
   const { client, release } = await checkOut(pool);
   let broken = false;
   try {
-    const families = familiesOf(plan);
-    let guess: ReadonlySet<string> = new Set();
-    for (let read = 1; ; read += 1) {
-      const rows = mode === 'grouped' ? rowItemsOutside(plan, families, guess) : [];
-      const lost = await beginMarkAndFence(client, plan, families, rows);
-      if (mode === 'grouped' && !sameItems(rows, rowItemsOutside(plan, families, new Set(lost.keys())))) {
-        await client.query('ROLLBACK');
-        if (read >= MAX_FENCE_READS) throw new Error('the lease fence changed at every read of this commit');
-        guess = new Set(lost.keys());
-        continue;
-      }
-      const fenced = fencedItems(families, lost);
-      const work = mode === 'grouped' ? writeEvents : writeIsolated;
-      const outcome = { fenced, ...(await work(client, plan, fenced)) };
-      commitSent(outcome);
-      await client.query('COMMIT');
-      return outcome;
-    }
+    const commit = mode === 'grouped' ? groupedCommit : isolatedCommit;
+    return await commit(client, plan, familiesOf(plan), commitSent);
   } catch (error) {
     broken = true;
     await client.query('ROLLBACK').catch(() => {});
@@ -145,20 +119,80 @@ async function inBatchTransaction(
   }
 }
 
+type BatchCommit = (
+  client: pg.PoolClient,
+  plan: PgBatchPlan,
+  families: Families,
+  commitSent: (outcome: PgBatchOutcome) => void,
+) => Promise<PgBatchOutcome>;
+
 /**
- * The events of families not fenced, by one COPY: their rows went out with BEGIN. Rows before events:
- * rows need their sessions (foreign keys), events need nothing, and the whole batch becomes visible at
- * once, so a row queued after an event is never seen before it.
+ * The whole batch in one query (batchQuery): BEGIN, the mark and the fence, the rows, the events by
+ * one COPY, and COMMIT too when no family is fenced: two round trips where one a statement took four.
+ * With families to fence it is written on the guess that the families fenced are the ones the last
+ * read found (none, first), and COMMIT follows once the fence read proved the guess (three round
+ * trips); a guess it proves wrong is rolled back and made again with what it found. Rows before
+ * events: rows need their sessions (foreign keys), events need nothing, and the whole batch becomes
+ * visible at once, so a row queued after an event is never seen before it.
  */
-const writeEvents: BatchWork = async (client, plan, fenced) => {
-  const events = plan.items.filter((item): item is EventItem => 'event' in item && !fenced.has(item));
-  const { lines, renumbered } = await copyLines(client, plan, events);
-  if (lines.length > 0) await copyEvents(client, lines.join(''));
-  return { refused: new Map(), renumbered };
+const groupedCommit: BatchCommit = async (client, plan, families, commitSent) => {
+  const fenceFree = families.tokens.size === 0;
+  let guess: ReadonlyMap<string, FencedFamily> = new Map();
+  for (let read = 1; ; read += 1) {
+    const fenced = fencedItems(families, guess);
+    const kept = plan.items.filter((item) => !fenced.has(item));
+    const events = kept.filter((item): item is EventItem => 'event' in item);
+    const rows = kept.filter((item) => 'row' in item);
+    // The store numbers `system` events inside the transaction, before their COPY lines exist.
+    const numbered =
+      plan.numberSystemEvents && events.some((item) => item.event.session_id === SYSTEM_SESSION_ID);
+    if (numbered) await client.query('BEGIN');
+    const { lines, renumbered } = await copyLines(client, plan, events);
+    const statements = [
+      ...(numbered ? [] : ['BEGIN']),
+      markAndFenceSql(plan, families, rows),
+      ...(lines.length > 0 ? [COPY_EVENTS_SQL] : []),
+      ...(fenceFree ? ['COMMIT'] : []),
+    ];
+    const outcome = { fenced, refused: new Map<WriteItem, unknown>(), renumbered };
+    if (fenceFree) commitSent(outcome);
+    const [leases] = await batchQuery(
+      client,
+      statements.join(';\n'),
+      lines.length > 0 ? lines.join('') : null,
+    );
+    if (fenceFree) return outcome;
+    const lost = lostFamilies(plan, families, leases ?? []);
+    const proven = fencedItems(families, lost);
+    if (!sameKeys(fenced, proven)) {
+      await client.query('ROLLBACK');
+      if (read >= MAX_FENCE_READS) throw new Error('the lease fence changed at every read of this commit');
+      guess = lost;
+      continue;
+    }
+    const committed = { ...outcome, fenced: proven };
+    commitSent(committed);
+    await client.query('COMMIT');
+    return committed;
+  }
+};
+
+/** After a permanent error: the mark and the fence, then each item alone (writeIsolated), then COMMIT. */
+const isolatedCommit: BatchCommit = async (client, plan, families, commitSent) => {
+  const [leases] = await batchQuery(client, `BEGIN;\n${markAndFenceSql(plan, families, [])}`, null);
+  const fenced = fencedItems(families, lostFamilies(plan, families, leases ?? []));
+  const outcome = { fenced, ...(await writeIsolated(client, plan, fenced)) };
+  commitSent(outcome);
+  await client.query('COMMIT');
+  return outcome;
 };
 
 /** Each item in queue order under a savepoint of its own: only the items the store refuses are left out. */
-const writeIsolated: BatchWork = async (client, plan, fenced) => {
+async function writeIsolated(
+  client: pg.PoolClient,
+  plan: PgBatchPlan,
+  fenced: ReadonlyMap<WriteItem, FencedFamily>,
+): Promise<Pick<PgBatchOutcome, 'refused' | 'renumbered'>> {
   const refused = new Map<WriteItem, unknown>();
   const kept = plan.items.filter((item) => !fenced.has(item));
   const events = kept.filter((item): item is EventItem => 'event' in item);
@@ -178,7 +212,7 @@ const writeIsolated: BatchWork = async (client, plan, fenced) => {
     }
   }
   return { refused, renumbered };
-};
+}
 
 /** The leases each item's writes depend on (fence.leaseOf), and the token of each family root. */
 interface Families {
@@ -203,15 +237,11 @@ function familiesOf(plan: PgBatchPlan): Families {
   return { leasesOf, tokens };
 }
 
-/** The row items of `plan` whose families are not among `roots`, in queue order. */
-function rowItemsOutside(plan: PgBatchPlan, families: Families, roots: ReadonlySet<string>): WriteItem[] {
-  return plan.items.filter(
-    (item) => 'row' in item && !(families.leasesOf.get(item) ?? []).some((lease) => roots.has(lease.root)),
-  );
-}
-
-function sameItems(a: readonly WriteItem[], b: readonly WriteItem[]): boolean {
-  return a.length === b.length && a.every((item, i) => item === b[i]);
+/** Whether `a` and `b` fence the same items (who holds a family now may differ). */
+function sameKeys(a: ReadonlyMap<WriteItem, unknown>, b: ReadonlyMap<WriteItem, unknown>): boolean {
+  if (a.size !== b.size) return false;
+  for (const item of a.keys()) if (!b.has(item)) return false;
+  return true;
 }
 
 function fencedItems(
@@ -228,19 +258,14 @@ function fencedItems(
 }
 
 /**
- * One round trip (simple protocol, values as literals): BEGIN; the commit mark upserted, a bare
- * `sessions` row for each session with events and no `session.create` in the batch (as SQLite's
- * committer makes one: the session list and the rows after need it), and every lease row of the
- * batch's families read FOR SHARE, this node's own too, so that a take-over waits for this commit or
- * this commit sees the take-over; then `rows`' statements. Returns the families whose lease is lost.
- * Measured in `npm run bench -- --only pg-store`: each round trip saved is worth points against COPY.
+ * The statements after BEGIN that open a batch (simple protocol, values as literals): the commit mark
+ * upserted, a bare `sessions` row for each session with events and no `session.create` in the batch
+ * (as SQLite's committer makes one: the session list and the rows after need it), and every lease row
+ * of the batch's families read FOR SHARE, this node's own too, so that a take-over waits for this
+ * commit or this commit sees the take-over (the first statement returning rows: lostFamilies reads
+ * them); then `rows`' statements.
  */
-async function beginMarkAndFence(
-  client: pg.PoolClient,
-  plan: PgBatchPlan,
-  families: Families,
-  rows: readonly WriteItem[],
-): Promise<ReadonlyMap<string, FencedFamily>> {
+function markAndFenceSql(plan: PgBatchPlan, families: Families, rows: readonly WriteItem[]): string {
   const created = new Set<string>();
   const eventSessions = new Set<string>();
   for (const item of plan.items) {
@@ -251,9 +276,7 @@ async function beginMarkAndFence(
   const now = nowMicros();
   const changes = rows.map((item) => (item as Extract<WriteItem, { row: unknown }>).row.change);
   const rowSql = changes.length === 0 ? '' : `;\n${renderRowChanges(changes).map(inlined).join(';\n')}`;
-  const results = (await client.query(
-    `BEGIN;
-     WITH mark AS (
+  return `WITH mark AS (
        INSERT INTO metis_writer_commits (writer_id, batch_no, committed_at_us)
        VALUES (${escapeLiteral(plan.writerId)}, ${Math.trunc(plan.batchNo)}, ${now})
        ON CONFLICT (writer_id) DO UPDATE
@@ -264,17 +287,24 @@ async function beginMarkAndFence(
        ON CONFLICT (id) DO NOTHING
        RETURNING 1)
      SELECT session_id, node_id, token FROM metis_session_leases
-      WHERE session_id = ANY(${literal([...families.tokens.keys()])}::text[]) ORDER BY session_id FOR SHARE${rowSql}`,
-  )) as unknown as pg.QueryResult<{ session_id: string; node_id: string; token: number }>[];
+      WHERE session_id = ANY(${literal([...families.tokens.keys()])}::text[]) ORDER BY session_id FOR SHARE${rowSql}`;
+}
+
+/** The families whose lease is lost, from the lease rows markAndFenceSql read (as text). */
+function lostFamilies(
+  plan: PgBatchPlan,
+  families: Families,
+  leases: TextRows,
+): ReadonlyMap<string, FencedFamily> {
   const lost = new Map<string, FencedFamily>();
   if (plan.fence === null || families.tokens.size === 0) return lost;
-  const held = new Map(results[1]!.rows.map((row) => [row.session_id, row]));
+  const held = new Map(leases.map(([sessionId, nodeId, token]) => [sessionId!, { nodeId: nodeId!, token }]));
   for (const [root, token] of families.tokens) {
     const lease = held.get(root);
     // No lease row: this node cannot show it holds the family, so it writes nothing of it.
     if (lease === undefined) lost.set(root, { root, holder: null });
-    else if (lease.node_id !== plan.fence.nodeId || Number(lease.token) !== token)
-      lost.set(root, { root, holder: lease.node_id });
+    else if (lease.nodeId !== plan.fence.nodeId || Number(lease.token) !== token)
+      lost.set(root, { root, holder: lease.nodeId });
   }
   return lost;
 }
@@ -333,5 +363,5 @@ async function copyLines(
 }
 
 async function copyEvents(client: pg.PoolClient, text: string): Promise<void> {
-  await pipeline(Readable.from([text]), client.query(copyFrom(`COPY events (${COLUMNS}) FROM STDIN`)));
+  await batchQuery(client, COPY_EVENTS_SQL, text);
 }
