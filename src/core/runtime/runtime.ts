@@ -6,6 +6,7 @@ import { MetisError } from '../errors.js';
 import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import { isSelfOrAncestor, selfAndDescendants } from '../store/session-lineage.js';
+import type { SessionReads } from '../store/session-reads.js';
 import type { SessionRows, StorePort } from '../store/store-port.js';
 import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
 import { Budgets } from './budget.js';
@@ -86,6 +87,8 @@ export class Runtime {
   readonly config: RuntimeConfig;
   readonly streaming: StreamingChannel;
   readonly sessions: SessionRows;
+  /** Any session's row, asked of the store: for sessions this process does not hold. */
+  private readonly sessionReads: SessionReads;
   readonly models: ModelRegistry;
   readonly confirmations = new ConfirmationBroker();
   /** Results of the client's own tools (an AG-UI run's frontend tools), which their calls wait for. */
@@ -120,6 +123,7 @@ export class Runtime {
     this.logger = options.logger ?? silentLogger();
     this.streaming = options.streaming ?? new StreamingChannel();
     this.sessions = options.store.sessions;
+    this.sessionReads = options.store.sessionReads;
     this.models = new ModelRegistry(this.config);
     this.health = new ProviderHealth(this.config.provider_health);
     this.models.health = this.health;
@@ -359,6 +363,14 @@ export class Runtime {
 
   hasSession(sessionId: string): boolean {
     return this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
+  }
+
+  /**
+   * Whether a session of this id exists, for a request or a stream that names it: one this process holds
+   * is known at once, any other is asked of the store (asynchronously: a store over the network answers).
+   */
+  async knowsSession(sessionId: string): Promise<boolean> {
+    return this.live.has(sessionId) || (await this.sessionReads.session(sessionId)) !== null;
   }
 
   /**

@@ -114,7 +114,7 @@ export async function planSubscription(
 ): Promise<Ready | Refused> {
   const { runtime, reads, hub, options } = deps;
   const { sessionId } = subscriber;
-  if (!runtime.hasSession(sessionId)) return refuse('session_not_found', `no session ${sessionId}`);
+  if (!(await runtime.knowsSession(sessionId))) return refuse('session_not_found', `no session ${sessionId}`);
   const resolution = resolveFilter(frame.filter);
   if (!resolution.ok)
     return refuse('invalid_filter', `unknown event types in filter: ${resolution.unknown.join(', ')}`);

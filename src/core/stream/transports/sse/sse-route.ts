@@ -56,7 +56,7 @@ export function createSseRoute(runtime: Runtime, deps: () => ConnectionDeps): Ra
   return rawRoute(SSE_ROUTE_DOC, async ({ params: [sessionId], request, url }, response) => {
     const parsed = subscriptionOf(url.searchParams, request.headers['last-event-id']);
     if (!parsed.ok) return sendError(response, parsed.status, parsed.code, parsed.message);
-    if (!isClientSession(runtime, sessionId!))
+    if (!(await isClientSession(runtime, sessionId!)))
       return sendError(response, 404, 'METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
     const scope = filterProblem(parsed.frame, sessionId!, deps());
     if (scope !== null) return sendError(response, 400, 'METIS_ERR_INVALID_FILTER', scope);
