@@ -6,6 +6,7 @@ import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
+import type { SessionReads } from '../store/session-reads.js';
 import type { SessionRows } from '../store/store-port.js';
 import type { CostAccumulator } from './cost-accumulator.js';
 import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
@@ -65,6 +66,8 @@ export interface LiveSessionsOptions {
   readonly bus: EventBus;
   readonly streaming: StreamingChannel;
   readonly sessions: SessionRows;
+  /** Any session's row, asked of the store: for the sessions this process does not hold. */
+  readonly sessionReads: SessionReads;
   readonly config: RuntimeConfig;
   readonly costs: CostAccumulator;
   readonly logger: Logger;
@@ -172,6 +175,14 @@ export class LiveSessions {
 
   has(sessionId: string): boolean {
     return this.live.has(sessionId);
+  }
+
+  /**
+   * Whether a session of this id exists: one this process holds is known at once, any other is asked
+   * of the store (asynchronously: a store over the network answers).
+   */
+  async known(sessionId: string): Promise<boolean> {
+    return this.live.has(sessionId) || (await this.options.sessionReads.session(sessionId)) !== null;
   }
 
   all(): IterableIterator<LiveSession> {

@@ -6,7 +6,6 @@ import { MetisError } from '../errors.js';
 import { newId } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
 import { isSelfOrAncestor, selfAndDescendants } from '../store/session-lineage.js';
-import type { SessionReads } from '../store/session-reads.js';
 import type { SessionRows, StorePort } from '../store/store-port.js';
 import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
 import { Budgets } from './budget.js';
@@ -64,10 +63,8 @@ export interface RuntimeOptions {
   readonly mayResume?: (sessionId: string) => boolean;
   /** Where the shell tool records its running process groups (`metis serve`: next to the database). */
   readonly childProcesses?: ChildProcessRecord;
-  /**
-   * This server's own secrets, wherever they are: file tools always ask before reading them
-   * (`metis serve`: the config file it loaded and its database, with the files named after it).
-   */
+  /** This server's own secrets (`metis serve`: its config file and database, and the files named after
+   * them), wherever they are: file tools always ask before reading them. */
   readonly protectedPaths?: readonly string[];
   /** The evaluator's judge (default: the heuristic one; an LLM judge implements the same interface). */
   readonly judge?: Judge;
@@ -87,8 +84,6 @@ export class Runtime {
   readonly config: RuntimeConfig;
   readonly streaming: StreamingChannel;
   readonly sessions: SessionRows;
-  /** Any session's row, asked of the store: for sessions this process does not hold. */
-  private readonly sessionReads: SessionReads;
   readonly models: ModelRegistry;
   readonly confirmations = new ConfirmationBroker();
   /** Results of the client's own tools (an AG-UI run's frontend tools), which their calls wait for. */
@@ -123,7 +118,6 @@ export class Runtime {
     this.logger = options.logger ?? silentLogger();
     this.streaming = options.streaming ?? new StreamingChannel();
     this.sessions = options.store.sessions;
-    this.sessionReads = options.store.sessionReads;
     this.models = new ModelRegistry(this.config);
     this.health = new ProviderHealth(this.config.provider_health);
     this.models.health = this.health;
@@ -146,6 +140,7 @@ export class Runtime {
       bus: this.bus,
       streaming: this.streaming,
       sessions: this.sessions,
+      sessionReads: options.store.sessionReads,
       config: this.config,
       costs: this.costs,
       logger: this.logger,
@@ -361,22 +356,15 @@ export class Runtime {
     return this.live.info(this.live.require(sessionId));
   }
 
-  hasSession(sessionId: string): boolean {
-    return this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
-  }
+  hasSession = (sessionId: string): boolean =>
+    this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
+
+  /** Whether a session of this id exists, for a request or a stream naming it (LiveSessions.known). */
+  knowsSession = (sessionId: string): Promise<boolean> => this.live.known(sessionId);
 
   /**
-   * Whether a session of this id exists, for a request or a stream that names it: one this process holds
-   * is known at once, any other is asked of the store (asynchronously: a store over the network answers).
-   */
-  async knowsSession(sessionId: string): Promise<boolean> {
-    return this.live.has(sessionId) || (await this.sessionReads.session(sessionId)) !== null;
-  }
-
-  /**
-   * Drops what this process holds in memory of a session with no turn in flight, so that its next use
-   * loads it from the store again (`session.resumed`): another process wrote it since. False when a turn
-   * runs, and nothing is dropped.
+   * Forgets a session with no turn in flight, so that its next use loads it from the store again
+   * (`session.resumed`): another process wrote it since. False, and nothing dropped, when a turn runs.
    */
   release(sessionId: string): boolean {
     return this.live.release(sessionId);
