@@ -18,5 +18,6 @@ export function slowReads(reads: StreamReads, maxDelayMs: number, random = Math.
     confirmationEventsThrough: (sessionIds, throughId) =>
       later(() => reads.confirmationEventsThrough(sessionIds, throughId)),
     retention: (sessionId) => later(() => reads.retention(sessionId)),
+    lineage: (sessionId) => later(() => reads.lineage(sessionId)),
   };
 }
