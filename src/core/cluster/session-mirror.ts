@@ -206,6 +206,14 @@ export function mirrorSessions(parts: {
     // subject's: a worker new here has no row yet that names its root.)
     if (!families.has(root)) return;
     if (family === 'stream') {
+      // Not caught up yet (the family's subscription is new, or a gap showed): the copy may lack stored
+      // events before this one, published before the broker had the subscription. The store has them
+      // (a node publishes a streaming event after the stored ones before it), so they come first, in
+      // id order, rather than after it.
+      if (!following.has(event.session_id)) {
+        await bringUp(event.session_id);
+        following.add(event.session_id);
+      }
       release(event);
       return;
     }
