@@ -206,9 +206,17 @@ describe('a following node mirrors each session family apart', () => {
     const session = 'sess_joined';
     // Stored and published just before this node's subscription reached the broker: not received.
     const started = { ...delta(session), type: 'llm.call_started', seq: 1 };
+    // The next delta comes through the new subscription before the broker said it has it.
+    const next = delta(session);
+    // Stored after it (the store is read later) and published after it: on its way in order.
+    const ended = { ...delta(session), type: 'llm.call_completed', seq: 2 };
     const subscribed: { done?: () => void } = {};
     const { db, mirror, publish, released, close } = rig(
-      async () => ({ sessionIds: [session], rows: new Map(), events: [storedRow(started)] }),
+      async () => ({
+        sessionIds: [session],
+        rows: new Map(),
+        events: [storedRow(started), storedRow(ended)],
+      }),
       () =>
         new Promise<void>((resolve) => {
           subscribed.done = resolve;
@@ -217,13 +225,16 @@ describe('a following node mirrors each session family apart', () => {
     try {
       db.prepare('INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES (?, 0, 0)').run(session);
       const leave = mirror.watch(session);
-      // The next delta comes through the new subscription before the broker said it has it.
-      const next = delta(session);
       publish(next);
+      publish(ended);
       subscribed.done?.();
       await mirror.refresh(session);
-      expect(released.map((event) => event.type)).toEqual(['llm.call_started', 'text.delta']);
-      expect(released.map((event) => event.id)).toEqual([started.id, next.id]);
+      expect(released.map((event) => event.type)).toEqual([
+        'llm.call_started',
+        'text.delta',
+        'llm.call_completed',
+      ]);
+      expect(released.map((event) => event.id)).toEqual([started.id, next.id, ended.id]);
       leave();
     } finally {
       close();
