@@ -49,7 +49,27 @@ function turnStarted(sessionId: string, seq: number): MetisEvent {
   return { ...delta(sessionId), type: 'turn.started', actor: 'user', payload: {}, seq };
 }
 
-function rig(read: (sessionId: string) => Promise<StoredSession>) {
+/** An event as the store's copied `events` rows hold it (store-copy.ts). */
+function storedRow(event: MetisEvent): unknown[] {
+  return [
+    event.session_id,
+    event.id,
+    event.seq,
+    nowMicros(),
+    event.turn_id,
+    event.parent_event_id,
+    event.type,
+    event.actor,
+    event.sensitivity,
+    JSON.stringify(event.payload),
+  ];
+}
+
+function rig(
+  read: (sessionId: string) => Promise<StoredSession>,
+  /** When the broker has a new subscription (the catch-up from the store waits for it). */
+  flush: () => Promise<void> = async () => {},
+) {
   const home = mkdtempSync(join(tmpdir(), 'metis-mirror-'));
   homes.push(home);
   const db = openDatabase(join(home, 'copy.db'), { create: true });
@@ -69,7 +89,7 @@ function rig(read: (sessionId: string) => Promise<StoredSession>) {
       handlers.set(subject, handler);
       return () => handlers.delete(subject);
     },
-    flush: async () => {},
+    flush,
     onReconnect: () => () => {},
   } as unknown as Broker;
   const mirror = mirrorSessions({
@@ -177,6 +197,44 @@ describe('a following node mirrors each session family apart', () => {
       rowsRead.release?.();
       await refreshing;
       expect(refreshed).toBe(true);
+      leave();
+    } finally {
+      close();
+    }
+  });
+  it('releases a delta that came before the catch-up after the stored events it follows, in id order', async () => {
+    const session = 'sess_joined';
+    // Stored and published just before this node's subscription reached the broker: not received.
+    const started = { ...delta(session), type: 'llm.call_started', seq: 1 };
+    // The next delta comes through the new subscription before the broker said it has it.
+    const next = delta(session);
+    // Stored after it (the store is read later) and published after it: on its way in order.
+    const ended = { ...delta(session), type: 'llm.call_completed', seq: 2 };
+    const subscribed: { done?: () => void } = {};
+    const { db, mirror, publish, released, close } = rig(
+      async () => ({
+        sessionIds: [session],
+        rows: new Map(),
+        events: [storedRow(started), storedRow(ended)],
+      }),
+      () =>
+        new Promise<void>((resolve) => {
+          subscribed.done = resolve;
+        }),
+    );
+    try {
+      db.prepare('INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES (?, 0, 0)').run(session);
+      const leave = mirror.watch(session);
+      publish(next);
+      publish(ended);
+      subscribed.done?.();
+      await mirror.refresh(session);
+      expect(released.map((event) => event.type)).toEqual([
+        'llm.call_started',
+        'text.delta',
+        'llm.call_completed',
+      ]);
+      expect(released.map((event) => event.id)).toEqual([started.id, next.id, ended.id]);
       leave();
     } finally {
       close();

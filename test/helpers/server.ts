@@ -3,6 +3,7 @@ import WebSocket from 'ws';
 import { type MetisServer, type ServerOptions, startServer } from '../../src/core/app/metis-server.js';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
+import type { SessionReads } from '../../src/core/store/session-reads.js';
 import { type StreamReads, sqliteStreamReads } from '../../src/core/store/stream-reads.js';
 import type { OpenTraceContextOptions, TraceContext } from '../../src/core/store/trace-context.js';
 import { testRuntimeConfig } from './runtime-config.js';
@@ -34,6 +35,8 @@ export async function startTestServer(
     beforeToolExecute?: () => Promise<void>;
     /** Stands between subscriptions and the SQLite store's reads (slow-reads.ts: a store far away). */
     wrapStreamReads?: (reads: StreamReads) => StreamReads;
+    /** Stands between the runtime's existence check and the store (slow-reads.ts: a store far away). */
+    wrapSessionReads?: (reads: SessionReads) => SessionReads;
     /** How the trace context is opened (its file, a store upstream). */
     trace?: Partial<OpenTraceContextOptions>;
   } = {},
@@ -42,11 +45,14 @@ export async function startTestServer(
   const workspace = tempDir('metis-ws-');
   const runtime = createRuntime({
     bus: context.bus,
-    store: context.port,
+    store:
+      options.wrapSessionReads === undefined
+        ? context.port
+        : { ...context.port, sessionReads: options.wrapSessionReads(context.port.sessionReads) },
     config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });
-  const { wrapStreamReads, trace: _trace, ...serverOptions } = options;
+  const { wrapStreamReads, wrapSessionReads: _sessionReads, trace: _trace, ...serverOptions } = options;
   const streamReads = wrapStreamReads?.(sqliteStreamReads(context.store, context.port.sessions));
   const server = await startServer(runtime, context, { port: 0, streamReads, ...serverOptions });
   onTestFinished(async () => {

@@ -1,4 +1,13 @@
+import type { SessionReads } from '../../src/core/store/session-reads.js';
 import type { StreamReads } from '../../src/core/store/stream-reads.js';
+
+/** Answers `answer()` after a delay of up to `maxDelayMs`, a new one per call. */
+function delayer(maxDelayMs: number, random: () => number) {
+  return async <T>(answer: () => Promise<T>): Promise<T> => {
+    await new Promise((resolve) => setTimeout(resolve, Math.floor(random() * (maxDelayMs + 1))));
+    return answer();
+  };
+}
 
 /**
  * The store's stream reads, each answered after a delay of up to `maxDelayMs` (a new one per call, so
@@ -6,10 +15,7 @@ import type { StreamReads } from '../../src/core/store/stream-reads.js';
  * subscription meets it. Events keep being released while a read waits.
  */
 export function slowReads(reads: StreamReads, maxDelayMs: number, random = Math.random): StreamReads {
-  const later = async <T>(answer: () => Promise<T>): Promise<T> => {
-    await new Promise((resolve) => setTimeout(resolve, Math.floor(random() * (maxDelayMs + 1))));
-    return answer();
-  };
+  const later = delayer(maxDelayMs, random);
   return {
     replayJson: (query) => later(() => reads.replayJson(query)),
     eventBefore: (sessionIds, beforeId) => later(() => reads.eventBefore(sessionIds, beforeId)),
@@ -18,5 +24,19 @@ export function slowReads(reads: StreamReads, maxDelayMs: number, random = Math.
     confirmationEventsThrough: (sessionIds, throughId) =>
       later(() => reads.confirmationEventsThrough(sessionIds, throughId)),
     retention: (sessionId) => later(() => reads.retention(sessionId)),
+    lineage: (sessionId) => later(() => reads.lineage(sessionId)),
   };
+}
+
+/**
+ * Whether a session exists, as the runtime asks the store of a session it does not hold, answered after
+ * a delay of up to `maxDelayMs`: the existence check a subscribe makes before anything else.
+ */
+export function slowSessionReads(
+  reads: SessionReads,
+  maxDelayMs: number,
+  random = Math.random,
+): SessionReads {
+  const later = delayer(maxDelayMs, random);
+  return { session: (sessionId) => later(() => reads.session(sessionId)) };
 }

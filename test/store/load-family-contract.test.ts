@@ -13,6 +13,9 @@ import {
   RECENT_TURNS,
 } from '../../src/core/store/family-state.js';
 import { PgFamilyLoader } from '../../src/core/store/postgres/pg-load-family.js';
+import { pgSessionReads } from '../../src/core/store/postgres/pg-session-reads.js';
+import { sqliteSessionReads } from '../../src/core/store/session-reads.js';
+import { SessionStore } from '../../src/core/store/session-store.js';
 import { SqliteFamilyLoader } from '../../src/core/store/sqlite-load-family.js';
 import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { copiedToPostgres, keepStore, openPair, type StorePair } from '../helpers/store-pair.js';
@@ -162,6 +165,18 @@ describe.runIf(postgresTestsRun)('loadFamily on SQLite and on PostgreSQL loads t
       const fromSqlite = await sqlite.loadFamily(id);
       expect(await postgres.loadFamily(id), id).toEqual(fromSqlite);
     }
+  });
+
+  it("a session's row, read by anyone, is the same on both stores (SessionReads)", async () => {
+    const ids = pair!.db.prepare('SELECT id FROM sessions ORDER BY id').pluck().all() as string[];
+    const onSqlite = sqliteSessionReads(new SessionStore(pair!.db));
+    const onPostgres = pgSessionReads(pair!.pool);
+    for (const id of [...ids, 'sess_unknown']) {
+      const row = await onSqlite.session(id);
+      expect(await onPostgres.session(id), id).toEqual(row);
+      expect(row === null, id).toBe(id === 'sess_unknown');
+    }
+    expect(await onPostgres.session(GRAND)).toMatchObject({ id: GRAND, parent_session_id: worker });
   });
 
   it('the family: root, worker, its worker, in order, with their children and newest event', async () => {

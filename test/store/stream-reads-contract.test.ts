@@ -121,6 +121,17 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
     // Old events, for the prune: some before a real session's, and a session that is all old.
     insertOldEvents(writable, { sessionId: realSession!, ageDays: 100, count: 12, type: 'text.delta' });
     insertOldEvents(writable, { sessionId: 'sess_old', ageDays: 90, count: 20 });
+    // Two workers of the delegation's worker, made out of id order: the lineage's levels go by id.
+    const [worker] = writable
+      .prepare('SELECT id FROM sessions WHERE parent_session_id IS NOT NULL ORDER BY id')
+      .pluck()
+      .all() as string[];
+    for (const id of ['sess_zz_grand', 'sess_aa_grand'])
+      writable
+        .prepare(
+          'INSERT INTO sessions (id, parent_session_id, created_at_us, updated_at_us) VALUES (?, ?, 0, 0)',
+        )
+        .run(id, worker);
     // Text both encoders must escape alike, and timestamps only rowToJson formats (before 1970, past 9999).
     writable
       .prepare('INSERT INTO sessions (id, created_at_us, updated_at_us) VALUES (?, 0, 0)')
@@ -152,6 +163,27 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
       expect(types, type).toContain(type);
     expect(sessionIds.length).toBeGreaterThanOrEqual(4);
   }, 120_000);
+
+  it('lineage: every session with its workers and theirs, level by level, the same on both stores', async () => {
+    const parentOf = new Map(
+      (
+        await pool!.query<{ id: string; parent: string | null }>(
+          'SELECT id, parent_session_id AS parent FROM sessions',
+        )
+      ).rows.map((row) => [row.id, row.parent]),
+    );
+    for (const id of [...parentOf.keys(), 'sess_unknown'])
+      expect(await postgres.lineage(id), id).toEqual(await sqlite.lineage(id));
+    expect(await sqlite.lineage('sess_unknown')).toEqual([]);
+    const worker = parentOf.get('sess_aa_grand')!;
+    const planner = parentOf.get(worker)!;
+    expect(await sqlite.lineage(planner)).toEqual([
+      { id: planner, parent_session_id: null },
+      { id: worker, parent_session_id: planner },
+      { id: 'sess_aa_grand', parent_session_id: worker },
+      { id: 'sess_zz_grand', parent_session_id: worker },
+    ]);
+  });
 
   it('replayJson: byte-identical frames, from the start and from a cursor, filtered, over several sessions, capped', async () => {
     const queries: ReplayQuery[] = [];

@@ -117,7 +117,8 @@ export function inspectRoutes(
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id] }) => {
-        if (!runtime.hasSession(id!)) throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${id}`);
+        if (!(await runtime.knowsSession(id!)))
+          throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${id}`);
         const scores = await sessionScores(options.traceReads, id!, redactor);
         return [200, { session_id: id!, scores, summary: scoreSummary(scores) }];
       },

@@ -106,10 +106,10 @@ export class ClusterSeat {
       if (runtime.currentTurn(sessionId) !== null) return;
       // Unknown here and not being made (a route naming its session in the body makes it): the route
       // answers 404, and no lease is taken for an id nobody made.
-      if (!creating && !runtime.hasSession(sessionId)) {
+      if (!creating && !(await runtime.knowsSession(sessionId))) {
         // Made on another node a moment ago, and not mirrored here yet?
         await node.refresh(sessionId);
-        if (!runtime.hasSession(sessionId)) return;
+        if (!(await runtime.knowsSession(sessionId))) return;
       }
       await node.ownSession(this.rootOf(sessionId));
       await runtime.open(sessionId);

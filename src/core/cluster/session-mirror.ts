@@ -132,28 +132,28 @@ export function mirrorSessions(parts: {
     return next;
   };
 
+  /** Of a read, the session's own events up to `seq` (a message of it showed a gap before it). */
+  const ownThrough = (sessionId: string, seq: number) => (row: unknown[]) =>
+    row[EVENT_ROW_AT.session] === sessionId && (row[EVENT_ROW_AT.seq] as number) <= seq;
+  /** Of a read, the events before a streaming event in hand (it came before its family caught up). */
+  const before = (id: string) => (row: unknown[]) => (row[EVENT_ROW_AT.id] as string) < id;
+
   /**
    * Brings the session and its workers up to the store, and releases what was new here. Filling a gap
-   * the session's message `throughSeq` showed, only the session's own events up to it are taken: the
-   * ones after it (and their streaming events, published between them) are on their way in order.
+   * a message showed, only the events `keep` takes (ownThrough, before) are written: the ones after the
+   * message (and their streaming events, published between them) are on their way in order.
    * Returns the sessions brought up.
    */
-  const bringUpNow = async (sessionId: string, throughSeq?: number): Promise<readonly string[]> => {
+  const bringUpNow = async (
+    sessionId: string,
+    keep?: (row: unknown[]) => boolean,
+  ): Promise<readonly string[]> => {
     if (closed || !rows.open) return [];
     const after = new Map<string, number>();
     for (const id of selfAndDescendants(rows.lineage, sessionId)) after.set(id, rows.lastSeq(id));
     const read = await parts.read(sessionId, after);
     if (closed || !rows.open) return [];
-    const stored =
-      throughSeq === undefined
-        ? read
-        : {
-            ...read,
-            events: read.events.filter(
-              (row) =>
-                row[EVENT_ROW_AT.session] === sessionId && (row[EVENT_ROW_AT.seq] as number) <= throughSeq,
-            ),
-          };
+    const stored = keep === undefined ? read : { ...read, events: read.events.filter(keep) };
     // A session followed live has its streaming events here already: only a gap may have lost some.
     const { addedEvents } = writeStoredSession(db, stored, !following.has(sessionId));
     parts.forget(stored.sessionIds.filter((id) => !parts.runsHere(id)));
@@ -174,9 +174,12 @@ export function mirrorSessions(parts: {
    * waits for them first.
    */
   const rowFetches = new Map<string, Promise<void>>();
-  const bringUp = async (sessionId: string, throughSeq?: number): Promise<readonly string[]> => {
+  const bringUp = async (
+    sessionId: string,
+    keep?: (row: unknown[]) => boolean,
+  ): Promise<readonly string[]> => {
     await rowFetches.get(parts.familyOf(sessionId));
-    return bringUpNow(sessionId, throughSeq);
+    return bringUpNow(sessionId, keep);
   };
   /**
    * Brings the rows written with a session's event at `seq` (released already) from the store, without
@@ -185,7 +188,7 @@ export function mirrorSessions(parts: {
    */
   const fetchRows = (root: string, sessionId: string, seq: number) => {
     const next = (rowFetches.get(root) ?? Promise.resolve())
-      .then(() => bringUpNow(sessionId, seq))
+      .then(() => bringUpNow(sessionId, ownThrough(sessionId, seq)))
       .then(
         () => {},
         (error: unknown) => {
@@ -206,6 +209,16 @@ export function mirrorSessions(parts: {
     // subject's: a worker new here has no row yet that names its root.)
     if (!families.has(root)) return;
     if (family === 'stream') {
+      // Not caught up yet (the family's subscription is new, or a gap showed): the copy may lack stored
+      // events before this one, published before the broker had the subscription. The store has them
+      // (a node publishes a streaming event after the stored ones before it), so they come first, in
+      // id order, rather than after it.
+      // Only those: the store may hold later ones already, and releasing them first would drop this
+      // event (older than what was released) and the ones queued behind it.
+      if (!following.has(event.session_id)) {
+        await bringUp(event.session_id, before(event.id));
+        following.add(event.session_id);
+      }
       release(event);
       return;
     }
@@ -223,7 +236,7 @@ export function mirrorSessions(parts: {
     }
     // Not the next one, or one with rows: the store has everything up to it (published once shipped).
     if (event.seq !== have + 1) following.delete(event.session_id);
-    await bringUp(event.session_id, event.seq ?? undefined);
+    await bringUp(event.session_id, event.seq === null ? undefined : ownThrough(event.session_id, event.seq));
     following.add(event.session_id);
   };
 

@@ -68,8 +68,11 @@ export function sendError(
  * (the bus's own events: every subscriber's registration with its connection and session ids), which
  * every route answers as unknown (issue 34).
  */
-export function isClientSession(runtime: Pick<Runtime, 'hasSession'>, sessionId: string): boolean {
-  return sessionId !== SYSTEM_SESSION_ID && runtime.hasSession(sessionId);
+export async function isClientSession(
+  runtime: Pick<Runtime, 'knowsSession'>,
+  sessionId: string,
+): Promise<boolean> {
+  return sessionId !== SYSTEM_SESSION_ID && (await runtime.knowsSession(sessionId));
 }
 
 /** Validates a body or query with zod; the error names the field and the problem. */

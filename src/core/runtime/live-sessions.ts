@@ -7,6 +7,7 @@ import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
 import type { FamilyLoader, LoadedSession } from '../store/family-state.js';
+import type { SessionReads } from '../store/session-reads.js';
 import type { SessionRecord } from '../store/session-store.js';
 import type { CostAccumulator } from './cost-accumulator.js';
 import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
@@ -71,6 +72,8 @@ export interface LiveSessionsOptions {
   readonly streaming: StreamingChannel;
   /** The rows as the owner sees them: what it holds in memory, else the store's. */
   readonly sessions: OwnerRows;
+  /** Any session's row, asked of the store: for the sessions this process does not hold. */
+  readonly sessionReads: SessionReads;
   /** Loads a session's family for `open`. */
   readonly families: FamilyLoader;
   /** Resolves once the writes queued so far are stored (or after a bounded wait): a load sees them. */
@@ -211,6 +214,15 @@ export class LiveSessions {
 
   has(sessionId: string): boolean {
     return this.live.has(sessionId);
+  }
+
+  /**
+   * Whether a session of this id exists: one this process holds is known at once, any other is asked
+   * of the store (asynchronously: a store over the network answers).
+   */
+  async known(sessionId: string): Promise<boolean> {
+    if (this.live.has(sessionId) || this.options.sessions.holds(sessionId)) return true;
+    return (await this.options.sessionReads.session(sessionId)) !== null;
   }
 
   all(): IterableIterator<LiveSession> {

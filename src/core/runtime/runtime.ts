@@ -62,10 +62,8 @@ export interface RuntimeOptions {
   readonly mayResume?: (sessionId: string) => boolean;
   /** Where the shell tool records its running process groups (`metis serve`: next to the database). */
   readonly childProcesses?: ChildProcessRecord;
-  /**
-   * This server's own secrets, wherever they are: file tools always ask before reading them
-   * (`metis serve`: the config file it loaded and its database, with the files named after it).
-   */
+  /** This server's own secrets (`metis serve`: its config file and database, and the files named after
+   * them), wherever they are: file tools always ask before reading them. */
   readonly protectedPaths?: readonly string[];
   /** The evaluator's judge (default: the heuristic one; an LLM judge implements the same interface). */
   readonly judge?: Judge;
@@ -143,6 +141,7 @@ export class Runtime {
       bus: this.bus,
       streaming: this.streaming,
       sessions: this.sessions,
+      sessionReads: store.sessionReads,
       families: store.families,
       settled: () => store.settled(DEFAULT_COMMIT_WAIT_MS),
       config: this.config,
@@ -358,9 +357,11 @@ export class Runtime {
     return this.live.info(this.live.require(sessionId));
   }
 
-  hasSession(sessionId: string): boolean {
-    return this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
-  }
+  hasSession = (sessionId: string): boolean =>
+    this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
+
+  /** Whether a session of this id exists, for a request or a stream naming it (LiveSessions.known). */
+  knowsSession = (sessionId: string): Promise<boolean> => this.live.known(sessionId);
 
   /**
    * Drops what this process holds of a session with no turn in flight, so that its next use loads it

@@ -4,6 +4,7 @@ import type { Db } from './database.js';
 import type { FamilyLoader } from './family-state.js';
 import { type PatternRows, SqlitePatternRows } from './pattern-rows.js';
 import { type QueueRows, SqliteQueueRows } from './queue-rows.js';
+import { type SessionReads, sqliteSessionReads } from './session-reads.js';
 import { SessionStore } from './session-store.js';
 import { SqliteFamilyLoader } from './sqlite-load-family.js';
 import { SqliteTraceLookups, type TraceLookups } from './trace-lookups.js';
@@ -20,6 +21,8 @@ export type SessionRows = Pick<SessionStore, keyof SessionStore>;
  */
 export interface StorePort {
   readonly sessions: SessionRows;
+  /** Any session's row, asynchronously: what the runtime asks of a session it does not hold. */
+  readonly sessionReads: SessionReads;
   /** The stored conversation of any session, for the routes that page through it. */
   readonly conversations: ConversationReads;
   readonly lookups: TraceLookups;
@@ -47,6 +50,7 @@ export function sqliteStorePort(db: Db, lookups: TraceLookups = new SqliteTraceL
   const sessions = new SessionStore(db);
   return {
     sessions,
+    sessionReads: sqliteSessionReads(sessions),
     conversations: sqliteConversationReads(sessions),
     lookups,
     patterns: new SqlitePatternRows(db),

@@ -1,5 +1,6 @@
 import type { EventJsonRow } from './event-rows.js';
 import { type CountedCost, type SessionAsOf, sessionAsOf, storedEventBefore } from './session-as-of.js';
+import { MAX_DELEGATION_DEPTH } from './session-lineage.js';
 import type { MessageRecord } from './session-store.js';
 import type { SessionRows } from './store-port.js';
 import type { PayloadRow } from './trace-lookups.js';
@@ -32,6 +33,35 @@ export interface StreamReads {
   /** The confirmation requests and answers of these sessions up to `throughId`, in id order. */
   confirmationEventsThrough(sessionIds: readonly string[], throughId: string): Promise<PayloadRow[]>;
   retention(sessionId: string): Promise<RetentionMarks>;
+  /**
+   * The session and every session that descends from it (its workers, theirs: bus §6.8), each with its
+   * parent: the session first, then level by level, each level by id. Empty for an unknown session.
+   */
+  lineage(sessionId: string): Promise<LineageRow[]>;
+}
+
+/** A session of a delegation tree and the session it was delegated from. */
+export interface LineageRow {
+  readonly id: string;
+  readonly parent_session_id: string | null;
+}
+
+/**
+ * The tree below a session, in one recursive query (PostgreSQL's placeholders; each appears once, in
+ * order, so SQLite takes them as `?`; `$1` the session, `$2` the depth bound): a cycle in stored rows (corruption) stops at the bound, its repeats dropped by
+ * `firstOfEach`.
+ */
+export const LINEAGE_SQL = `WITH RECURSIVE tree (id, parent_session_id, depth) AS (
+    SELECT id, parent_session_id, 0 FROM sessions WHERE id = $1
+    UNION ALL
+    SELECT s.id, s.parent_session_id, t.depth + 1 FROM sessions s JOIN tree t ON s.parent_session_id = t.id
+     WHERE t.depth < $2)
+  SELECT id, parent_session_id FROM tree ORDER BY depth, id`;
+
+/** `rows` with each session's first row only. */
+export function firstOfEach(rows: readonly LineageRow[]): LineageRow[] {
+  const seen = new Set<string>();
+  return rows.filter((row) => !seen.has(row.id) && seen.add(row.id) !== undefined);
 }
 
 /**
@@ -47,6 +77,10 @@ export function sqliteStreamReads(store: TraceStore, sessions: SessionRows): Str
     messagesAsOf: async (sessionId, atId, limit) => sessions.messagesAsOf(sessionId, atId, limit),
     confirmationEventsThrough: async (sessionIds, throughId) =>
       store.lookups.confirmationEventsThrough(sessionIds, throughId),
+    lineage: async (sessionId) =>
+      firstOfEach(
+        db.prepare(LINEAGE_SQL.replace(/\$\d/g, '?')).all(sessionId, MAX_DELEGATION_DEPTH) as LineageRow[],
+      ),
     retention: async (sessionId) => ({
       sweptCutoffMs: store.lastSweepCutoffMs(),
       oldestKept: store.getOldestKept(sessionId),

@@ -64,11 +64,6 @@ export class StreamHub {
     if (set.size === 0) this.targets.delete(target.sessionId);
   }
 
-  /** Worker sessions spawned by a session. */
-  workersOf(sessionId: string): string[] {
-    return this.sessions.childSessionIds(sessionId);
-  }
-
   /** Ends the streams of the sessions `which` names, each with an `error` frame (`code`, `message`). */
   closeStreams(which: (sessionId: string) => boolean, code: string, message: string): number {
     let closed = 0;

@@ -1,6 +1,5 @@
 import type { MetisEvent } from '../events/envelope.js';
 import type { EventJsonRow } from '../store/event-rows.js';
-import { selfAndDescendants } from '../store/session-lineage.js';
 import type { ReplayResult } from '../store/stream-reads.js';
 import type { SubscribeFrame } from './client-frames.js';
 import type { ConnectionDeps, ReplayOutcome } from './connection-deps.js';
@@ -77,6 +76,8 @@ interface Scope {
   readonly resolved: ResolvedFilter;
   readonly sessionIds: ReadonlySet<string>;
   readonly matches: (event: MetisEvent) => boolean;
+  /** Every session below the subscriber's (its workers, theirs), parents first. */
+  readonly descendants: readonly string[];
 }
 
 const refuse = (
@@ -114,20 +115,22 @@ export async function planSubscription(
 ): Promise<Ready | Refused> {
   const { runtime, reads, hub, options } = deps;
   const { sessionId } = subscriber;
-  if (!runtime.hasSession(sessionId)) return refuse('session_not_found', `no session ${sessionId}`);
+  if (!(await runtime.knowsSession(sessionId))) return refuse('session_not_found', `no session ${sessionId}`);
   const resolution = resolveFilter(frame.filter);
   if (!resolution.ok)
     return refuse('invalid_filter', `unknown event types in filter: ${resolution.unknown.join(', ')}`);
   const resolved = resolution.filter;
   // The workers a planner's stream carries are its own (streaming §7.2), as the hub routes them.
-  const workers = hub.workersOf(sessionId);
+  const lineage = await reads.lineage(sessionId);
+  const workers = lineage.filter((row) => row.parent_session_id === sessionId).map((row) => row.id);
   const scopeProblem = sessionIdsProblem(resolved, sessionId, workers);
   if (scopeProblem !== null) return refuse('invalid_filter', scopeProblem);
   const sessionIds = new Set(
     resolved.session_ids ?? [sessionId, ...(resolved.include_worker_sessions ? workers : [])],
   );
   const matches = compileFilter(resolved, sessionId);
-  const scope: Scope = { deps, subscriber, resolved, sessionIds, matches };
+  const descendants = lineage.slice(1).map((row) => row.id);
+  const scope: Scope = { deps, subscriber, resolved, sessionIds, matches, descendants };
   const accepted = (
     kind: Accepted['kind'],
     snapshot: string | null,
@@ -262,7 +265,7 @@ async function workerQuestions(scope: Scope, since: string): Promise<ReplayResul
   const types = ['tool.confirmation_requested', 'tool.confirmation_resolved'].filter(
     (type) => filter.event_types === null || filter.event_types.includes(type),
   );
-  const workers = selfAndDescendants(deps.runtime.sessions, scope.subscriber.sessionId).slice(1);
+  const workers = scope.descendants;
   if (filter.include_worker_sessions || types.length === 0 || workers.length === 0)
     return { rows: [], tooLarge: false };
   return deps.reads.replayJson({

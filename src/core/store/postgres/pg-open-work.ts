@@ -11,6 +11,7 @@ import {
   toMessage,
   toToolCallRecord,
 } from '../session-store.js';
+import { pgSessionRow } from './pg-session-reads.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
 
 /**
@@ -92,9 +93,8 @@ export class PgOpenWork implements OpenWork {
     );
   }
 
-  async session(sessionId: string): Promise<SessionRecord | null> {
-    const [row] = await this.rows<SessionRecord>('SELECT * FROM sessions WHERE id = $1', [sessionId]);
-    return row ?? null;
+  session(sessionId: string): Promise<SessionRecord | null> {
+    return pgSessionRow(this.pool, sessionId);
   }
 
   async storedCost(sessionId: string): Promise<number> {

@@ -2,9 +2,16 @@ import type pg from 'pg';
 import { microsToIso } from '../../events/clock.js';
 import { EVENT_COLUMNS, type EventJsonRow, type EventRow, rowToJson } from '../event-rows.js';
 import { type CountedCost, roundedCost, type SessionAsOf } from '../session-as-of.js';
+import { MAX_DELEGATION_DEPTH } from '../session-lineage.js';
 import { COST_EVENT_TYPES } from '../session-store.js';
 import type { SessionRows } from '../store-port.js';
-import type { RetentionMarks, StreamReads } from '../stream-reads.js';
+import {
+  firstOfEach,
+  LINEAGE_SQL,
+  type LineageRow,
+  type RetentionMarks,
+  type StreamReads,
+} from '../stream-reads.js';
 import type { PayloadRow } from '../trace-lookups.js';
 import type { ReplayQuery } from '../trace-store.js';
 import { BIGINT_AS_NUMBER, readInIdOrder } from './pg-util.js';
@@ -181,6 +188,11 @@ export function pgStreamReads(pool: pg.Pool, sessions: Pick<SessionRows, 'messag
         ),
       ]);
       return { sweptCutoffMs, oldestKept: oldestKept ?? null };
+    },
+
+    async lineage(sessionId) {
+      const result = await pool.query<LineageRow>(LINEAGE_SQL, [sessionId, MAX_DELEGATION_DEPTH]);
+      return firstOfEach(result.rows);
     },
   };
 }

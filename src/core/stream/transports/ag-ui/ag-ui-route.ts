@@ -47,7 +47,7 @@ export function agUiRoutes(
   sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
   const report = async (input: AgUiInput, sessionId: string, response: ServerResponse) => {
-    const stored = runtime.hasSession(sessionId)
+    const stored = (await runtime.knowsSession(sessionId))
       ? agUiThreadOf(
           await trace.port.conversations.messages(sessionId, { limit: THREAD_MESSAGES }),
           clientIdsOf(input.messages),
@@ -61,7 +61,10 @@ export function agUiRoutes(
   const run = async (input: AgUiInput, perSession: string | null, response: ServerResponse) => {
     const sessionId = perSession ?? input.threadId;
     // The internal `system` session is no thread, on either route.
-    if (sessionId === SYSTEM_SESSION_ID || (perSession !== null && !isClientSession(runtime, sessionId)))
+    if (
+      sessionId === SYSTEM_SESSION_ID ||
+      (perSession !== null && !(await isClientSession(runtime, sessionId)))
+    )
       throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId} (unknown thread)`);
     if (perSession !== null && input.threadId !== sessionId)
       throw new HttpError(

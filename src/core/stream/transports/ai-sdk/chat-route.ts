@@ -122,7 +122,7 @@ export function chatRoutes(
       errors: [],
     },
     async ({ params: [chatId] }, response) => {
-      const turn = isClientSession(runtime, chatId!) ? runtime.currentTurn(chatId!) : null;
+      const turn = (await isClientSession(runtime, chatId!)) ? runtime.currentTurn(chatId!) : null;
       // Nothing running: the transport has nothing to reconnect to (ai 6: 204).
       if (turn === null) return void response.writeHead(204).end();
       const { transport, mapper } = uiMessageStream(runtime, chatId!, response);

@@ -56,9 +56,9 @@ export function createSseRoute(runtime: Runtime, deps: () => ConnectionDeps): Ra
   return rawRoute(SSE_ROUTE_DOC, async ({ params: [sessionId], request, url }, response) => {
     const parsed = subscriptionOf(url.searchParams, request.headers['last-event-id']);
     if (!parsed.ok) return sendError(response, parsed.status, parsed.code, parsed.message);
-    if (!isClientSession(runtime, sessionId!))
+    if (!(await isClientSession(runtime, sessionId!)))
       return sendError(response, 404, 'METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
-    const scope = filterProblem(parsed.frame, sessionId!, deps());
+    const scope = await filterProblem(parsed.frame, sessionId!, deps());
     if (scope !== null) return sendError(response, 400, 'METIS_ERR_INVALID_FILTER', scope);
     writeEventStreamHead(response);
     request.socket.setNoDelay(true);
@@ -139,8 +139,17 @@ function filterOf(params: URLSearchParams): unknown {
   };
 }
 
-function filterProblem(frame: SubscribeFrame, sessionId: string, deps: ConnectionDeps): string | null {
+async function filterProblem(
+  frame: SubscribeFrame,
+  sessionId: string,
+  deps: ConnectionDeps,
+): Promise<string | null> {
   const resolution = resolveFilter(frame.filter);
   if (!resolution.ok) return `unknown event types in filter: ${resolution.unknown.join(', ')}`;
-  return sessionIdsProblem(resolution.filter, sessionId, deps.hub.workersOf(sessionId));
+  const workers = (await deps.reads.lineage(sessionId)).filter((row) => row.parent_session_id === sessionId);
+  return sessionIdsProblem(
+    resolution.filter,
+    sessionId,
+    workers.map((row) => row.id),
+  );
 }
