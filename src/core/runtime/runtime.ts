@@ -363,10 +363,7 @@ export class Runtime {
   /** Whether a session of this id exists, for a request or a stream naming it (LiveSessions.known). */
   knowsSession = (sessionId: string): Promise<boolean> => this.live.known(sessionId);
 
-  /**
-   * Drops what this process holds of a session with no turn in flight, so that its next use loads it
-   * again (`session.resumed`): another process wrote it since. False, dropping nothing, while a turn runs.
-   */
+  /** Drops a session with no turn in flight (false while one runs): its next use loads it again. */
   release(sessionId: string): boolean {
     return this.live.release(sessionId);
   }
