@@ -66,24 +66,15 @@ export async function checkOut(
  * 1,000,000 events, the index scan 9-10 ms (EXPLAIN ANALYZE on bench/pg-store.ts's store). The log is
  * appended in id order, so id order is close to the pages' order on disk too. Costs two round trips.
  */
-export async function readInIdOrder<R extends unknown[]>(
+export function readInIdOrder<R extends unknown[]>(
   pool: pg.Pool,
   query: pg.QueryArrayConfig,
 ): Promise<pg.QueryArrayResult<R>> {
-  const { client, release } = await checkOut(pool);
-  let broken = false;
-  try {
-    await client.query('BEGIN READ ONLY; SET LOCAL enable_bitmapscan = off');
-    const result = await client.query<R>(query);
-    await client.query('COMMIT');
-    return result;
-  } catch (error) {
-    broken = true;
-    await client.query('ROLLBACK').catch(() => {});
-    throw error;
-  } finally {
-    release(broken);
-  }
+  return inTransaction(
+    pool,
+    (client) => client.query<R>(query),
+    'BEGIN READ ONLY; SET LOCAL enable_bitmapscan = off',
+  );
 }
 
 /**
