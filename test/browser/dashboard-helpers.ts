@@ -134,7 +134,12 @@ export async function openSignedIn(
   browser: Browser,
   server: { server: MetisServer },
   hash = '',
-  options: { width?: number; colorScheme?: 'light' | 'dark' } = {},
+  options: {
+    width?: number;
+    colorScheme?: 'light' | 'dark';
+    /** Runs before the page opens: routes that must see its first requests and its stream. */
+    prepare?: (page: Page) => Promise<void>;
+  } = {},
 ): Promise<OpenedPage & { close: () => Promise<void> }> {
   const context = await browser.newContext({
     colorScheme: options.colorScheme ?? 'light',
@@ -144,6 +149,7 @@ export async function openSignedIn(
   // A missing element fails the test in seconds, with its name, rather than at the test's timeout.
   page.setDefaultTimeout(10_000);
   const errors = collectPageErrors(page);
+  await options.prepare?.(page);
   await page.goto(`${server.server.signInLink()}${hash}`);
   return { page, errors, close: () => context.close() };
 }

@@ -68,6 +68,58 @@ describe.runIf(browserTestsRun)('the dashboard while a turn runs (issue 31)', ()
     expect(errors).toEqual([]);
   });
 
+  it('a turn the page does not show yet: the next message waits behind it, and what was typed meanwhile stays', async () => {
+    const created = await t.request('POST', '/sessions', {});
+    const sessionId = created.body.session_id as string;
+    // The stream's frames reach the page only while `held` is null: a stream that lags the answers.
+    let held: (() => void)[] | null = null;
+    const opened = await openSignedIn(chromium.browser, t, `#/sessions/${encodeURIComponent(sessionId)}`, {
+      prepare: (page) =>
+        page.routeWebSocket(
+          () => true,
+          (socket) => {
+            const server = socket.connectToServer();
+            server.onMessage((message) => {
+              if (held === null) socket.send(message);
+              else held.push(() => socket.send(message));
+            });
+          },
+        ),
+    });
+    onTestFinished(opened.close);
+    const { page, errors } = opened;
+    await expect.poll(() => page.getByTestId('link').textContent(), { timeout: 10_000 }).toContain('live');
+    held = [];
+    const started = await t.request('POST', `/sessions/${sessionId}/turns`, { message: 'slow: the stars' });
+    expect(started.status).toBe(202);
+    // The answer to the page's send is held back too, while the user types on.
+    let answered = false;
+    await page.route('**/turns', async (route) => {
+      const response = await route.fetch();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await route.fulfill({ response });
+      answered = true;
+    });
+    await send(page, 'asked while it ran');
+    await page.getByLabel('Message').fill('typed meanwhile');
+    await expect.poll(() => answered).toBe(true);
+    const queue = await t.request('GET', `/sessions/${sessionId}/queue`);
+    expect(queue.body.queue.map((q: any) => [q.mode, q.message])).toEqual([
+      ['enqueue', 'asked while it ran'],
+    ]);
+    await expect.poll(() => page.getByRole('button', { name: 'Send' }).isEnabled()).toBe(true);
+    expect(await page.getByLabel('Message').inputValue()).toBe('typed meanwhile');
+    for (const deliver of held.splice(0)) deliver();
+    held = null;
+    const cancel = await t.request('POST', `/sessions/${sessionId}/turns/${started.body.turn_id}/cancel`, {
+      reason: 'user_cancel',
+    });
+    expect(cancel.status).toBe(202);
+    await expect.poll(() => turnStatuses(page), { timeout: 15_000 }).toEqual(['cancelled', 'completed']);
+    expect(await userMessages(sessionId)).toEqual(['slow: the stars', 'asked while it ran']);
+    expect(errors).toEqual([]);
+  });
+
   it('"Stop this turn and send it" cancels the running turn and starts the new message', async () => {
     const { page, sessionId, errors } = await sessionPage();
     await send(page, 'slow: the moon');

@@ -101,8 +101,11 @@ export function SessionView({
     if (message === '' || sending) return;
     setSending(true);
     await act('could not send', async () => {
-      await api('POST', `${base}/turns`, inFlight ? { message, multitask } : { message });
-      setDraft('');
+      // A turn this page does not show yet (its stream lags the answer that started it) may run: the
+      // message then waits behind it rather than being refused (409). With none running it starts one.
+      await api('POST', `${base}/turns`, { message, multitask: inFlight ? multitask : 'enqueue' });
+      // What was typed while the request was out stays.
+      setDraft((typed) => (typed.trim() === message ? '' : typed));
     });
     queue.refresh();
     setSending(false);
