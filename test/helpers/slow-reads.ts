@@ -29,8 +29,8 @@ export function slowReads(reads: StreamReads, maxDelayMs: number, random = Math.
 }
 
 /**
- * Whether a session exists, as the runtime asks the store of a session it does not hold, answered after
- * a delay of up to `maxDelayMs`: the existence check a subscribe makes before anything else.
+ * What the runtime asks the store of a session it does not hold (whether it exists, how it stands),
+ * answered after a delay of up to `maxDelayMs`: the existence check a subscribe makes before anything else.
  */
 export function slowSessionReads(
   reads: SessionReads,
@@ -38,5 +38,8 @@ export function slowSessionReads(
   random = Math.random,
 ): SessionReads {
   const later = delayer(maxDelayMs, random);
-  return { session: (sessionId) => later(() => reads.session(sessionId)) };
+  return {
+    session: (sessionId) => later(() => reads.session(sessionId)),
+    summary: (sessionId) => later(() => reads.summary(sessionId)),
+  };
 }

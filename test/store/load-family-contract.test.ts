@@ -179,6 +179,33 @@ describe.runIf(postgresTestsRun)('loadFamily on SQLite and on PostgreSQL loads t
     expect(await onPostgres.session(GRAND)).toMatchObject({ id: GRAND, parent_session_id: worker });
   });
 
+  it("a session's summary (row, turn state, cost), read by anyone, is the same on both stores", async () => {
+    const ids = pair!.db.prepare('SELECT id FROM sessions ORDER BY id').pluck().all() as string[];
+    const onSqlite = sqliteSessionReads(new SessionStore(pair!.db));
+    const onPostgres = pgSessionReads(pair!.pool);
+    for (const id of [...ids, 'sess_unknown']) {
+      const summary = await onSqlite.summary(id);
+      expect(await onPostgres.summary(id), id).toEqual(summary);
+      expect(summary === null, id).toBe(id === 'sess_unknown');
+    }
+    for (const id of [root, worker, ended]) {
+      const said = reported.get(id)!;
+      const summary = (await onPostgres.summary(id))!;
+      expect([summary.turnCount, summary.currentTurnId, summary.row.status], id).toEqual([
+        said.turn_count,
+        said.current_turn_id,
+        said.status,
+      ]);
+      expect(Math.round(summary.storedCost * 1e8) / 1e8, id).toBe(said.cost_so_far_usd);
+    }
+    // SQLite's sum of 0.1 + 0.2 + 0.3 (one as a worker's text), and an open turn among many.
+    expect(await onPostgres.summary(GRAND)).toMatchObject({
+      turnCount: GRAND_TURNS,
+      currentTurnId: `turn_g${String(GRAND_TURNS - 1).padStart(3, '0')}`,
+      storedCost: 0.6,
+    });
+  });
+
   it('the family: root, worker, its worker, in order, with their children and newest event', async () => {
     const state = family(await postgres.loadFamily(root));
     expect(state.rootSessionId).toBe(root);

@@ -69,7 +69,7 @@ export function budgetRoutes(runtime: Runtime): Route[] {
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id] }) => {
-        runtime.getSession(id!);
+        await runtime.describe(id!);
         return [200, answer(id!, runtime.budgets.view(id!))];
       },
     ),
@@ -83,7 +83,7 @@ export function budgetRoutes(runtime: Runtime): Route[] {
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id], body }) => {
-        runtime.getSession(id!);
+        await runtime.describe(id!);
         return [200, answer(id!, withBudget(runtime, id!, body))];
       },
     ),

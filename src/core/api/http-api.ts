@@ -188,7 +188,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id], request }) => {
-        const session = runtime.getSession(id!);
+        const session = await runtime.describe(id!);
         const token = tokens.issue(session.id);
         return [
           200,
@@ -260,7 +260,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id], query }) => {
-        runtime.getSession(id!);
+        await runtime.describe(id!);
         // A cursor that names no message of this session would page from the newest, silently.
         const { conversations } = trace.port;
         if (query.before !== undefined && !(await conversations.hasMessage(id!, query.before))) {
@@ -286,7 +286,10 @@ export function apiRoutes(context: ApiContext): Route[] {
         success: { status: 200, description: 'confirmations', schema: ConfirmationsAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
-      async ({ params: [id] }) => [200, { confirmations: runtime.pendingConfirmations(id!) }],
+      async ({ params: [id] }) => {
+        await runtime.describe(id!);
+        return [200, { confirmations: runtime.pendingConfirmations(id!) }];
+      },
     ),
     jsonRoute(
       {
@@ -321,7 +324,7 @@ export function apiRoutes(context: ApiContext): Route[] {
         ],
       },
       async ({ params: [id], body }) => {
-        runtime.getSession(id!);
+        await runtime.describe(id!);
         assertStorageWritable(trace);
         // The rated turn's end may still wait for its commit: let it land before looking it up.
         await untilCommitted(trace, null, context.commitWaitMs);

@@ -87,7 +87,7 @@ export function inspectRoutes(
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id], query }) => {
-        runtime.getSession(id!);
+        await runtime.describe(id!);
         const sessionIds =
           query.include_worker_sessions === 'true' ? selfAndDescendants(runtime.sessions, id!) : [id!];
         const reads = options.traceReads;

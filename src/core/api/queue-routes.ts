@@ -59,7 +59,7 @@ export async function submitTurn(
 ): Promise<[202, Answer]> {
   assertStorageWritable(trace);
   if (body.budget !== undefined) {
-    runtime.getSession(sessionId);
+    await runtime.describe(sessionId);
     withBudget(runtime, sessionId, body.budget);
   }
   const multitask: Multitask = body.multitask ?? 'reject';
@@ -139,7 +139,7 @@ export function queueRoutes(runtime: Runtime): Route[] {
         errors: ['METIS_ERR_SESSION_NOT_FOUND'],
       },
       async ({ params: [id] }) => {
-        runtime.getSession(id!);
+        await runtime.describe(id!);
         return [200, { queue: runtime.turnQueues.list(id!) }];
       },
     ),
@@ -152,7 +152,7 @@ export function queueRoutes(runtime: Runtime): Route[] {
         errors: ['METIS_ERR_SESSION_NOT_FOUND', 'METIS_ERR_TURN_NOT_FOUND'],
       },
       async ({ params: [id, queuedId] }) => {
-        runtime.getSession(id!);
+        await runtime.describe(id!);
         if (!runtime.turnQueues.drop(id!, queuedId!))
           throw new MetisError(
             'METIS_ERR_TURN_NOT_FOUND',

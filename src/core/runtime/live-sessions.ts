@@ -7,7 +7,7 @@ import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import { newId } from '../events/ids.js';
 import type { FamilyLoader, LoadedSession } from '../store/family-state.js';
-import type { SessionReads } from '../store/session-reads.js';
+import type { SessionReads, StoredSessionSummary } from '../store/session-reads.js';
 import type { SessionRecord } from '../store/session-store.js';
 import type { CostAccumulator } from './cost-accumulator.js';
 import { emitSignal, FeedbackMemory } from './implicit-feedback.js';
@@ -297,21 +297,53 @@ export class LiveSessions {
 
   /** A session another node runs, as the store has it (see RuntimeOptions.mayResume). */
   storedInfo(sessionId: string): SessionInfo {
-    const { sessions, config } = this.options;
-    const stored = sessions.getSession(sessionId);
-    if (stored === null || stored.id === 'system')
+    const { sessions } = this.options;
+    const row = sessions.getSession(sessionId);
+    return this.infoOf(
+      sessionId,
+      row === null
+        ? null
+        : { row, ...sessions.turnState(sessionId), storedCost: sessions.storedCost(sessionId) },
+    );
+  }
+
+  /**
+   * The session as it stands, without taking it up: one running here from memory, one held from its
+   * family's load, any other as the store has it (asked asynchronously). Reading a session is no reason
+   * to resume it: that would announce `session.resumed` and start its idle timer.
+   */
+  async describe(sessionId: string): Promise<SessionInfo> {
+    const running = this.live.get(sessionId);
+    if (running !== undefined) return this.info(running);
+    const summary = this.heldSummary(sessionId) ?? (await this.options.sessionReads.summary(sessionId));
+    // Taken up while the store answered: memory is newer than the answer.
+    const meanwhile = this.live.get(sessionId);
+    return meanwhile === undefined ? this.infoOf(sessionId, summary) : this.info(meanwhile);
+  }
+
+  /** A held session as its load found it (nothing wrote to it since, or it would run here). */
+  private heldSummary(sessionId: string): StoredSessionSummary | undefined {
+    const { sessions } = this.options;
+    const loaded = sessions.loadedState(sessionId);
+    if (loaded === undefined) return undefined;
+    const { turnCount, currentTurnId, storedCost } = loaded;
+    return { row: sessions.getSession(sessionId) ?? loaded.row, turnCount, currentTurnId, storedCost };
+  }
+
+  private infoOf(sessionId: string, summary: StoredSessionSummary | null): SessionInfo {
+    if (summary === null || summary.row.id === 'system')
       throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
-    const now = sessions.turnState(sessionId);
+    const { row } = summary;
     return {
-      id: stored.id,
-      workspace_path: stored.workspace_path ?? process.cwd(),
-      parent_session_id: stored.parent_session_id,
-      active_model: stored.active_model ?? config.default_model,
+      id: row.id,
+      workspace_path: row.workspace_path ?? process.cwd(),
+      parent_session_id: row.parent_session_id,
+      active_model: row.active_model ?? this.options.config.default_model,
       routing_policy_version: this.options.routingVersion(),
-      turn_count: now.turnCount,
-      cost_so_far_usd: Math.round(sessions.storedCost(sessionId) * 1e8) / 1e8,
-      current_turn_id: now.currentTurnId,
-      status: stored.status === 'ended' ? 'ended' : 'active',
+      turn_count: summary.turnCount,
+      cost_so_far_usd: Math.round(summary.storedCost * 1e8) / 1e8,
+      current_turn_id: summary.currentTurnId,
+      status: row.status === 'ended' ? 'ended' : 'active',
     };
   }
 

@@ -317,13 +317,12 @@ export class Runtime {
     });
   }
 
-  /** Confirmations waiting in a session and in the workers that descend from it, with their full input. */
+  /** Confirmations waiting in a session and its workers, full input (a turn running here asks them). */
   pendingConfirmations(sessionId: string): ConfirmationRequest[] {
     if (this.live.runsElsewhere(sessionId)) {
       this.live.storedInfo(sessionId);
       return this.sessions.unansweredConfirmations(selfAndDescendants(this.sessions, sessionId));
     }
-    this.live.require(sessionId);
     return this.confirmations.list(selfAndDescendants(this.sessions, sessionId));
   }
 
@@ -352,13 +351,16 @@ export class Runtime {
     return this.live.open(sessionId);
   }
 
+  /** The session taken up to act on it (session.resumed when stored): what a change starts from. */
   getSession(sessionId: string): SessionInfo {
     if (this.live.runsElsewhere(sessionId)) return this.live.storedInfo(sessionId);
     return this.live.info(this.live.require(sessionId));
   }
 
-  hasSession = (sessionId: string): boolean =>
-    this.live.has(sessionId) || this.sessions.getSession(sessionId) !== null;
+  /** The session as it stands, not taken up (LiveSessions.describe): what a read answers. */
+  describe = (sessionId: string): Promise<SessionInfo> => this.live.describe(sessionId);
+
+  hasSession = (id: string): boolean => this.live.has(id) || this.sessions.getSession(id) !== null;
 
   /** Whether a session of this id exists, for a request or a stream naming it (LiveSessions.known). */
   knowsSession = (sessionId: string): Promise<boolean> => this.live.known(sessionId);

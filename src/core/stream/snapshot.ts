@@ -54,9 +54,9 @@ export async function buildSnapshot(
     pendingConfirmations(runtime, reads, sessionId, snapshotAt),
   ]);
   // The runtime's own fields (model, status, queue, budget) as they are once the reads are answered.
-  const info = runtime.getSession(sessionId);
+  const info = await runtime.describe(sessionId);
   const summary = asOf ?? {
-    turnCount: runtime.sessions.turnCount(sessionId),
+    turnCount: info.turn_count,
     currentTurnId: info.current_turn_id,
     costUsd: info.cost_so_far_usd,
   };

@@ -20,7 +20,7 @@ import {
   toMessage,
   toToolCallRecord,
 } from '../session-store.js';
-import { costOfAmounts } from './pg-open-work.js';
+import { costOfAmounts } from './pg-cost.js';
 import { BIGINT_AS_NUMBER, inTransaction } from './pg-util.js';
 
 type FamilyRow = SessionRecord & {

@@ -76,7 +76,7 @@ export async function assertSameHistory(
   sessionId: string,
   earlierUserTexts: string[],
 ): Promise<void> {
-  const turns = (await runtime.knowsSession(sessionId)) ? runtime.getSession(sessionId).turn_count : 0;
+  const turns = (await runtime.knowsSession(sessionId)) ? (await runtime.describe(sessionId)).turn_count : 0;
   const sent = earlierUserTexts.length;
   if (sent !== turns) {
     const what =
