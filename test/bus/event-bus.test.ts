@@ -100,6 +100,25 @@ describe('EventBus emit', () => {
     expect(bus.emit(turnStarted('new'))!.seq).toBe(1);
   });
 
+  it('a seq seeded by a load is numbered after without asking the store, and never goes back', async () => {
+    const asked: string[] = [];
+    const bus = new EventBus({
+      lastSeq: (id) => {
+        asked.push(id);
+        return 0;
+      },
+    });
+    bus.seedSeq('loaded', 41);
+    expect(bus.emit(turnStarted('loaded'))!.seq).toBe(42);
+    // An event emitted here and not stored yet is newer than a load that could not see it.
+    bus.seedSeq('loaded', 40);
+    expect(bus.emit(turnStarted('loaded'))!.seq).toBe(43);
+    // Another process wrote more since (a take-over): the load's is newer.
+    bus.seedSeq('loaded', 50);
+    expect(bus.emit(turnStarted('loaded'))!.seq).toBe(51);
+    expect(asked).toEqual([]);
+  });
+
   it('fills additive fields with null so stored payloads are complete', () => {
     const bus = new EventBus();
     const event = bus.emit(turnCompleted('s1', null))!;

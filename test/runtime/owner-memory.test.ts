@@ -1,7 +1,8 @@
 import { copyFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import type { MetisEvent } from '../../src/core/events/envelope.js';
+import { EventBus } from '../../src/core/bus/event-bus.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../../src/core/events/envelope.js';
 import { type ConversationMessage, estimateTokens } from '../../src/core/runtime/model-adapter.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import type { StorePort } from '../../src/core/store/store-port.js';
@@ -47,6 +48,19 @@ function openProcess(dbPath: string, storeReads: 'answered' | 'refused') {
   const committed: MetisEvent[] = [];
   context.writer.onCommit((batch) => committed.push(...batch));
   const reads: string[] = [];
+  // The bus asks the store for a session's last seq at its first event, unless a load told it. (The
+  // `system` session is every process's: a store shared by many numbers its events itself.)
+  const bus =
+    storeReads === 'answered'
+      ? context.bus
+      : new EventBus({
+          lastSeq: (sessionId) => {
+            if (sessionId === SYSTEM_SESSION_ID) return context.store.lastSeq(sessionId);
+            reads.push(`lastSeq(${sessionId})`);
+            throw new Error('read from the store: lastSeq');
+          },
+        });
+  if (bus !== context.bus) context.writer.attach(bus);
   const store: StorePort =
     storeReads === 'answered'
       ? context.port
@@ -56,18 +70,24 @@ function openProcess(dbPath: string, storeReads: 'answered' | 'refused') {
           budgets: writesOnly(context.port.budgets, new Set(['setCaps', 'addSpend']), reads),
         };
   const runtime = createRuntime({
-    bus: context.bus,
+    bus,
     store,
     config: { scripted: { token_delay_ms: 0 } },
   });
   onTestFinished(() => runtime.close());
+  const flush = async () => {
+    await bus.flush();
+    await context.flush();
+  };
   return {
     runtime,
     context,
     committed,
     reads,
+    flush,
     stop: async () => {
       await runtime.close();
+      await flush();
       await context.close();
     },
   };
@@ -116,7 +136,7 @@ describe('a session taken up runs from its family load', () => {
       // This turn's history holds the messages the last one saved: memory follows its own writes.
       await after.runtime.submitTurn(session.id, 'hello again').done;
       after.runtime.endSession(session.id);
-      await after.context.flush();
+      await after.flush();
       runs.push({
         events: after.committed.filter((e) => e.session_id === session.id),
         reads: after.reads,
@@ -131,6 +151,8 @@ describe('a session taken up runs from its family load', () => {
     expect(memory!.budget).toEqual(readable!.budget);
     const summary = (events: MetisEvent[]) => ({
       types: events.map((e) => e.type),
+      // Numbered after the store's last seq, whether the bus asked the store or the load told it.
+      seqs: events.map((e) => e.seq),
       resumed: byType(events, 'session.resumed')[0]!.payload,
       route: byType(events, 'route.decided')[0]!.payload.chosen_model,
       // The history the model was given: its size is what the scripted model counts as input tokens.

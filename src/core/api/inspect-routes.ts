@@ -3,7 +3,7 @@ import { MetisError } from '../errors.js';
 import { EnvelopeSchema } from '../events/envelope.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { selfAndDescendants } from '../store/session-lineage.js';
+import type { StreamReads } from '../store/stream-reads.js';
 import type { TraceContentReads } from '../store/trace-content-rows.js';
 import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import { ScoreEntry, ScoresAnswer, TraceContentEntry } from './response-schemas.js';
@@ -73,6 +73,8 @@ export function inspectRoutes(
     readonly wholeStore: WholeStoreReads;
     /** Where a session's trace page and scores read. */
     readonly traceReads: TraceContentReads;
+    /** A session and those below it, as the store has them (StreamReads.lineage). */
+    readonly lineage: StreamReads['lineage'];
   },
 ): JsonRoute[] {
   const redactor = new ContentRedactor(options.dashboardContent ?? 'full');
@@ -89,7 +91,9 @@ export function inspectRoutes(
       async ({ params: [id], query }) => {
         await runtime.describe(id!);
         const sessionIds =
-          query.include_worker_sessions === 'true' ? selfAndDescendants(runtime.sessions, id!) : [id!];
+          query.include_worker_sessions === 'true'
+            ? (await options.lineage(id!)).map((session) => session.id)
+            : [id!];
         const reads = options.traceReads;
         const { events, tooLarge } = await reads.replay({
           sessionIds,

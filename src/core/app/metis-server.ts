@@ -223,6 +223,7 @@ export async function startServer(
       dashboardContent: options.dashboardContent,
       wholeStore,
       traceReads: sqliteTraceContentReads(trace.store),
+      lineage: streamReads.lineage,
     }),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
     ...skillRoutes(trace.bus, runtime.config.skills.global_dir),

@@ -278,6 +278,16 @@ export class EventBus {
     this.seqBySession.delete(sessionId);
   }
 
+  /**
+   * Tells the bus the highest `seq` the store holds for a session this process is about to emit into (a
+   * family's load), so it numbers after it without asking `lastSeq`, a synchronous read of the store. The
+   * higher of that and what this bus gave the session wins: an event emitted and not yet stored is newer.
+   */
+  seedSeq(sessionId: string, lastSeq: number): void {
+    const given = this.seqBySession.get(sessionId);
+    if (given === undefined || given < lastSeq) this.seqBySession.set(sessionId, lastSeq);
+  }
+
   /** Number of events waiting for dispatch. */
   get queued(): number {
     return this.queue.length;

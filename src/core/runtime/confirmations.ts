@@ -95,6 +95,11 @@ export class ConfirmationBroker {
   /** The requests waiting in any of `sessionIds`, oldest first. */
   list(sessionIds: Iterable<string>): ConfirmationRequest[] {
     const wanted = new Set(sessionIds);
-    return [...this.pending.values()].map((p) => p.request).filter((r) => wanted.has(r.session_id));
+    return this.waiting().filter((r) => wanted.has(r.session_id));
+  }
+
+  /** Every request waiting, oldest first. */
+  waiting(): ConfirmationRequest[] {
+    return [...this.pending.values()].map((p) => p.request);
   }
 }

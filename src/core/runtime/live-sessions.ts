@@ -5,7 +5,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { RuntimeConfig } from '../config/runtime-schema.js';
 import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
-import { newId } from '../events/ids.js';
+import { ensureIdsAfter, newId } from '../events/ids.js';
 import type { FamilyLoader, LoadedSession } from '../store/family-state.js';
 import type { SessionReads, StoredSessionSummary } from '../store/session-reads.js';
 import type { SessionRecord } from '../store/session-store.js';
@@ -190,7 +190,11 @@ export class LiveSessions {
     // Rows this process queued (a turn's last message, released since) are in the store first.
     await this.options.settled();
     const family = await this.options.families.loadFamily(sessionId);
-    if (family !== null && !this.live.has(sessionId)) this.options.sessions.hold(family);
+    if (family === null || this.live.has(sessionId)) return;
+    this.options.sessions.hold(family);
+    // What the family emits next is numbered and named after what the store holds, not read for.
+    for (const loaded of family.sessions) this.options.bus.seedSeq(loaded.row.id, loaded.lastSeq);
+    if (family.newestEventId !== null) ensureIdsAfter(family.newestEventId);
   }
 
   /** The session, taken up from memory or the store (and announced) when this process does not run it yet. */

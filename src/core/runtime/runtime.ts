@@ -14,9 +14,8 @@ import { type ClientToolDeclaration, ClientToolResults } from './client-tools.js
 import { ConfirmationBroker } from './confirmations.js';
 import { CostAccumulator } from './cost-accumulator.js';
 import { Delegations } from './delegations.js';
-import { Evaluator } from './evaluator/evaluator.js';
+import type { Evaluator } from './evaluator/evaluator.js';
 import type { Judge } from './evaluator/judge.js';
-import { LlmJudge } from './evaluator/llm-judge.js';
 import { emitSignal } from './implicit-feedback.js';
 import { type LiveSession, LiveSessions, type SessionInfo } from './live-sessions.js';
 import { assertConfiguredModel, assertModelId } from './models/model-id.js';
@@ -24,11 +23,12 @@ import { ModelRegistry } from './models/model-registry.js';
 import { ownerStorePort } from './owner-budget-rows.js';
 import type { OwnerRows } from './owner-rows.js';
 import { adviserFor, applyRecommendation, dismissRecommendation } from './pattern-recommendation.js';
-import { PatternRecorder } from './patterns/pattern-recorder.js';
-import { PatternStore } from './patterns/pattern-store.js';
+import type { PatternRecorder } from './patterns/pattern-recorder.js';
+import type { PatternStore } from './patterns/pattern-store.js';
 import { ProviderHealth } from './provider-health.js';
 import { logRedundantCancel } from './redundant-cancel.js';
 import { RoutingPolicy } from './routing-policy.js';
+import { runtimeScoring } from './runtime-scoring.js';
 import { runtimeTools } from './runtime-tools.js';
 import { attachedSkillSessions, type SkillSessions } from './skills/skill-sessions.js';
 import { StreamingChannel } from './streaming-channel.js';
@@ -189,28 +189,19 @@ export class Runtime {
     );
     this.costs.attach(this.bus);
     this.health.attach(this.bus);
-    this.patterns = this.config.patterns.enabled
-      ? new PatternStore(options.store.patterns, this.config.patterns)
-      : null;
-    this.patternRecorder =
-      this.patterns === null
-        ? null
-        : new PatternRecorder(this.patterns, this.bus, store, this.config.pricing_version);
-    const recorder = this.patternRecorder;
-    this.evaluator = this.config.evaluator.enabled
-      ? new Evaluator({
-          bus: this.bus,
-          store,
-          logger: this.logger,
-          judge:
-            options.judge ??
-            (this.config.evaluator.judge_model === null
-              ? undefined
-              : new LlmJudge(this.config.evaluator.judge_model, this.models, this.config)),
-          onSessionScored: recorder === null ? undefined : (scored) => recorder.record(scored),
-        })
-      : null;
-    this.evaluator?.attach();
+    ({
+      patterns: this.patterns,
+      patternRecorder: this.patternRecorder,
+      evaluator: this.evaluator,
+    } = runtimeScoring({
+      bus: this.bus,
+      config: this.config,
+      store,
+      patternRows: options.store.patterns,
+      models: this.models,
+      logger: this.logger,
+      judge: options.judge,
+    }));
   }
 
   /** Creates a session and emits `session.created`. */
@@ -323,7 +314,10 @@ export class Runtime {
       this.live.storedInfo(sessionId);
       return this.sessions.unansweredConfirmations(selfAndDescendants(this.sessions, sessionId));
     }
-    return this.confirmations.list(selfAndDescendants(this.sessions, sessionId));
+    // Walked up from each waiting request's session, which runs here: no read when none waits.
+    return this.confirmations
+      .waiting()
+      .filter((r) => isSelfOrAncestor(this.sessions, sessionId, r.session_id));
   }
 
   /** Sets the session's sticky model (the `manual_sticky` routing policy). */
