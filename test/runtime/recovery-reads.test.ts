@@ -1,5 +1,7 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { EventBus } from '../../src/core/bus/event-bus.js';
+import { SYSTEM_SESSION_ID } from '../../src/core/events/envelope.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { recoverCrashedTurns } from '../../src/core/runtime/crash-recovery.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
@@ -16,7 +18,7 @@ import { tempDir } from '../helpers/tmp.js';
  */
 
 describe('recovery reads what it reports before closing', () => {
-  it("a cut worker's cost reaches the planner's delegate.failed and the worker's session.ended", async () => {
+  it("a cut worker's cost reaches the planner's delegate.failed and the worker's session.ended, seq whole", async () => {
     const dbPath = join(tempDir(), 'metis.db');
     const config = testRuntimeConfig();
     const first = openStrict(dbPath);
@@ -39,12 +41,33 @@ describe('recovery reads what it reports before closing', () => {
     const [{ session_id: worker, cost }] = workerCost() as [{ session_id: string; cost: number }];
     expect(cost).toBeGreaterThan(0);
     const second = crashAndReopen(first);
-    const recovery = await recoverCrashedTurns(second.db, second.bus, {
+    // Numbering what it emits needs no synchronous read of the store either: the plan read each
+    // session's last seq (a store shared by many numbers `system` itself).
+    const asked: string[] = [];
+    const bus = new EventBus({
+      validation: 'strict',
+      lastSeq: (sessionId) => {
+        if (sessionId === SYSTEM_SESSION_ID) return second.store.lastSeq(sessionId);
+        asked.push(sessionId);
+        throw new Error(`read from the store: lastSeq(${sessionId})`);
+      },
+    });
+    second.writer.attach(bus);
+    const recovery = await recoverCrashedTurns(second.db, bus, {
       pricingVersion: config.pricing_version ?? '2026-11-01',
       logger: silentLogger(),
     });
     expect(recovery).toMatchObject({ turns: 2, delegations: 1, workerSessions: 1 });
+    await bus.flush();
     await second.flush();
+    expect(asked).toEqual([]);
+    for (const sessionId of [planner.id, worker]) {
+      const seqs = second.db
+        .prepare('SELECT seq FROM events WHERE session_id = ? ORDER BY seq')
+        .pluck()
+        .all(sessionId) as number[];
+      expect(seqs, sessionId).toEqual(seqs.map((_, i) => i + 1));
+    }
     const payloadOf = (type: string, sessionId: string) =>
       JSON.parse(
         second.db

@@ -198,12 +198,16 @@ describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer th
 
   it('per session: row, cost, turn count, restarts since each point, turn messages', async () => {
     let costed = 0;
+    let numbered = 0;
     for (const sessionId of [...sessionIds, 'sess_none']) {
       expect(await postgres.session(sessionId), sessionId).toEqual(await sqlite.session(sessionId));
       const cost = await sqlite.storedCost(sessionId);
       expect(await postgres.storedCost(sessionId), sessionId).toBe(cost);
       if (cost > 0) costed += 1;
       expect(await postgres.turnCount(sessionId), sessionId).toBe(await sqlite.turnCount(sessionId));
+      const lastSeq = await sqlite.lastSeq(sessionId);
+      expect(await postgres.lastSeq(sessionId), sessionId).toBe(lastSeq);
+      if (lastSeq > 0) numbered += 1;
       const ids = pair!.db
         .prepare('SELECT id FROM events WHERE session_id = ? ORDER BY id')
         .pluck()
@@ -222,6 +226,7 @@ describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer th
         );
     }
     expect(costed).toBeGreaterThanOrEqual(3);
+    expect(numbered).toBeGreaterThanOrEqual(3);
   });
 
   it('tool calls by id, open and closed, and archived streaming events after each point', async () => {

@@ -98,6 +98,7 @@ export function closeCutTurns(plan: OpenWorkPlan, deps: CloseDeps, options: Reco
   };
   const cutWorkers: string[] = [];
   const maxResumptions = options.maxResumptions ?? 3;
+  for (const [sessionId, lastSeq] of plan.lastSeqs) bus.seedSeq(sessionId, lastSeq);
 
   for (const planned of plan.turns) {
     const { turn, stored, ended, resumption, capped } = planned;

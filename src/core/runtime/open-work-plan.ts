@@ -56,6 +56,11 @@ export interface OpenWorkPlan {
     readonly session_id: string;
     readonly parent_session_id: string | null;
   }[];
+  /**
+   * The highest stored `seq` of every session closing the plan emits into (the turns' and the cut
+   * workers'), so the bus numbers after them without a synchronous read of the store.
+   */
+  readonly lastSeqs: ReadonlyMap<string, number>;
 }
 
 export interface OpenWorkScope {
@@ -102,7 +107,10 @@ export async function readOpenWork(open: OpenWork, scope: OpenWorkScope = {}): P
     }
   }
   const openToolRows = (await open.sessionsWithOpenToolCalls()).filter(inScope);
-  return { turns, workers, openToolRows };
+  const lastSeqs = new Map<string, number>();
+  for (const sessionId of new Set([...turns.map((planned) => planned.turn.session_id), ...workers.keys()]))
+    lastSeqs.set(sessionId, await open.lastSeq(sessionId));
+  return { turns, workers, openToolRows, lastSeqs };
 }
 
 async function readTurn(

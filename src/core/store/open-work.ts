@@ -45,6 +45,8 @@ export interface OpenWork {
   /** What the session's stored events cost (its model calls, and its workers as their delegations report). */
   storedCost(sessionId: string): Promise<number>;
   turnCount(sessionId: string): Promise<number>;
+  /** The highest `seq` stored for the session (0: none): what its next event follows. */
+  lastSeq(sessionId: string): Promise<number>;
   /** The turn's stored messages, oldest first. */
   turnMessages(sessionId: string, turnId: string): Promise<MessageRecord[]>;
   toolCall(toolUseId: string, sessionId: string): Promise<ToolCallRecord | null>;
@@ -108,6 +110,13 @@ export class SqliteOpenWork implements OpenWork {
 
   async turnCount(sessionId: string): Promise<number> {
     return this.sessions.turnCount(sessionId);
+  }
+
+  async lastSeq(sessionId: string): Promise<number> {
+    return this.db
+      .prepare('SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?')
+      .pluck()
+      .get(sessionId) as number;
   }
 
   async turnMessages(sessionId: string, turnId: string): Promise<MessageRecord[]> {

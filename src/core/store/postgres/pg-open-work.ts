@@ -73,6 +73,14 @@ export class PgOpenWork implements OpenWork {
     return costOfAmounts(rows);
   }
 
+  async lastSeq(sessionId: string): Promise<number> {
+    const [row] = await this.rows<{ seq: number }>(
+      'SELECT coalesce(max(seq), 0) AS seq FROM events WHERE session_id = $1',
+      [sessionId],
+    );
+    return row!.seq;
+  }
+
   async turnCount(sessionId: string): Promise<number> {
     const [row] = await this.rows<{ count: number }>(
       "SELECT count(*) AS count FROM events WHERE session_id = $1 AND type = 'turn.started'",
