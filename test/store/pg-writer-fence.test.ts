@@ -1,0 +1,173 @@
+import type pg from 'pg';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import type { MetisError } from '../../src/core/errors.js';
+import type { MetisEvent } from '../../src/core/events/envelope.js';
+import { postgresPool } from '../../src/core/store/postgres/connect.js';
+import { sessionCreated, turnStarted } from '../helpers/events.js';
+import { openPgWriter } from '../helpers/pg-store-writer.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { session } from '../helpers/row-change-builders.js';
+import { message, recorded } from '../helpers/writer-rows.js';
+
+/**
+ * PgStoreWriter's lease fence checked by the store itself (pg-writer-batch.ts, schema 16): a batch of
+ * families this node holds commits in the one query of its group commit, COMMIT included; a family
+ * lost since the last batch (another node's now, or this node's under a new token) is left out of it
+ * while the batch's other families commit.
+ */
+
+const server = postgresForFile();
+
+/** `real`, recording the text of every query its clients send (a batch query by its statements). */
+function recordQueries(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
+  const sent: string[] = [];
+  const wrapped = new WeakSet<pg.PoolClient>();
+  const pool = {
+    query: real.query.bind(real),
+    on: real.on.bind(real),
+    connect: async () => {
+      const client = await real.connect();
+      // The pool hands the same client out again: it is wrapped once.
+      if (wrapped.has(client)) return client;
+      wrapped.add(client);
+      const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
+      (client as unknown as { query: typeof query }).query = (text, ...rest) => {
+        sent.push(typeof text === 'string' ? text : String((text as { text?: unknown }).text));
+        return query(text, ...rest);
+      };
+      return client;
+    },
+  } as unknown as pg.Pool;
+  return { pool, sent };
+}
+
+/** A writer of node-a whose sessions `sess_<x>` are families `fam_<x>` under the tokens given. */
+async function fencedWriter(tokens: Record<string, number>) {
+  const url = freshDatabase(server);
+  const real = postgresPool(url, 'serve', 2);
+  onTestFinished(() => real.end());
+  const link = recordQueries(real);
+  const fenced: string[][] = [];
+  const opened = await openPgWriter(server, {
+    url,
+    pool: link.pool,
+    writerId: 'node-a',
+    fence: {
+      nodeId: 'node-a',
+      leaseOf: (id) => {
+        const root = id.replace(/^sess_/, 'fam_');
+        return tokens[root] === undefined ? null : { root, token: tokens[root] };
+      },
+      onFenced: (roots) => fenced.push([...roots].sort()),
+    },
+  });
+  for (const [root, token] of Object.entries(tokens))
+    await opened.pool.query(
+      `INSERT INTO metis_session_leases (session_id, node_id, acquired_at_us, token) VALUES ($1, 'node-a', 1, $2)`,
+      [root, token],
+    );
+  await opened.flush(); // the bus's own first event
+  link.sent.length = 0;
+  return { ...opened, sent: link.sent, fenced };
+}
+
+/** The outcome of each event's wait: 'committed', or the code of the error it was refused with. */
+function outcomesOf(writer: { whenCommitted(id: string, ms: number): Promise<void> }, events: MetisEvent[]) {
+  return Promise.all(
+    events.map((event) =>
+      writer.whenCommitted(event.id, 10_000).then(
+        () => 'committed',
+        (error: MetisError) => error.code,
+      ),
+    ),
+  );
+}
+
+describe.runIf(postgresTestsRun)('PgStoreWriter: the lease fence checked by the store', () => {
+  it('commits a batch of families this node holds in one query, the fence checked and COMMIT in it', async () => {
+    const { bus, writer, pool, flush, sent, fenced } = await fencedWriter({ fam_a: 11, fam_b: 12 });
+    const settled: string[] = [];
+    const events: MetisEvent[] = [];
+    for (const id of ['sess_a', 'sess_b']) {
+      writer.writeRow(recorded(session(id, 1), settled, `session:${id}`));
+      events.push(bus.emit(sessionCreated(id))!);
+      writer.writeRow(recorded(message(`msg_${id}`, id, 'user', 'hi'), settled, `msg:${id}`));
+    }
+    expect(await outcomesOf(writer, events)).toEqual(['committed', 'committed']);
+    await flush();
+    expect(fenced).toEqual([]);
+    expect(settled.every((entry) => entry.endsWith(':true'))).toBe(true);
+    // One query for the whole batch: no lease read to answer, no COMMIT or ROLLBACK of its own.
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatch(/^BEGIN;[\s\S]*metis_hold_leases\('node-a'[\s\S]*COPY events[\s\S]*;\s*COMMIT$/);
+    expect(
+      (await pool.query("SELECT session_id FROM events WHERE session_id <> 'system' ORDER BY 1")).rows,
+    ).toEqual([{ session_id: 'sess_a' }, { session_id: 'sess_b' }]);
+    expect((await pool.query('SELECT session_id FROM messages ORDER BY 1')).rows).toEqual([
+      { session_id: 'sess_a' },
+      { session_id: 'sess_b' },
+    ]);
+  });
+
+  it('leaves out a family taken over since the last batch, or retaken under a new token; the rest commits', async () => {
+    const { bus, writer, pool, flush, sent, fenced } = await fencedWriter({
+      fam_a: 21,
+      fam_b: 22,
+      fam_c: 23,
+    });
+    const ids = ['sess_a', 'sess_b', 'sess_c'];
+    const first: MetisEvent[] = [];
+    for (const id of ids) {
+      writer.writeRow({ what: 'session', change: session(id, 1) });
+      first.push(bus.emit(sessionCreated(id))!);
+    }
+    expect(await outcomesOf(writer, first)).toEqual(['committed', 'committed', 'committed']);
+    await flush();
+    // Between the batches: fam_b goes to node-b; fam_c comes back to node-a under a new token (a
+    // restart of the node), while this writer still carries the old one.
+    await pool.query(
+      `UPDATE metis_session_leases SET node_id = 'node-b', token = nextval('metis_lease_tokens')
+        WHERE session_id = 'fam_b'`,
+    );
+    await pool.query(
+      "UPDATE metis_session_leases SET token = nextval('metis_lease_tokens') WHERE session_id = 'fam_c'",
+    );
+    const batchesBefore = writer.stats.committedBatches;
+    sent.length = 0;
+    const settled: string[] = [];
+    const second: MetisEvent[] = [];
+    for (const id of ids) {
+      second.push(bus.emit(turnStarted(id))!);
+      writer.writeRow(recorded(message(`msg_${id}`, id, 'user', 'hi'), settled, id));
+    }
+    const outcomes = await outcomesOf(writer, second);
+    await flush();
+    expect(outcomes).toEqual(['committed', 'METIS_ERR_SESSION_ELSEWHERE', 'METIS_ERR_SESSION_ELSEWHERE']);
+    expect(settled.sort()).toEqual(['sess_a:true', 'sess_b:false', 'sess_c:false']);
+    expect(fenced).toEqual([['fam_b', 'fam_c']]);
+    // One group commit: the families of the batch were settled together.
+    expect(writer.stats.committedBatches).toBe(batchesBefore + 1);
+    // The store's check refused the one-query try; its COMMIT never ran.
+    expect(sent[0]).toMatch(/metis_hold_leases[\s\S]*;\s*COMMIT$/);
+    expect(sent.at(-1)).toBe('COMMIT');
+    expect(
+      (await pool.query("SELECT session_id FROM events WHERE type = 'turn.started' ORDER BY 1")).rows,
+    ).toEqual([{ session_id: 'sess_a' }]);
+    expect((await pool.query('SELECT session_id FROM messages ORDER BY 1')).rows).toEqual([
+      { session_id: 'sess_a' },
+    ]);
+  });
+
+  it('leaves out a family whose lease names another node, even under the token this writer holds', async () => {
+    // Tokens come from one sequence, so a new owner has a new token; the check asks for both anyway.
+    const { bus, writer, pool, flush, fenced } = await fencedWriter({ fam_a: 31, fam_b: 32 });
+    await pool.query("UPDATE metis_session_leases SET node_id = 'node-b' WHERE session_id = 'fam_b'");
+    const events = [bus.emit(sessionCreated('sess_a'))!, bus.emit(sessionCreated('sess_b'))!];
+    expect(await outcomesOf(writer, events)).toEqual(['committed', 'METIS_ERR_SESSION_ELSEWHERE']);
+    await flush();
+    expect(fenced).toEqual([['fam_b']]);
+    expect(
+      (await pool.query("SELECT session_id FROM events WHERE session_id <> 'system' ORDER BY 1")).rows,
+    ).toEqual([{ session_id: 'sess_a' }]);
+  });
+});
