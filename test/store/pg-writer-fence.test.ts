@@ -7,7 +7,7 @@ import { sessionCreated, turnStarted } from '../helpers/events.js';
 import { openPgWriter } from '../helpers/pg-store-writer.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { session } from '../helpers/row-change-builders.js';
-import { message, recorded } from '../helpers/writer-rows.js';
+import { message, recorded, spend } from '../helpers/writer-rows.js';
 
 /**
  * PgStoreWriter's lease fence checked by the store itself (pg-writer-batch.ts, schema 16): a batch of
@@ -18,10 +18,15 @@ import { message, recorded } from '../helpers/writer-rows.js';
 
 const server = postgresForFile();
 
-/** `real`, recording the text of every query its clients send (a batch query by its statements). */
-function recordQueries(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
+/**
+ * `real`, recording the text of every query its clients send (a batch query by its statements); once
+ * `loseNextCommit` is called, the next query that ends with COMMIT and succeeds has its answer lost.
+ */
+function recordQueries(real: pg.Pool): { pool: pg.Pool; sent: string[]; loseNextCommit(): void } {
   const sent: string[] = [];
   const wrapped = new WeakSet<pg.PoolClient>();
+  let lose = false;
+  const lost = () => new Error('Connection terminated unexpectedly (test: the answer to COMMIT is lost)');
   const pool = {
     query: real.query.bind(real),
     on: real.on.bind(real),
@@ -32,13 +37,29 @@ function recordQueries(real: pg.Pool): { pool: pg.Pool; sent: string[] } {
       wrapped.add(client);
       const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
       (client as unknown as { query: typeof query }).query = (text, ...rest) => {
-        sent.push(typeof text === 'string' ? text : String((text as { text?: unknown }).text));
+        const statements = typeof text === 'string' ? text : String((text as { text?: unknown }).text);
+        sent.push(statements);
+        if (!lose || !/(^|;\s*)COMMIT$/.test(statements)) return query(text, ...rest);
+        lose = false;
+        // A query the store refused (the fence check) had no COMMIT to lose: the next one is lost.
+        const refused = (error: Error) => {
+          lose = true;
+          return error;
+        };
+        if (typeof text === 'string')
+          return query(text, ...rest).then(
+            () => Promise.reject(lost()),
+            (error: Error) => Promise.reject(refused(error)),
+          );
+        const batch = text as { callback(error: Error | null): void };
+        const answer = batch.callback.bind(batch);
+        batch.callback = (error) => answer(error === null ? lost() : refused(error));
         return query(text, ...rest);
       };
       return client;
     },
   } as unknown as pg.Pool;
-  return { pool, sent };
+  return { pool, sent, loseNextCommit: () => (lose = true) };
 }
 
 /** A writer of node-a whose sessions `sess_<x>` are families `fam_<x>` under the tokens given. */
@@ -68,7 +89,7 @@ async function fencedWriter(tokens: Record<string, number>) {
     );
   await opened.flush(); // the bus's own first event
   link.sent.length = 0;
-  return { ...opened, sent: link.sent, fenced };
+  return { ...opened, sent: link.sent, loseNextCommit: link.loseNextCommit, fenced };
 }
 
 /** The outcome of each event's wait: 'committed', or the code of the error it was refused with. */
@@ -171,4 +192,45 @@ describe.runIf(postgresTestsRun)('PgStoreWriter: the lease fence checked by the 
       (await pool.query("SELECT session_id FROM events WHERE session_id <> 'system' ORDER BY 1")).rows,
     ).toEqual([{ session_id: 'sess_a' }]);
   });
+
+  it.each([
+    ['the one query of a batch this node holds', false],
+    ['the COMMIT after a family was found lost', true],
+  ])(
+    'settles from the commit mark, as it was sent, a batch whose answer to %s was lost',
+    async (_, takenOver) => {
+      const { bus, writer, pool, flush, loseNextCommit, fenced } = await fencedWriter({
+        fam_a: 41,
+        fam_b: 42,
+      });
+      for (const id of ['sess_a', 'sess_b']) writer.writeRow({ what: 'session', change: session(id, 1) });
+      await flush();
+      if (takenOver)
+        await pool.query(
+          `UPDATE metis_session_leases SET node_id = 'node-b', token = nextval('metis_lease_tokens')
+          WHERE session_id = 'fam_b'`,
+        );
+      loseNextCommit();
+      const events = [bus.emit(turnStarted('sess_a'))!, bus.emit(turnStarted('sess_b'))!];
+      writer.writeRow(spend('sess_a', 0.5));
+      writer.writeRow(spend('sess_b', 0.5));
+      const outcomes = await outcomesOf(writer, events);
+      await flush();
+      expect(writer.stats.retries).toBe(1);
+      expect(outcomes).toEqual(['committed', takenOver ? 'METIS_ERR_SESSION_ELSEWHERE' : 'committed']);
+      expect(fenced).toEqual(takenOver ? [['fam_b']] : []);
+      // Stored once: the retry found the batch's mark and wrote nothing again.
+      expect(
+        (await pool.query("SELECT id, spent_usd FROM sessions WHERE id LIKE 'sess_%' ORDER BY id")).rows,
+      ).toEqual([
+        { id: 'sess_a', spent_usd: 0.5 },
+        { id: 'sess_b', spent_usd: takenOver ? 0 : 0.5 },
+      ]);
+      expect(
+        (await pool.query("SELECT session_id FROM events WHERE type = 'turn.started' ORDER BY 1")).rows,
+      ).toEqual(
+        takenOver ? [{ session_id: 'sess_a' }] : [{ session_id: 'sess_a' }, { session_id: 'sess_b' }],
+      );
+    },
+  );
 });
