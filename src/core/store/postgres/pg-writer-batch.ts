@@ -97,10 +97,10 @@ export async function lastCommittedBatch(pool: pg.Pool, writerId: string): Promi
  * The SQLSTATE metis_hold_leases (schema 16) raises when a family of the batch is not this node's with
  * its token any more: a class of its own, neither permanent (22, 23) nor the store being away.
  */
-export const FENCE_LOST_SQLSTATE = 'MF001';
+const FENCE_LOST_SQLSTATE = 'MF001';
 
 /** Whether `error` is the store's fence check refusing the batch (the rest of its query was skipped). */
-export function isFenceLost(error: unknown): boolean {
+function isFenceLost(error: unknown): boolean {
   return (error as { code?: unknown } | null)?.code === FENCE_LOST_SQLSTATE;
 }
 
