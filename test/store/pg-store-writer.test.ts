@@ -81,6 +81,42 @@ function interceptCommit(
   return { pool, arm: () => (next = true) };
 }
 
+/**
+ * `real`, except that once armed, the next batch query with a COPY (pg-batch-query.ts) has its COPY
+ * data held back until `release` is called: the transaction is in flight on the server, past its fence
+ * and short of COMMIT, which rides in the same query.
+ */
+function holdCopy(real: pg.Pool): { pool: pg.Pool; arm(): void; held(): boolean; release(): void } {
+  let next = false;
+  let release: (() => void) | null = null;
+  const pool = {
+    query: real.query.bind(real),
+    on: real.on.bind(real),
+    connect: async () => {
+      const client = await real.connect();
+      const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
+      (client as unknown as { query: typeof query }).query = (text, ...rest) => {
+        if (!next || !isBatchSubmission(text) || !text.text.includes('COPY events'))
+          return query(text, ...rest);
+        next = false;
+        const copy = text as unknown as { handleCopyInResponse(connection: unknown): void };
+        const send = copy.handleCopyInResponse.bind(copy);
+        copy.handleCopyInResponse = (connection) => {
+          release = () => send(connection);
+        };
+        return query(text, ...rest);
+      };
+      return client;
+    },
+  } as unknown as pg.Pool;
+  return {
+    pool,
+    arm: () => (next = true),
+    held: () => release !== null,
+    release: () => release?.(),
+  };
+}
+
 function systemEvent(name: string): EmitInput {
   return {
     type: 'bus.subscriber_registered',
@@ -332,14 +368,13 @@ describe.runIf(postgresTestsRun)('PgStoreWriter: what only a store across the ne
     const url = freshDatabase(server);
     const real = postgresPool(url, 'serve', 2);
     onTestFinished(() => real.end());
-    let held: (() => void) | null = null;
-    const link = interceptCommit(real, (commit) => new Promise<void>((go) => (held = go)).then(commit));
+    const link = holdCopy(real);
     const { bus, writer, pool, flush } = await openPgWriter(server, {
       url,
       pool: link.pool,
       fence: { nodeId: 'node-a', leaseOf: (id) => (id === 'sess_a' ? { root: 'sess_a', token: 7 } : null) },
     });
-    onTestFinished(() => held?.()); // a failed assertion must not leave the commit (and the writer) hanging
+    onTestFinished(() => link.release()); // a failed assertion must not leave the commit (and the writer) hanging
     await pool.query(
       "INSERT INTO metis_session_leases (session_id, node_id, acquired_at_us, token) VALUES ('sess_a', 'node-a', 1, 7)",
     );
@@ -358,9 +393,9 @@ describe.runIf(postgresTestsRun)('PgStoreWriter: what only a store across the ne
     link.arm();
     const first = bus.emit(sessionCreated('sess_a'))!;
     bus.dispatchNow();
-    await until(() => held !== null);
+    await until(link.held);
     await expect(takeOver()).rejects.toMatchObject({ code: '55P03' });
-    held!();
+    link.release();
     await expect(writer.whenCommitted(first.id, 5_000)).resolves.toBeUndefined();
     expect(await takeOver()).toEqual([{ node_id: 'node-b' }]);
     // The next write of the family is fenced: the lease is node-b's now.

@@ -93,6 +93,17 @@ export async function lastCommittedBatch(pool: pg.Pool, writerId: string): Promi
   return Number(result.rows[0]?.batch_no ?? 0);
 }
 
+/**
+ * The SQLSTATE metis_hold_leases (schema 16) raises when a family of the batch is not this node's with
+ * its token any more: a class of its own, neither permanent (22, 23) nor the store being away.
+ */
+const FENCE_LOST_SQLSTATE = 'MF001';
+
+/** Whether `error` is the store's fence check refusing the batch (the rest of its query was skipped). */
+function isFenceLost(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === FENCE_LOST_SQLSTATE;
+}
+
 /** Tries of one transaction whose fence changed between its reads before the batch is retried later. */
 const MAX_FENCE_READS = 4;
 
@@ -128,45 +139,37 @@ type BatchCommit = (
 
 /**
  * The whole batch in one query (batchQuery): BEGIN, the mark and the fence, the rows, the events by
- * one COPY, and COMMIT too when no family is fenced: two round trips where one a statement took four.
- * With families to fence it is written on the guess that the families fenced are the ones the last
- * read found (none, first), and COMMIT follows once the fence read proved the guess (three round
- * trips); a guess it proves wrong is rolled back and made again with what it found. Rows before
- * events: rows need their sessions (foreign keys), events need nothing, and the whole batch becomes
- * visible at once, so a row queued after an event is never seen before it.
+ * one COPY, and COMMIT: two round trips where one a statement took four. The store checks the fence
+ * itself (metis_hold_leases, schema 16), so COMMIT rides in the query with families to fence too: when
+ * one of them is lost the check's error (FENCE_LOST_SQLSTATE) skips the rest, COMMIT included, and the
+ * batch is rolled back and written again without the families lost (fencedCommit).
  */
 const groupedCommit: BatchCommit = async (client, plan, families, commitSent) => {
-  const fenceFree = families.tokens.size === 0;
-  let guess: ReadonlyMap<string, FencedFamily> = new Map();
-  for (let read = 1; ; read += 1) {
-    const fenced = fencedItems(families, guess);
-    const kept = plan.items.filter((item) => !fenced.has(item));
-    const events = kept.filter((item): item is EventItem => 'event' in item);
-    const rows = kept.filter((item) => 'row' in item);
-    // The store numbers `system` events inside the transaction, before their COPY lines exist.
-    const numbered =
-      plan.numberSystemEvents && events.some((item) => item.event.session_id === SYSTEM_SESSION_ID);
-    if (numbered) await client.query('BEGIN');
-    const { lines, renumbered } = await copyLines(client, plan, events);
-    const statements = [
-      ...(numbered ? [] : ['BEGIN']),
-      markAndFenceSql(plan, families, rows),
-      ...(lines.length > 0 ? [COPY_EVENTS_SQL] : []),
-      ...(fenceFree ? ['COMMIT'] : []),
-    ];
-    const outcome = { fenced, refused: new Map<WriteItem, unknown>(), renumbered };
-    if (fenceFree) commitSent(outcome);
-    const [leases] = await batchQuery(
-      client,
-      statements.join(';\n'),
-      lines.length > 0 ? lines.join('') : null,
-    );
-    if (fenceFree) return outcome;
-    const lost = lostFamilies(plan, families, leases ?? []);
+  try {
+    const { outcome } = await writeBatch(client, plan, families, new Map(), commitSent);
+    return outcome;
+  } catch (error) {
+    if (!isFenceLost(error)) throw error;
+  }
+  return await fencedCommit(client, plan, families, commitSent);
+};
+
+/**
+ * A batch with a family lost, the transaction the check aborted still open: rolled back, the leases
+ * read, then the batch written on the guess that the families fenced are the ones that read found,
+ * and COMMIT sent once the fence read under the lock proved the guess (three round trips); a guess it
+ * proves wrong is rolled back and made again with what it found.
+ */
+const fencedCommit: BatchCommit = async (client, plan, families, commitSent) => {
+  const [read] = await batchQuery(client, `ROLLBACK;\n${leaseReadSql(families, '')}`, null);
+  let guess = lostFamilies(plan, families, read ?? []);
+  for (let tries = 1; ; tries += 1) {
+    const { outcome, leases } = await writeBatch(client, plan, families, guess, null);
+    const lost = lostFamilies(plan, families, leases);
     const proven = fencedItems(families, lost);
-    if (!sameKeys(fenced, proven)) {
+    if (!sameKeys(outcome.fenced, proven)) {
       await client.query('ROLLBACK');
-      if (read >= MAX_FENCE_READS) throw new Error('the lease fence changed at every read of this commit');
+      if (tries >= MAX_FENCE_READS) throw new Error('the lease fence changed at every read of this commit');
       guess = lost;
       continue;
     }
@@ -177,9 +180,44 @@ const groupedCommit: BatchCommit = async (client, plan, families, commitSent) =>
   }
 };
 
+/**
+ * Sends the batch without the items of the families `guess` holds lost. With `commitSent`, the store
+ * checks the fence and COMMIT ends the query (commitSent is told first); without, the lease rows are
+ * read FOR SHARE and returned, and the transaction is left open. Rows before events: rows need their
+ * sessions (foreign keys), events need nothing, and the whole batch becomes visible at once, so a row
+ * queued after an event is never seen before it.
+ */
+async function writeBatch(
+  client: pg.PoolClient,
+  plan: PgBatchPlan,
+  families: Families,
+  guess: ReadonlyMap<string, FencedFamily>,
+  commitSent: ((outcome: PgBatchOutcome) => void) | null,
+): Promise<{ outcome: PgBatchOutcome; leases: TextRows }> {
+  const fenced = fencedItems(families, guess);
+  const kept = plan.items.filter((item) => !fenced.has(item));
+  const events = kept.filter((item): item is EventItem => 'event' in item);
+  const rows = kept.filter((item) => 'row' in item);
+  // The store numbers `system` events inside the transaction, before their COPY lines exist.
+  const numbered =
+    plan.numberSystemEvents && events.some((item) => item.event.session_id === SYSTEM_SESSION_ID);
+  if (numbered) await client.query('BEGIN');
+  const { lines, renumbered } = await copyLines(client, plan, events);
+  const statements = [
+    ...(numbered ? [] : ['BEGIN']),
+    markAndFenceSql(plan, families, rows, commitSent === null ? 'read' : 'check'),
+    ...(lines.length > 0 ? [COPY_EVENTS_SQL] : []),
+    ...(commitSent === null ? [] : ['COMMIT']),
+  ];
+  const outcome = { fenced, refused: new Map<WriteItem, unknown>(), renumbered };
+  commitSent?.(outcome);
+  const [leases] = await batchQuery(client, statements.join(';\n'), lines.length > 0 ? lines.join('') : null);
+  return { outcome, leases: leases ?? [] };
+}
+
 /** After a permanent error: the mark and the fence, then each item alone (writeIsolated), then COMMIT. */
 const isolatedCommit: BatchCommit = async (client, plan, families, commitSent) => {
-  const [leases] = await batchQuery(client, `BEGIN;\n${markAndFenceSql(plan, families, [])}`, null);
+  const [leases] = await batchQuery(client, `BEGIN;\n${markAndFenceSql(plan, families, [], 'read')}`, null);
   const fenced = fencedItems(families, lostFamilies(plan, families, leases ?? []));
   const outcome = { fenced, ...(await writeIsolated(client, plan, fenced)) };
   commitSent(outcome);
@@ -260,12 +298,18 @@ function fencedItems(
 /**
  * The statements after BEGIN that open a batch (simple protocol, values as literals): the commit mark
  * upserted, a bare `sessions` row for each session with events and no `session.create` in the batch
- * (as SQLite's committer makes one: the session list and the rows after need it), and every lease row
- * of the batch's families read FOR SHARE, this node's own too, so that a take-over waits for this
- * commit or this commit sees the take-over (the first statement returning rows: lostFamilies reads
- * them); then `rows`' statements.
+ * (as SQLite's committer makes one: the session list and the rows after need it), and the fence; then
+ * `rows`' statements. The fence locks every lease row of the batch's families FOR SHARE, this node's
+ * own too, so that a take-over waits for this commit or this commit sees the take-over: `read` returns
+ * the rows (the first statement returning rows: lostFamilies reads them), `check` has the store raise
+ * FENCE_LOST_SQLSTATE unless each is this node's with the token the writer holds.
  */
-function markAndFenceSql(plan: PgBatchPlan, families: Families, rows: readonly WriteItem[]): string {
+function markAndFenceSql(
+  plan: PgBatchPlan,
+  families: Families,
+  rows: readonly WriteItem[],
+  fence: 'read' | 'check',
+): string {
   const created = new Set<string>();
   const eventSessions = new Set<string>();
   for (const item of plan.items) {
@@ -276,6 +320,10 @@ function markAndFenceSql(plan: PgBatchPlan, families: Families, rows: readonly W
   const now = nowMicros();
   const changes = rows.map((item) => (item as Extract<WriteItem, { row: unknown }>).row.change);
   const rowSql = changes.length === 0 ? '' : `;\n${renderRowChanges(changes).map(inlined).join(';\n')}`;
+  const fenceSql =
+    fence === 'check' && families.tokens.size > 0 && plan.fence !== null
+      ? `SELECT metis_hold_leases(${escapeLiteral(plan.fence.nodeId)}, ${literal([...families.tokens.keys()])}::text[], ${literal([...families.tokens.values()])}::bigint[])`
+      : leaseReadSql(families, ' FOR SHARE');
   return `WITH mark AS (
        INSERT INTO metis_writer_commits (writer_id, batch_no, committed_at_us)
        VALUES (${escapeLiteral(plan.writerId)}, ${Math.trunc(plan.batchNo)}, ${now})
@@ -286,8 +334,13 @@ function markAndFenceSql(plan: PgBatchPlan, families: Families, rows: readonly W
        INSERT INTO sessions (id, created_at_us, updated_at_us) SELECT id, ${now}, ${now} FROM unnest(${literal(bare)}::text[]) id
        ON CONFLICT (id) DO NOTHING
        RETURNING 1)
-     SELECT session_id, node_id, token FROM metis_session_leases
-      WHERE session_id = ANY(${literal([...families.tokens.keys()])}::text[]) ORDER BY session_id FOR SHARE${rowSql}`;
+     ${fenceSql}${rowSql}`;
+}
+
+/** The lease rows of the batch's families, in root order (the order their locks are taken in). */
+function leaseReadSql(families: Families, lock: '' | ' FOR SHARE'): string {
+  return `SELECT session_id, node_id, token FROM metis_session_leases
+      WHERE session_id = ANY(${literal([...families.tokens.keys()])}::text[]) ORDER BY session_id${lock}`;
 }
 
 /** The families whose lease is lost, from the lease rows markAndFenceSql read (as text). */

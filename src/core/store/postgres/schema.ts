@@ -234,6 +234,27 @@ export const PG_MIGRATIONS: readonly string[] = [
   // 15 (issue 35): a session's workers found by index (SQLite's version 10): a family's load and a
   // subscription's lineage walk the delegation tree down by parent.
   'CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions (parent_session_id)',
+  // 16 (issue 35): the writer's lease fence checked by the store itself (pg-writer-batch.ts): every lease
+  // row of a batch's families locked FOR SHARE, and error MF001 unless each is (node, token), so that a
+  // fenced batch's COMMIT rides in its one query and the fence costs no round trip of its own.
+  `
+  CREATE OR REPLACE FUNCTION metis_hold_leases(writer_node text, roots text[], tokens bigint[])
+    RETURNS void LANGUAGE plpgsql AS $fence$
+  DECLARE
+    held integer;
+  BEGIN
+    SELECT count(*) INTO held
+      FROM (SELECT session_id, node_id, token FROM metis_session_leases
+             WHERE session_id = ANY(roots) ORDER BY session_id FOR SHARE) AS lease
+      JOIN unnest(roots, tokens) AS expected(root, token) ON expected.root = lease.session_id
+     WHERE lease.node_id = writer_node AND lease.token = expected.token;
+    IF held <> cardinality(roots) THEN
+      RAISE EXCEPTION 'metis lease fence: node % no longer holds every family of this batch', writer_node
+        USING ERRCODE = 'MF001';
+    END IF;
+  END
+  $fence$;
+  `,
 ];
 
 export const PG_SCHEMA_VERSION = PG_MIGRATIONS.length;
