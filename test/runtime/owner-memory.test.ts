@@ -194,6 +194,26 @@ describe('a session taken up runs from its family load', () => {
     }
   });
 
+  it('a worker opened alone holds its tree: its budget walks up to the cap above it, reading nothing', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const before = openProcess(dbPath, 'answered');
+    const planner = before.runtime.createSession({ workspacePath: tempDir('metis-ws-') });
+    before.runtime.budgets.set(planner.id, { tree: { tokens: 1_000_000 } });
+    await before.runtime.submitTurn(planner.id, 'delegate: hello').done;
+    const [worker] = before.context.port.sessions.childSessionIds(planner.id);
+    await before.stop();
+
+    const after = openProcess(dbPath, 'refused');
+    await after.runtime.open(worker!);
+    const view = after.runtime.budgets.view(worker!);
+    await after.stop();
+    expect(after.reads).toEqual([]);
+    // The worker's tree is the planner's: its cap, and the spend of both.
+    expect(view.tree).toMatchObject({ caps: { tokens: 1_000_000 } });
+    expect(view.session.spent_tokens).toBeGreaterThan(0);
+    expect(view.tree.spent_tokens).toBeGreaterThan(view.session.spent_tokens);
+  });
+
   it('without a load, the store is read: the check above would see it', async () => {
     const dbPath = join(tempDir(), 'metis.db');
     const before = openProcess(dbPath, 'answered');

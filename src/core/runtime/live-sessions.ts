@@ -7,6 +7,7 @@ import { MetisError } from '../errors.js';
 import { nowMicros } from '../events/clock.js';
 import { ensureIdsAfter, newId } from '../events/ids.js';
 import type { FamilyLoader, LoadedSession } from '../store/family-state.js';
+import { MAX_DELEGATION_DEPTH } from '../store/session-lineage.js';
 import type { SessionReads, StoredSessionSummary } from '../store/session-reads.js';
 import type { SessionRecord } from '../store/session-store.js';
 import type { CostAccumulator } from './cost-accumulator.js';
@@ -189,12 +190,26 @@ export class LiveSessions {
   private async load(sessionId: string): Promise<void> {
     // Rows this process queued (a turn's last message, released since) are in the store first.
     await this.options.settled();
-    const family = await this.options.families.loadFamily(sessionId);
+    // The whole tree from its root: a worker's budget and questions walk up to sessions above it.
+    const family = await this.options.families.loadFamily(await this.rootOf(sessionId));
     if (family === null || this.live.has(sessionId)) return;
     this.options.sessions.hold(family);
     // What the family emits next is numbered and named after what the store holds, not read for.
     for (const loaded of family.sessions) this.options.bus.seedSeq(loaded.row.id, loaded.lastSeq);
     if (family.newestEventId !== null) ensureIdsAfter(family.newestEventId);
+  }
+
+  /** The session at the top of `sessionId`'s delegation tree, asked of the store above what is held. */
+  private async rootOf(sessionId: string): Promise<string> {
+    const { sessions, sessionReads } = this.options;
+    let id = sessionId;
+    for (let depth = 0; depth < MAX_DELEGATION_DEPTH; depth += 1) {
+      const row = sessions.holds(id) ? sessions.getSession(id) : await sessionReads.session(id);
+      const parent = row?.parent_session_id ?? null;
+      if (parent === null) return id;
+      id = parent;
+    }
+    return id;
   }
 
   /** The session, taken up from memory or the store (and announced) when this process does not run it yet. */
