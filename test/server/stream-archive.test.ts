@@ -59,6 +59,6 @@ describe('StreamArchive pruning', () => {
     expect(counts.length).toBe(100);
     expect(counts.filter((n) => n !== 2)).toEqual([]);
     // Each pruned session remembers where its deltas start: an older cursor is refused, not shorted.
-    expect(after.missingAfter('sess_000', '')).toBe(true);
+    expect(await after.missingAfter('sess_000', '')).toBe(true);
   });
 });
