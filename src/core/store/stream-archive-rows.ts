@@ -12,7 +12,7 @@ import { writeRow } from './trace-writer.js';
  * SQLite answers at the call.
  */
 export interface StreamArchiveRows {
-  /** Sessions with archived events, in id order (a restart prunes each once). */
+  /** Sessions with archived events, ordered by session id (a restart prunes each once). */
   archivedSessions(): Promise<string[]>;
   /** Stores a batch; `settled` says whether it was committed (false: refused for good). */
   write(batch: readonly MetisEvent[], settled: (committed: boolean) => void): void;

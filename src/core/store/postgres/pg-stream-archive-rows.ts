@@ -3,10 +3,7 @@ import type { MetisEvent } from '../../events/envelope.js';
 import type { StoreWriter } from '../store-writer.js';
 import { archiveInsert, archivePrune, type StreamArchiveRows } from '../stream-archive-rows.js';
 
-/**
- * A session's archived events after an id, as SqliteStreamArchiveRows reads them: the primary key
- * (session_id, id) yields them in id order, and the LIMIT keeps the planner on it.
- */
+/** A session's archived events after an id, in id order, as SqliteStreamArchiveRows reads them. */
 const AFTER_SQL =
   'SELECT event_json FROM stream_events WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3';
 
