@@ -4,6 +4,7 @@ import { type MetisServer, type ServerOptions, startServer } from '../../src/cor
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { createRuntime, type Runtime } from '../../src/core/runtime/runtime.js';
 import type { SessionReads } from '../../src/core/store/session-reads.js';
+import { SqliteStreamArchiveRows, type StreamArchiveRows } from '../../src/core/store/stream-archive-rows.js';
 import { type StreamReads, sqliteStreamReads } from '../../src/core/store/stream-reads.js';
 import type { OpenTraceContextOptions, TraceContext } from '../../src/core/store/trace-context.js';
 import { testRuntimeConfig } from './runtime-config.js';
@@ -37,6 +38,8 @@ export async function startTestServer(
     wrapStreamReads?: (reads: StreamReads) => StreamReads;
     /** Stands between the runtime's existence check and the store (slow-reads.ts: a store far away). */
     wrapSessionReads?: (reads: SessionReads) => SessionReads;
+    /** Stands between the stream archive and its SQLite rows (slow-reads.ts: a store far away). */
+    wrapArchiveRows?: (rows: StreamArchiveRows) => StreamArchiveRows;
     /** How the trace context is opened (its file, a store upstream). */
     trace?: Partial<OpenTraceContextOptions>;
   } = {},
@@ -52,9 +55,21 @@ export async function startTestServer(
     config: testRuntimeConfig(config),
     beforeToolExecute: options.beforeToolExecute,
   });
-  const { wrapStreamReads, wrapSessionReads: _sessionReads, trace: _trace, ...serverOptions } = options;
+  const {
+    wrapStreamReads,
+    wrapSessionReads: _sessionReads,
+    wrapArchiveRows,
+    trace: _trace,
+    ...serverOptions
+  } = options;
   const streamReads = wrapStreamReads?.(sqliteStreamReads(context.store, context.port.sessions));
-  const server = await startServer(runtime, context, { port: 0, streamReads, ...serverOptions });
+  const streamArchiveRows = wrapArchiveRows?.(new SqliteStreamArchiveRows(context.db));
+  const server = await startServer(runtime, context, {
+    port: 0,
+    streamReads,
+    streamArchiveRows,
+    ...serverOptions,
+  });
   onTestFinished(async () => {
     await server.close();
     await runtime.close();

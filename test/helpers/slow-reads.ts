@@ -1,4 +1,5 @@
 import type { SessionReads } from '../../src/core/store/session-reads.js';
+import type { StreamArchiveRows } from '../../src/core/store/stream-archive-rows.js';
 import type { StreamReads } from '../../src/core/store/stream-reads.js';
 
 /** Answers `answer()` after a delay of up to `maxDelayMs`, a new one per call. */
@@ -41,5 +42,40 @@ export function slowSessionReads(
   return {
     session: (sessionId) => later(() => reads.session(sessionId)),
     summary: (sessionId) => later(() => reads.summary(sessionId)),
+  };
+}
+
+/**
+ * The stream archive's rows, each read waiting up to `maxDelayMs` before it is asked and as long again
+ * before its answer is handed back (a new delay each): the store answers as of some moment inside the
+ * wait, as one over the network does. A batch reaches the store up to `maxDelayMs` late too, so that
+ * batches in flight commit on either side of a read. One that arrives after the store closed is refused.
+ */
+export function slowArchiveRows(
+  rows: StreamArchiveRows,
+  maxDelayMs: number,
+  random = Math.random,
+): StreamArchiveRows {
+  const pause = () => new Promise((resolve) => setTimeout(resolve, Math.floor(random() * (maxDelayMs + 1))));
+  const later = async <T>(answer: () => Promise<T>): Promise<T> => {
+    await pause();
+    const answered = await answer();
+    await pause();
+    return answered;
+  };
+  return {
+    archivedSessions: () => later(() => rows.archivedSessions()),
+    write: (batch, settled) => {
+      void pause().then(() => {
+        try {
+          rows.write(batch, settled);
+        } catch {
+          settled(false);
+        }
+      });
+    },
+    after: (sessionId, afterId, limit) => later(() => rows.after(sessionId, afterId, limit)),
+    horizon: (sessionId) => later(() => rows.horizon(sessionId)),
+    prune: (sessionIds, cutoffUs, keep) => rows.prune(sessionIds, cutoffUs, keep),
   };
 }

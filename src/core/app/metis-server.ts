@@ -28,7 +28,7 @@ import { gatewaySpendSince } from '../store/gateway-spend.js';
 import { shippedCommits } from '../store/shipped-commits.js';
 import { sqliteWholeStoreReads } from '../store/sqlite-whole-store-reads.js';
 import { storageErrorOf } from '../store/store-unavailable.js';
-import { SqliteStreamArchiveRows } from '../store/stream-archive-rows.js';
+import { SqliteStreamArchiveRows, type StreamArchiveRows } from '../store/stream-archive-rows.js';
 import { type StreamReads, sqliteStreamReads } from '../store/stream-reads.js';
 import { sqliteTraceContentReads } from '../store/trace-content-rows.js';
 import type { TraceContext } from '../store/trace-context.js';
@@ -96,6 +96,8 @@ export interface ServerOptions {
    * context's SQLite store, answered at once.
    */
   readonly streamReads?: StreamReads;
+  /** Where the stream archive keeps its rows; by default the trace context's SQLite store. */
+  readonly streamArchiveRows?: StreamArchiveRows;
 }
 
 export interface MetisServer {
@@ -163,7 +165,7 @@ export async function startServer(
   const sequencer = new EventSequencer(trace.bus, commits, runtime.streaming);
   const archive = options.faults?.shortStreamWindow
     ? null
-    : new StreamArchive(new SqliteStreamArchiveRows(trace.db), {
+    : new StreamArchive(options.streamArchiveRows ?? new SqliteStreamArchiveRows(trace.db), {
         ...DEFAULT_STREAM_WINDOW,
         ...options.streamWindow,
       });

@@ -50,14 +50,16 @@ export class RecentStreams {
 
   /**
    * Whether streaming events of these sessions with an id greater than `afterId` were dropped from
-   * memory: a replay from that cursor would miss them, so it must not be offered (cursor_expired).
+   * memory, or from the archive when there is one: a replay from that cursor would miss them, so it
+   * must not be offered (cursor_expired). Ask it after `after`, whose answer it vouches for.
    */
-  droppedAfter(sessionIds: ReadonlySet<string>, afterId: string): boolean {
+  async droppedAfter(sessionIds: ReadonlySet<string>, afterId: string): Promise<boolean> {
+    const archive = this.archive;
+    if (archive !== null) {
+      const missing = await Promise.all([...sessionIds].map((id) => archive.missingAfter(id, afterId)));
+      return missing.includes(true);
+    }
     for (const sessionId of sessionIds) {
-      if (this.archive !== null) {
-        if (this.archive.missingAfter(sessionId, afterId)) return true;
-        continue;
-      }
       const dropped = this.sessions.get(sessionId)?.droppedUpTo ?? null;
       if (dropped !== null && dropped > afterId) return true;
     }
@@ -66,9 +68,14 @@ export class RecentStreams {
 
   /**
    * Kept streaming events of these sessions with an id greater than `afterId`, in id order: from
-   * memory when it reaches back that far, else from the archive (at most `limit` per session).
+   * memory when it reaches back that far, else from the archive (at most `limit` per session). Holds
+   * every one added before the call; those added while the archive reads go to the connections.
    */
-  after(sessionIds: ReadonlySet<string>, afterId: string | null, limit?: number): MetisEvent[] {
+  async after(
+    sessionIds: ReadonlySet<string>,
+    afterId: string | null,
+    limit?: number,
+  ): Promise<MetisEvent[]> {
     if (this.archive !== null && !this.memoryReaches(sessionIds, afterId))
       return this.archive.after(sessionIds, afterId, limit);
     return this.inMemoryAfter(sessionIds, afterId);

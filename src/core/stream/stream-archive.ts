@@ -53,9 +53,16 @@ export class StreamArchive {
     private readonly rows: StreamArchiveRows,
     readonly window: StreamWindow = DEFAULT_STREAM_WINDOW,
   ) {
-    // Sessions untouched since a restart are pruned once too, at the first flush.
-    for (const sessionId of rows.archivedSessions()) this.touched.add(sessionId);
+    // Sessions untouched since a restart are pruned once too, at the first flush once the store has named
+    // them. Should it fail to, they are pruned when next written to, or go with the retention sweep.
     this.lastPrune = 0;
+    rows.archivedSessions().then(
+      (sessionIds) => {
+        for (const sessionId of sessionIds) this.touched.add(sessionId);
+        this.lastPrune = 0;
+      },
+      () => {},
+    );
   }
 
   /** Archives a streaming event (released to clients already); its row is written at the next tick. */
@@ -76,31 +83,42 @@ export class StreamArchive {
 
   /**
    * The archived streaming events of these sessions after `afterId` (all of them when null), in id
-   * order, at most `limit` per session; those still waiting for their commit included.
+   * order, at most `limit` per session; those still waiting for their commit included. Holds every
+   * event recorded before the call; of those recorded while the store reads, some or none.
    */
-  after(sessionIds: Iterable<string>, afterId: string | null, limit = Number.MAX_SAFE_INTEGER): MetisEvent[] {
-    const byId = new Map<string, MetisEvent>();
-    for (const sessionId of sessionIds) {
-      for (const json of this.rows.after(sessionId, afterId ?? '', limit)) {
-        const event = JSON.parse(json) as MetisEvent;
-        byId.set(event.id, event);
-      }
-    }
+  async after(
+    sessionIds: Iterable<string>,
+    afterId: string | null,
+    limit = Number.MAX_SAFE_INTEGER,
+  ): Promise<MetisEvent[]> {
     const wanted = new Set(sessionIds);
-    for (const event of this.uncommitted()) {
-      if (wanted.has(event.session_id) && (afterId === null || event.id > afterId)) byId.set(event.id, event);
+    // Taken before the reads: a batch that commits while they wait leaves memory, and the store may
+    // have answered from before its commit.
+    const waiting = [...this.uncommitted()].filter(
+      (event) => wanted.has(event.session_id) && (afterId === null || event.id > afterId),
+    );
+    const stored = await Promise.all(
+      [...wanted].map((sessionId) => this.rows.after(sessionId, afterId ?? '', limit)),
+    );
+    const byId = new Map<string, MetisEvent>();
+    for (const json of stored.flat()) {
+      const event = JSON.parse(json) as MetisEvent;
+      byId.set(event.id, event);
     }
+    for (const event of waiting) byId.set(event.id, event);
     return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : 1));
   }
 
   /**
    * Whether streaming events of the session after `afterId` may be missing: pruned from the window,
    * from before the table existed, or left out for want of room. A replay from there would be short.
+   * Asked after `after` (not beside it), it sees every prune that took rows from that read.
    */
-  missingAfter(sessionId: string, afterId: string): boolean {
+  async missingAfter(sessionId: string, afterId: string): Promise<boolean> {
+    const horizon = await this.rows.horizon(sessionId);
+    // Looked at once the store answered: a batch refused meanwhile may be missing from that read too.
     const skipped = this.skippedUpTo.get(sessionId);
     if (skipped !== undefined && skipped > afterId) return true;
-    const horizon = this.rows.horizon(sessionId);
     return horizon !== undefined && horizon > afterId;
   }
 

@@ -93,10 +93,16 @@ const refuse = (
   events,
 });
 
-/** What a replay read of the store: the session's own events, and its workers' questions. */
+/**
+ * What a replay read of the store: the session's own events, its workers' questions, and the streaming
+ * events (memory or the archive) as they stood when the reads began: what was released to the
+ * connection since is in its buffer. With `gap`, why a replay from there would miss streaming events.
+ */
 interface StoredReplay {
   readonly own: ReplayResult<EventJsonRow>;
   readonly questions: ReplayResult<EventJsonRow>;
+  readonly streamed: readonly MetisEvent[];
+  readonly gap: string | null;
 }
 
 /**
@@ -188,10 +194,9 @@ export async function planSubscription(
   const upTo = hub.sequencer.releasedThrough(sessionIds);
   const expired = explicit ? await cursorProblem(reads, sessionId, since, options.retentionDays) : null;
   if (expired !== null) return refuse('cursor_expired', expired, 'cursor_expired');
-  const stored = await readStored(scope, since);
+  const stored = await readStored(scope, since, true);
   return ready(() => {
-    // Asked of memory once the reads are done: the in-memory streams may have moved on meanwhile.
-    const gap = streamingGap(scope, since);
+    const { gap } = stored;
     if (gap !== null) {
       const problem = explicit
         ? gap
@@ -239,14 +244,14 @@ function carries(scope: Scope, event: MetisEvent): boolean {
 
 /**
  * Why a replay from `since` would miss streaming events the filter asks for, or null: they were
- * dropped from memory (RecentStreams), and this connection's own buffer does not hold them either
- * (it holds everything after `acceptedAfterId`).
+ * dropped from memory (RecentStreams) or the archive, and this connection's own buffer does not hold
+ * them either (it holds everything after `acceptedAfterId`).
  */
-function streamingGap(scope: Scope, since: string): string | null {
+async function streamingGap(scope: Scope, since: string): Promise<string | null> {
   const { subscriber, resolved, sessionIds, deps } = scope;
   const bufferHasAll =
     !subscriber.early && (subscriber.acceptedAfterId === null || since >= subscriber.acceptedAfterId);
-  if (bufferHasAll || !wantsStreaming(resolved) || !deps.hub.recent.droppedAfter(sessionIds, since)) {
+  if (bufferHasAll || !wantsStreaming(resolved) || !(await deps.hub.recent.droppedAfter(sessionIds, since))) {
     return null;
   }
   const window = deps.hub.recent.window;
@@ -277,10 +282,13 @@ async function workerQuestions(scope: Scope, since: string): Promise<ReplayResul
   });
 }
 
-/** The stored events after `since` this subscription gets. */
-async function readStored(scope: Scope, since: string): Promise<StoredReplay> {
+/**
+ * The stored and the streaming events after `since` this subscription gets, and, when `checkGap` (a
+ * cursor's replay), whether streaming ones are missing.
+ */
+async function readStored(scope: Scope, since: string, checkGap = false): Promise<StoredReplay> {
   const { deps, resolved, sessionIds } = scope;
-  const [own, questions] = await Promise.all([
+  const [own, questions, streams] = await Promise.all([
     deps.reads.replayJson({
       sessionIds: [...sessionIds],
       afterId: since === '' ? null : since,
@@ -289,8 +297,25 @@ async function readStored(scope: Scope, since: string): Promise<StoredReplay> {
       limit: deps.options.replayCap,
     }),
     workerQuestions(scope, since),
+    readStreams(scope, since, checkGap),
   ]);
-  return { own, questions };
+  return { own, questions, ...streams };
+}
+
+/**
+ * The streaming events after `since`, then whether some are missing: in that order, so that a prune
+ * of the archive that took rows from the first read has raised the horizon the second one sees.
+ */
+async function readStreams(
+  scope: Scope,
+  since: string,
+  checkGap: boolean,
+): Promise<{ streamed: MetisEvent[]; gap: string | null }> {
+  const { deps, resolved, sessionIds } = scope;
+  const streamed = wantsStreaming(resolved)
+    ? await deps.hub.recent.after(sessionIds, since === '' ? null : since, deps.options.replayCap + 1)
+    : [];
+  return { streamed, gap: checkGap ? await streamingGap(scope, since) : null };
 }
 
 /**
@@ -302,19 +327,17 @@ function replayAfter(
   scope: Scope,
   since: string,
   upTo: string | null,
-  { own, questions }: StoredReplay,
+  { own, questions, streamed }: StoredReplay,
 ): { frames: ReplayFrame[]; tooLarge: boolean } {
-  const { deps, resolved, sessionIds, matches } = scope;
+  const { deps, matches } = scope;
   const { hub, options } = deps;
   const shown = hub.sequencer.storedRowShown(upTo);
   const rows = mergeRows(own.rows, questions.rows).filter((row) => shown(row[0]));
   // What this connection was handed between accept and subscribe joins the in-memory streams: it
   // may hold deltas of messages RecentStreams no longer keeps, and they must go out in id order
   // inside the replay, not after it.
+  // It also holds every streaming event released since the reads began, which `streamed` may lack.
   const buffered = scope.subscriber.buffer.filter((event) => event.id > since && carries(scope, event));
-  const streamed = wantsStreaming(resolved)
-    ? hub.recent.after(sessionIds, since === '' ? null : since, options.replayCap + 1)
-    : [];
   const live = unionById(streamed, buffered).filter(matches);
   // Counted after the merge: a bus event buffered since accept is also a stored row, sent once.
   const frames = mergeReplay(rows, live);

@@ -13,6 +13,7 @@ import {
 } from '../session-store.js';
 import { costOfAmounts } from './pg-cost.js';
 import { pgSessionRow } from './pg-session-reads.js';
+import { pgArchivedAfter } from './pg-stream-archive-rows.js';
 import { BIGINT_AS_NUMBER } from './pg-util.js';
 
 /**
@@ -106,11 +107,7 @@ export class PgOpenWork implements OpenWork {
     return row === undefined ? null : toToolCallRecord(row);
   }
 
-  async archivedAfter(sessionId: string, afterId: string, limit: number): Promise<string[]> {
-    const rows = await this.rows<{ event_json: string }>(
-      'SELECT event_json FROM stream_events WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3',
-      [sessionId, afterId, limit],
-    );
-    return rows.map((row) => row.event_json);
+  archivedAfter(sessionId: string, afterId: string, limit: number): Promise<string[]> {
+    return pgArchivedAfter(this.pool, sessionId, afterId, limit);
   }
 }
