@@ -218,7 +218,8 @@ export class LiveSessions {
     if (live) return live;
     const { sessions } = this.options;
     const loaded = sessions.loadedState(sessionId);
-    if (loaded !== undefined) return this.resume(loaded.row, loaded);
+    // The held row, which follows this process's writes since the load, not the row as loaded.
+    if (loaded !== undefined) return this.resume(sessions.getSession(sessionId) ?? loaded.row, loaded);
     const stored = sessions.getSession(sessionId);
     if (stored === null || stored.id === 'system') {
       throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
