@@ -5,7 +5,10 @@ import { EventBus } from '../../src/core/bus/event-bus.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../../src/core/events/envelope.js';
 import { type ConversationMessage, estimateTokens } from '../../src/core/runtime/model-adapter.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
+import type { Db } from '../../src/core/store/database.js';
+import { sqliteRowSink } from '../../src/core/store/session-store.js';
 import type { StorePort } from '../../src/core/store/store-port.js';
+import { SyncReadRefused, WriteOnlySessionRows } from '../../src/core/store/write-only-session-rows.js';
 import { byType } from '../helpers/runtime.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 
@@ -16,17 +19,23 @@ import { tempDir, tempTraceContext } from '../helpers/tmp.js';
  * same as one reading a SQLite file does.
  */
 
-/** The writes a runtime makes through the session rows; every other method is a read. */
-const WRITES = new Set<string>([
-  'createSession',
-  'setStickyModel',
-  'endSession',
-  'saveMessage',
-  'saveToolCall',
-  'updateToolCall',
-  // It reads a count as it writes; the runtime does not call it on a resumed session's turns here.
-  'closeOpenToolCalls',
-]);
+/**
+ * The session rows a store read only asynchronously gives the runtime (writes to the SQLite file here),
+ * noting every read it refuses: one that reaches them fails the test.
+ */
+class NotedRows extends WriteOnlySessionRows {
+  constructor(
+    db: Db,
+    private readonly reads: string[],
+  ) {
+    super(sqliteRowSink(db));
+  }
+
+  protected override refuse(read: string): never {
+    this.reads.push(read);
+    return super.refuse(read);
+  }
+}
 
 /** Rows with every read refused, naming it: a read that reaches the store fails the test. */
 function writesOnly<Rows extends object>(rows: Rows, writes: ReadonlySet<string>, reads: string[]): Rows {
@@ -66,7 +75,7 @@ function openProcess(dbPath: string, storeReads: 'answered' | 'refused') {
       ? context.port
       : {
           ...context.port,
-          sessions: writesOnly(context.port.sessions, WRITES, reads),
+          sessions: new NotedRows(context.db, reads),
           budgets: writesOnly(context.port.budgets, new Set(['setCaps', 'addSpend']), reads),
         };
   const runtime = createRuntime({
@@ -220,7 +229,7 @@ describe('a session taken up runs from its family load', () => {
     const session = before.runtime.createSession({ workspacePath: tempDir('metis-ws-') });
     await before.stop();
     const after = openProcess(dbPath, 'refused');
-    expect(() => after.runtime.getSession(session.id)).toThrow(/read from the store: getSession/);
+    expect(() => after.runtime.getSession(session.id)).toThrow(SyncReadRefused);
     expect(after.reads).toEqual([`getSession(${session.id})`]);
   });
 });

@@ -68,13 +68,15 @@ describe('tool-call rows are keyed by their message, not the provider id alone (
         { turn_id: 'turn_2', status: 'completed' },
       ]);
       expect(store.toolCall('call_1', 'sess_b')).toMatchObject({ turn_id: 'turn_2', output: 'done' });
-      expect(
-        store.closeOpenToolCalls('sess_b', {
-          status: 'failed',
-          errorClass: 'execution_error',
-          output: 'stopped',
-        }),
-      ).toBe(1);
+      store.closeOpenToolCalls('sess_b', {
+        status: 'failed',
+        errorClass: 'execution_error',
+        output: 'stopped',
+      });
+      expect(db.prepare('SELECT turn_id, status FROM tool_calls ORDER BY row_id').all()).toEqual([
+        { turn_id: 'turn_1', status: 'failed' },
+        { turn_id: 'turn_2', status: 'completed' },
+      ]);
     } finally {
       db.close();
     }

@@ -211,8 +211,12 @@ export function closeCutTurns(plan: OpenWorkPlan, deps: CloseDeps, options: Reco
 
   // A resumed turn's rows are its resumption's to settle (ToolDispatcher.resume).
   const resuming = new Set(report.resumable.map((t) => t.sessionId));
-  for (const { session_id: sessionId } of plan.openToolRows.filter((row) => !resuming.has(row.session_id))) {
-    report.toolCallRows += sessions.closeOpenToolCalls(sessionId, {
+  for (const { session_id: sessionId, open_calls: open } of plan.openToolRows.filter(
+    (row) => !resuming.has(row.session_id),
+  )) {
+    // Counted as the plan read them; the close itself queues behind the rows written before it.
+    report.toolCallRows += open;
+    sessions.closeOpenToolCalls(sessionId, {
       status: 'failed',
       errorClass: 'execution_error',
       output: STOPPED,

@@ -1,4 +1,4 @@
-import type { OpenTurn, OpenWork } from '../store/open-work.js';
+import type { OpenToolCalls, OpenTurn, OpenWork } from '../store/open-work.js';
 import type { MessageRecord, SessionRecord, ToolCallRecord } from '../store/session-store.js';
 import type { ArchivedStreamEvent, StoredTurnEvent } from './turn-resume-plan.js';
 
@@ -52,10 +52,7 @@ export interface OpenWorkPlan {
   readonly turns: readonly PlannedTurn[];
   readonly workers: ReadonlyMap<string, CutWorker>;
   /** Sessions in scope with tool-call rows still pending or running. */
-  readonly openToolRows: readonly {
-    readonly session_id: string;
-    readonly parent_session_id: string | null;
-  }[];
+  readonly openToolRows: readonly OpenToolCalls[];
   /**
    * The highest stored `seq` of every session closing the plan emits into (the turns' and the cut
    * workers'), so the bus numbers after them without a synchronous read of the store.

@@ -195,8 +195,8 @@ export class OwnerRows implements SessionRows {
     this.store.updateToolCall(...args);
   }
 
-  closeOpenToolCalls(...args: Parameters<SessionRows['closeOpenToolCalls']>): number {
-    return this.store.closeOpenToolCalls(...args);
+  closeOpenToolCalls(...args: Parameters<SessionRows['closeOpenToolCalls']>): void {
+    this.store.closeOpenToolCalls(...args);
   }
 
   toolCall(id: string, sessionId?: string): ReturnType<SessionRows['toolCall']> {

@@ -16,6 +16,13 @@ export interface OpenTurn {
   readonly parent_session_id: string | null;
 }
 
+/** A session with tool-call rows still pending or running. */
+export interface OpenToolCalls {
+  readonly session_id: string;
+  readonly parent_session_id: string | null;
+  readonly open_calls: number;
+}
+
 export interface TurnEventRow {
   readonly id: string;
   readonly type: string;
@@ -35,10 +42,8 @@ export interface OpenWork {
   openTurns(): Promise<OpenTurn[]>;
   /** Every event of a turn, in id order. */
   turnEvents(turnId: string): Promise<TurnEventRow[]>;
-  /** Sessions (with their parent) that have a tool-call row still pending or running. */
-  sessionsWithOpenToolCalls(): Promise<
-    { readonly session_id: string; readonly parent_session_id: string | null }[]
-  >;
+  /** Sessions (with their parent) that have tool-call rows still pending or running, and how many. */
+  sessionsWithOpenToolCalls(): Promise<OpenToolCalls[]>;
   /** How many `session.resumed` the session has after event `afterId`: the restarts since (durable turns). */
   resumedSince(sessionId: string, afterId: string): Promise<number>;
   session(sessionId: string): Promise<SessionRecord | null>;
@@ -91,13 +96,14 @@ export class SqliteOpenWork implements OpenWork {
       .get(sessionId, afterId) as number;
   }
 
-  async sessionsWithOpenToolCalls(): Promise<{ session_id: string; parent_session_id: string | null }[]> {
+  async sessionsWithOpenToolCalls(): Promise<OpenToolCalls[]> {
     return this.db
       .prepare(
-        `SELECT DISTINCT t.session_id, s.parent_session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
-          WHERE t.status IN ('pending', 'running')`,
+        `SELECT t.session_id, s.parent_session_id, count(*) AS open_calls
+           FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
+          WHERE t.status IN ('pending', 'running') GROUP BY t.session_id, s.parent_session_id`,
       )
-      .all() as { session_id: string; parent_session_id: string | null }[];
+      .all() as OpenToolCalls[];
   }
 
   async session(sessionId: string): Promise<SessionRecord | null> {

@@ -1,123 +1,39 @@
 import type { ConfirmationRequest } from '../confirmation-request.js';
-import { nowMicros } from '../events/clock.js';
 import type { Db } from './database.js';
-import { MessageMarks } from './message-marks.js';
-import type { RowChange } from './row-change.js';
 import { nextRowId } from './row-ids.js';
-import { type RowWrite, writeRow } from './trace-writer.js';
+import {
+  COST_EVENT_TYPES,
+  type MessageRecord,
+  type MessageRow,
+  type SessionRecord,
+  type ToolCallRecord,
+  type ToolCallRow,
+  toMessage,
+  toToolCallRecord,
+} from './session-records.js';
+import { type RowSink, SessionWrites } from './session-writes.js';
+import { writeRow } from './trace-writer.js';
 
-export type MessageRole = 'user' | 'assistant' | 'tool';
-export type MessageStatus = 'complete' | 'cancelled' | 'error';
-export type ToolCallStatus = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
+export type {
+  MessageRecord,
+  MessageRole,
+  MessageRow,
+  MessageStatus,
+  SessionRecord,
+  ToolCallKey,
+  ToolCallRecord,
+  ToolCallRow,
+  ToolCallStatus,
+} from './session-records.js';
+export {
+  COST_EVENT_TYPES,
+  toMessage,
+  toToolCallRecord,
+} from './session-records.js';
 
-/**
- * The events that carry a session's spend: its own model calls (`cost_usd`) and its workers' totals
- * (`worker_total_cost_usd`), on success and on failure (a failed worker spent too, bus §6.8).
- */
-export const COST_EVENT_TYPES = ['llm.call_completed', 'delegate.completed', 'delegate.failed'] as const;
-
-export interface SessionRecord {
-  readonly id: string;
-  readonly parent_session_id: string | null;
-  readonly workspace_path: string | null;
-  readonly workspace_hash: string | null;
-  readonly active_model: string | null;
-  /** The model the user pinned (the `manual_sticky` routing policy), if any. */
-  readonly sticky_model: string | null;
-  readonly status: 'active' | 'ended';
-  readonly disposition: string | null;
-  readonly created_at_us: number;
-  readonly updated_at_us: number;
-}
-
-/** A canonical message (DESIGN.md "Sessions, messages, tool calls"); `content` is a ContentBlock list. */
-export interface MessageRecord {
-  readonly id: string;
-  readonly session_id: string;
-  readonly turn_id: string | null;
-  readonly role: MessageRole;
-  readonly content: unknown[];
-  readonly status: MessageStatus;
-  readonly model: string | null;
-  readonly usage: Record<string, unknown> | null;
-  readonly created_at_us: number;
-}
-
-export interface ToolCallRecord {
-  readonly id: string;
-  readonly session_id: string;
-  readonly turn_id: string | null;
-  readonly message_id: string | null;
-  readonly tool_name: string;
-  readonly input: unknown;
-  readonly status: ToolCallStatus;
-  readonly output: unknown;
-  readonly error_class: string | null;
-}
-
-/** A `tool_calls` row as both stores return it. */
-export interface ToolCallRow {
-  readonly id: string;
-  readonly session_id: string;
-  readonly turn_id: string | null;
-  readonly message_id: string | null;
-  readonly tool_name: string;
-  readonly input_json: string;
-  readonly status: ToolCallStatus;
-  readonly output_json: string | null;
-  readonly error_class: string | null;
-}
-
-export function toToolCallRecord(row: ToolCallRow): ToolCallRecord {
-  return {
-    id: row.id,
-    session_id: row.session_id,
-    turn_id: row.turn_id,
-    message_id: row.message_id,
-    tool_name: row.tool_name,
-    input: JSON.parse(row.input_json),
-    status: row.status,
-    output: row.output_json === null ? null : JSON.parse(row.output_json),
-    error_class: row.error_class,
-  };
-}
-
-/**
- * Which row a tool call is: a provider's tool_use id is unique only within its message (an
- * OpenAI-compatible server may answer `call_1` in every turn), so the row is keyed by the message too
- * (schema version 3).
- */
-export interface ToolCallKey {
-  readonly id: string;
-  readonly session_id: string;
-  readonly turn_id: string | null;
-  readonly message_id: string | null;
-}
-
-export interface MessageRow {
-  id: string;
-  session_id: string;
-  turn_id: string | null;
-  role: MessageRole;
-  content_json: string;
-  status: MessageStatus;
-  model: string | null;
-  usage_json: string | null;
-  created_at_us: number;
-}
-
-export function toMessage(row: MessageRow): MessageRecord {
-  return {
-    id: row.id,
-    session_id: row.session_id,
-    turn_id: row.turn_id,
-    role: row.role,
-    content: JSON.parse(row.content_json) as unknown[],
-    status: row.status,
-    model: row.model,
-    usage: row.usage_json === null ? null : (JSON.parse(row.usage_json) as Record<string, unknown>),
-    created_at_us: row.created_at_us,
-  };
+/** Row writes on a SQLite connection: through its trace writer when one is attached, else at once. */
+export function sqliteRowSink(db: Db): RowSink {
+  return { write: (row) => writeRow(db, row), nextRowId: () => nextRowId(db) };
 }
 
 /**
@@ -128,39 +44,9 @@ export function toMessage(row: MessageRow): MessageRecord {
  * or full, and never throw a SQLite error into a turn. Messages still waiting for storage are read
  * from memory, so the next turn's history has them.
  */
-export class SessionStore {
-  /** Messages written but not committed yet, by id. */
-  private readonly pendingMessages = new Map<string, MessageRecord>();
-  private readonly marks = new MessageMarks();
-
-  constructor(private readonly db: Db) {}
-
-  /** Applies `change` now (no writer) or queues it on the writer; see the class comment. */
-  private write(what: string, change: RowChange, settled?: RowWrite['settled']): void {
-    writeRow(this.db, { what, change, settled });
-  }
-
-  createSession(session: {
-    id: string;
-    parent_session_id?: string | null;
-    workspace_path: string;
-    workspace_hash: string;
-    active_model: string | null;
-    sticky_model?: string | null;
-    /** When it was made (default: now): the owner's memory of the row says the same. */
-    created_at_us?: number;
-  }): void {
-    const now = session.created_at_us ?? nowMicros();
-    this.write(`session ${session.id}`, {
-      kind: 'session.create',
-      sessionId: session.id,
-      parentSessionId: session.parent_session_id ?? null,
-      workspacePath: session.workspace_path,
-      workspaceHash: session.workspace_hash,
-      activeModel: session.active_model,
-      stickyModel: session.sticky_model ?? null,
-      atUs: now,
-    });
+export class SessionStore extends SessionWrites {
+  constructor(private readonly db: Db) {
+    super(sqliteRowSink(db));
   }
 
   getSession(id: string): SessionRecord | null {
@@ -205,12 +91,6 @@ export class SessionStore {
       .pluck()
       .get(sessionId) as number;
     return row;
-  }
-
-  /** Pins the session's model (`manual_sticky`); it is also the active model from now on. */
-  setStickyModel(id: string, model: string): void {
-    const now = nowMicros();
-    this.write(`sticky model of ${id}`, { kind: 'session.sticky', sessionId: id, model, atUs: now });
   }
 
   /** Turns the session has run, in any process: one `turn.started` each, cancelled and failed included. */
@@ -289,46 +169,6 @@ export class SessionStore {
     );
   }
 
-  endSession(id: string, disposition: string): void {
-    const now = nowMicros();
-    this.write(`end of ${id}`, { kind: 'session.end', sessionId: id, disposition, atUs: now });
-  }
-
-  /**
-   * Saves a message. `visibleWith` is the id of the event with which it became part of the conversation
-   * (see MessageMarks), null when none did (it then shows in every snapshot from now on).
-   */
-  saveMessage(
-    message: Omit<MessageRecord, 'created_at_us'>,
-    visibleWith: string | null,
-    createdAtUs: number = nowMicros(),
-  ): void {
-    if (visibleWith !== null) this.marks.mark(message.session_id, message.id, visibleWith);
-    const now = createdAtUs;
-    const pending: MessageRecord = { ...message, created_at_us: now };
-    this.pendingMessages.set(message.id, pending);
-    const settled = () => {
-      // A later save of the same message replaced this one: that one clears the entry.
-      if (this.pendingMessages.get(message.id) === pending) this.pendingMessages.delete(message.id);
-    };
-    this.write(
-      `message ${message.id}`,
-      {
-        kind: 'message.upsert',
-        id: message.id,
-        sessionId: message.session_id,
-        turnId: message.turn_id,
-        role: message.role,
-        contentJson: JSON.stringify(message.content),
-        status: message.status,
-        model: message.model,
-        usageJson: message.usage === null ? null : JSON.stringify(message.usage),
-        createdAtUs: now,
-      },
-      settled,
-    );
-  }
-
   /** Whether `messageId` is a stored message of this session. */
   hasMessage(sessionId: string, messageId: string): boolean {
     if (this.pendingMessages.get(messageId)?.session_id === sessionId) return true;
@@ -381,80 +221,6 @@ export class SessionStore {
     const byId = new Map(stored.map((m) => [m.id, m]));
     for (const message of pending) byId.set(message.id, message);
     return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).slice(-limit);
-  }
-
-  saveToolCall(call: {
-    id: string;
-    session_id: string;
-    turn_id: string | null;
-    message_id: string | null;
-    tool_name: string;
-    input: unknown;
-    status: ToolCallStatus;
-  }): void {
-    const now = nowMicros();
-    this.write(`tool call ${call.id}`, {
-      kind: 'toolCall.insert',
-      // Taken now, in queue order: rows are applied in that order, so the keys run as they did.
-      rowId: nextRowId(this.db),
-      id: call.id,
-      sessionId: call.session_id,
-      turnId: call.turn_id,
-      messageId: call.message_id,
-      toolName: call.tool_name,
-      inputJson: JSON.stringify(call.input),
-      status: call.status,
-      atUs: now,
-    });
-  }
-
-  updateToolCall(
-    key: ToolCallKey,
-    update: { status: ToolCallStatus; output?: unknown; error_class?: string | null },
-  ): void {
-    const now = nowMicros();
-    this.write(`tool call ${key.id} ${update.status}`, {
-      kind: 'toolCall.update',
-      id: key.id,
-      sessionId: key.session_id,
-      turnId: key.turn_id,
-      messageId: key.message_id,
-      status: update.status,
-      outputJson: update.output === undefined ? null : JSON.stringify(update.output),
-      errorClass: update.error_class ?? null,
-      atUs: now,
-    });
-  }
-
-  /**
-   * Closes the tool calls of a session (of one turn, when given) still `pending` or `running`: after a
-   * turn failed, or at start-up for turns a crash cut. Returns how many rows it closed.
-   */
-  closeOpenToolCalls(
-    sessionId: string,
-    close: { turnId?: string; status: 'failed' | 'cancelled'; errorClass: string; output: string },
-  ): number {
-    const turnId = close.turnId ?? null;
-    // Counted from what is committed; the update itself is queued behind rows not committed yet (a
-    // tool call of the same turn still waiting for storage), so it closes those too.
-    const open = this.db
-      .prepare(
-        `SELECT count(*) FROM tool_calls
-         WHERE session_id = ? AND (? IS NULL OR turn_id = ?) AND status IN ('pending', 'running')`,
-      )
-      .pluck()
-      .get(sessionId, turnId, turnId) as number;
-    const now = nowMicros();
-    this.write(`open tool calls of ${turnId ?? sessionId}`, {
-      kind: 'toolCall.closeOpen',
-      sessionId,
-      turnId,
-      status: close.status,
-      errorClass: close.errorClass,
-      outputJson: JSON.stringify(close.output),
-      atUs: now,
-    });
-    return open;
   }
 
   /** The newest tool call with this provider id (in one session, when given). */

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { RECENT_MESSAGES } from '../family-state.js';
-import type { OpenTurn, OpenWork, TurnEventRow } from '../open-work.js';
+import type { OpenToolCalls, OpenTurn, OpenWork, TurnEventRow } from '../open-work.js';
 import {
   COST_EVENT_TYPES,
   type MessageRecord,
@@ -53,10 +53,11 @@ export class PgOpenWork implements OpenWork {
     return row!.count;
   }
 
-  sessionsWithOpenToolCalls(): Promise<{ session_id: string; parent_session_id: string | null }[]> {
+  sessionsWithOpenToolCalls(): Promise<OpenToolCalls[]> {
     return this.rows(
-      `SELECT DISTINCT t.session_id, s.parent_session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
-        WHERE t.status IN ('pending', 'running') ORDER BY t.session_id`,
+      `SELECT t.session_id, s.parent_session_id, count(*) AS open_calls
+         FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
+        WHERE t.status IN ('pending', 'running') GROUP BY t.session_id, s.parent_session_id ORDER BY t.session_id`,
     );
   }
 
