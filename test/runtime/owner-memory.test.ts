@@ -77,6 +77,7 @@ function openProcess(dbPath: string, storeReads: 'answered' | 'refused') {
           ...context.port,
           sessions: new NotedRows(context.db, reads),
           budgets: writesOnly(context.port.budgets, new Set(['setCaps', 'addSpend']), reads),
+          queues: writesOnly(context.port.queues, new Set(['setQueue']), reads),
         };
   const runtime = createRuntime({
     bus,
@@ -221,6 +222,37 @@ describe('a session taken up runs from its family load', () => {
     expect(view.tree).toMatchObject({ caps: { tokens: 1_000_000 } });
     expect(view.session.spent_tokens).toBeGreaterThan(0);
     expect(view.tree.spent_tokens).toBeGreaterThan(view.session.spent_tokens);
+  });
+
+  it('messages a stopped process left queued are taken up from the load, reading nothing', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const before = openProcess(dbPath, 'answered');
+    const session = before.runtime.createSession({ workspacePath: tempDir('metis-ws-') });
+    // As the turn queue stores what waits behind a running turn (turn-queue.ts), for a restart to serve.
+    before.context.port.queues.setQueue(session.id, {
+      turns: [{ queued_id: 'q_1', mode: 'enqueue', message: 'time', model: null, queued_at_us: 1 }],
+      steers: [],
+    });
+    await before.stop();
+
+    const after = openProcess(dbPath, 'refused');
+    await after.runtime.open(session.id);
+    after.runtime.turnQueues.restore(session.id);
+    const started = after.runtime.currentTurn(session.id);
+    expect(started).not.toBeNull();
+    expect((await started!.done).status).toBe('completed');
+    expect(after.runtime.turnQueues.list(session.id)).toEqual([]);
+    // Memory followed the queue's write: taken up again, nothing is left to serve twice.
+    after.runtime.turnQueues.restore(session.id);
+    expect(after.runtime.currentTurn(session.id)).toBeNull();
+    await after.stop();
+    expect(after.reads).toEqual([]);
+    const stored = tempTraceContext({ dbPath });
+    onTestFinished(() => stored.close());
+    const asked = stored.port.sessions.messages(session.id).filter((m) => m.role === 'user');
+    expect(asked.map((m) => m.content)).toEqual([[{ type: 'text', text: 'time' }]]);
+    // Served: nothing is left queued for the next start.
+    expect(stored.port.queues.queueOf(session.id)).toBeNull();
   });
 
   it('without a load, the store is read: the check above would see it', async () => {

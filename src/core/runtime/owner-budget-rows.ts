@@ -1,4 +1,5 @@
 import type { BudgetRows, Spent, StoredCaps } from '../store/budget-rows.js';
+import type { QueueRows, StoredQueue } from '../store/queue-rows.js';
 import type { StorePort } from '../store/store-port.js';
 import { OwnerRows } from './owner-rows.js';
 
@@ -50,8 +51,40 @@ export class OwnerBudgetRows implements BudgetRows {
   }
 }
 
-/** The store port as the owner runs on it: its sessions' rows and budgets answered from memory. */
+/**
+ * The queue rows as the owner sees them: a held session's queued messages come from its family's load
+ * and follow this process's writes (what a restart or a take-over restores); others are read from the
+ * store, as is the list of queued sessions a start takes up.
+ */
+export class OwnerQueueRows implements QueueRows {
+  constructor(
+    private readonly store: QueueRows,
+    private readonly owner: OwnerRows,
+  ) {}
+
+  queueOf(sessionId: string): StoredQueue | null {
+    const held = this.owner.heldQueue(sessionId);
+    return held === undefined ? this.store.queueOf(sessionId) : held.queue;
+  }
+
+  setQueue(sessionId: string, queue: StoredQueue | null): void {
+    this.store.setQueue(sessionId, queue);
+    const held = this.owner.heldQueue(sessionId);
+    if (held !== undefined) held.queue = queue;
+  }
+
+  queuedSessions(): string[] {
+    return this.store.queuedSessions();
+  }
+}
+
+/** The store port as the owner runs on it: its sessions' rows, budgets and queues answered from memory. */
 export function ownerStorePort(store: StorePort): StorePort & { readonly sessions: OwnerRows } {
   const sessions = new OwnerRows(store.sessions);
-  return { ...store, sessions, budgets: new OwnerBudgetRows(store.budgets, sessions) };
+  return {
+    ...store,
+    sessions,
+    budgets: new OwnerBudgetRows(store.budgets, sessions),
+    queues: new OwnerQueueRows(store.queues, sessions),
+  };
 }

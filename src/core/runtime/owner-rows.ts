@@ -2,6 +2,7 @@ import { nowMicros } from '../events/clock.js';
 import type { StoredCaps } from '../store/budget-rows.js';
 import type { FamilyState, LoadedSession } from '../store/family-state.js';
 import { RECENT_MESSAGES } from '../store/family-state.js';
+import type { StoredQueue } from '../store/queue-rows.js';
 import type { MessageRecord, SessionRecord } from '../store/session-store.js';
 import type { SessionRows } from '../store/store-port.js';
 
@@ -11,10 +12,16 @@ export interface HeldBudget {
   readonly spent: { usd: number; tokens: number };
 }
 
+/** A held session's queued messages as its row says, following this process's writes (OwnerQueueRows). */
+export interface HeldQueue {
+  queue: StoredQueue | null;
+}
+
 /** What the owner keeps of a session it holds: enough to run it without reading the store. */
 interface HeldSession {
   row: SessionRecord;
   readonly budget: HeldBudget;
+  readonly queued: HeldQueue;
   /** The newest RECENT_MESSAGES messages, in id order, as written here since the load. */
   readonly messages: MessageRecord[];
   /** Whether `messages` is the whole conversation (nothing older was left in the store). */
@@ -46,6 +53,7 @@ export class OwnerRows implements SessionRows {
         complete: loaded.recentMessages.length < RECENT_MESSAGES,
         children: new Set(loaded.childIds),
         budget: { caps: loaded.budgetCaps, spent: { ...loaded.spent } },
+        queued: { queue: loaded.queue },
         loaded,
       });
     }
@@ -64,6 +72,11 @@ export class OwnerRows implements SessionRows {
   /** The budget of a held session (undefined: not held). */
   heldBudget(sessionId: string): HeldBudget | undefined {
     return this.held.get(sessionId)?.budget;
+  }
+
+  /** The queue of a held session (undefined: not held). */
+  heldQueue(sessionId: string): HeldQueue | undefined {
+    return this.held.get(sessionId)?.queued;
   }
 
   /** The session and every one below it, when all are held; null when one is not (the store knows). */
@@ -103,6 +116,7 @@ export class OwnerRows implements SessionRows {
       complete: true,
       children: new Set(),
       budget: { caps: null, spent: { usd: 0, tokens: 0 } },
+      queued: { queue: null },
       loaded: null,
     });
     if (parent !== null) this.held.get(parent)?.children.add(session.id);

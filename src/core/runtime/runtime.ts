@@ -152,7 +152,7 @@ export class Runtime {
       closed: () => this.closed,
     });
     this.budgets = new Budgets(this.bus, this.config, this.live, this.logger, store.budgets);
-    this.turnQueues = new TurnQueues(queueHost(this, this.logger, () => this.closed, options.store.queues));
+    this.turnQueues = new TurnQueues(queueHost(this, this.logger, () => this.closed, store.queues));
     const delegations: Delegations = new Delegations(this.bus, this.streaming, this.config, this.models, {
       startWorker: (parent, model, sessionId) =>
         this.createSession({
