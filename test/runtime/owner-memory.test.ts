@@ -6,8 +6,8 @@ import { type MetisEvent, SYSTEM_SESSION_ID } from '../../src/core/events/envelo
 import { type ConversationMessage, estimateTokens } from '../../src/core/runtime/model-adapter.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import type { Db } from '../../src/core/store/database.js';
-import { sqliteRowSink } from '../../src/core/store/session-store.js';
 import type { StorePort } from '../../src/core/store/store-port.js';
+import { sqliteRowSink } from '../../src/core/store/trace-writer.js';
 import { SyncReadRefused, WriteOnlySessionRows } from '../../src/core/store/write-only-session-rows.js';
 import { byType } from '../helpers/runtime.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';

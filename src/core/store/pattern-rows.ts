@@ -1,7 +1,7 @@
 import type { Db } from './database.js';
 import type { NewOutcome, RowChange } from './row-change.js';
-import { nextRowId } from './row-ids.js';
-import { writeRow } from './trace-writer.js';
+import type { RowSink } from './session-writes.js';
+import { sqliteRowSink } from './trace-writer.js';
 
 export interface StoredFingerprint {
   readonly id: string;
@@ -36,27 +36,19 @@ export interface PatternRows {
   deleteAll(): void;
 }
 
-export class SqlitePatternRows implements PatternRows {
-  constructor(private readonly db: Db) {}
+/**
+ * The writes of the pattern rows, the same on every store: row changes handed to a sink, in order with
+ * the events of the same tick (rows are applied in queue order, so the keys run as they did).
+ */
+export abstract class PatternWrites implements PatternRows {
+  constructor(private readonly sink: RowSink) {}
 
-  load(): { fingerprints: StoredFingerprint[]; outcomes: StoredOutcome[] } {
-    return {
-      fingerprints: this.db
-        .prepare('SELECT id, key, features_json FROM pattern_fingerprints')
-        .all() as StoredFingerprint[],
-      outcomes: this.db
-        .prepare(
-          'SELECT id, fingerprint_id, model, score, cost_usd, recorded_at_us FROM pattern_outcomes ORDER BY id',
-        )
-        .all() as StoredOutcome[],
-    };
-  }
+  abstract load(): { fingerprints: StoredFingerprint[]; outcomes: StoredOutcome[] };
 
   insertOutcome(outcome: NewOutcome): void {
     this.write(`pattern outcome ${outcome.fingerprintId}`, {
       kind: 'pattern.insert',
-      // Taken now, in queue order: rows are applied in that order, so the keys run as they did.
-      rowId: nextRowId(this.db),
+      rowId: this.sink.nextRowId(),
       fingerprintId: outcome.fingerprintId,
       key: outcome.key,
       featuresJson: outcome.featuresJson,
@@ -81,8 +73,27 @@ export class SqlitePatternRows implements PatternRows {
     this.write('pattern clear', { kind: 'pattern.deleteAll' });
   }
 
-  /** With the events of the same tick when a trace writer serves the file; at once otherwise. */
   private write(what: string, change: RowChange): void {
-    writeRow(this.db, { what, change });
+    this.sink.write({ what, change });
+  }
+}
+
+/** The patterns of a SQLite file, read at the call; written through its trace writer when one serves it. */
+export class SqlitePatternRows extends PatternWrites {
+  constructor(private readonly db: Db) {
+    super(sqliteRowSink(db));
+  }
+
+  load(): { fingerprints: StoredFingerprint[]; outcomes: StoredOutcome[] } {
+    return {
+      fingerprints: this.db
+        .prepare('SELECT id, key, features_json FROM pattern_fingerprints')
+        .all() as StoredFingerprint[],
+      outcomes: this.db
+        .prepare(
+          'SELECT id, fingerprint_id, model, score, cost_usd, recorded_at_us FROM pattern_outcomes ORDER BY id',
+        )
+        .all() as StoredOutcome[],
+    };
   }
 }

@@ -1,6 +1,5 @@
 import type { ConfirmationRequest } from '../confirmation-request.js';
 import type { Db } from './database.js';
-import { nextRowId } from './row-ids.js';
 import {
   COST_EVENT_TYPES,
   type MessageRecord,
@@ -11,8 +10,8 @@ import {
   toMessage,
   toToolCallRecord,
 } from './session-records.js';
-import { type RowSink, SessionWrites } from './session-writes.js';
-import { writeRow } from './trace-writer.js';
+import { SessionWrites } from './session-writes.js';
+import { sqliteRowSink } from './trace-writer.js';
 
 export type {
   MessageRecord,
@@ -30,11 +29,6 @@ export {
   toMessage,
   toToolCallRecord,
 } from './session-records.js';
-
-/** Row writes on a SQLite connection: through its trace writer when one is attached, else at once. */
-export function sqliteRowSink(db: Db): RowSink {
-  return { write: (row) => writeRow(db, row), nextRowId: () => nextRowId(db) };
-}
 
 /**
  * The canonical session/message/tool-call store that shares the trace database.

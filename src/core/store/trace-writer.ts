@@ -11,6 +11,8 @@ import type { Db } from './database.js';
 import { DropLedger } from './drop-ledger.js';
 import { reportDroppedRanges } from './report-dropped.js';
 import { RetrySchedule } from './retry-schedule.js';
+import { nextRowId } from './row-ids.js';
+import type { RowSink } from './session-writes.js';
 import { rowApplierOf } from './sqlite-row-applier.js';
 import { type StorageFailure, storageError } from './storage-errors.js';
 import type { BatchListener, CommitListener, StoreWriter, StoreWriterStats } from './store-writer.js';
@@ -49,6 +51,11 @@ export function writerOf(db: Db): TraceWriter | undefined {
  * Writes a row now when no writer is attached, else queues it behind the events before it: with a
  * writer, a row never throws a SQLite error (an outage, a lock) into a turn.
  */
+/** Row writes on a SQLite connection: through its trace writer when one is attached, else at once. */
+export function sqliteRowSink(db: Db): RowSink {
+  return { write: (row) => writeRow(db, row), nextRowId: () => nextRowId(db) };
+}
+
 export function writeRow(db: Db, row: RowWrite): void {
   const writer = writerOf(db);
   if (writer === undefined) {
