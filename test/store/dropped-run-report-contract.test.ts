@@ -289,4 +289,38 @@ describe.runIf(postgresTestsRun)('dropped runs reported over PostgreSQL while th
     ]);
     expect(await reportedRows(s, script)).toEqual(['sess_b b1 → b4 (2)']);
   }, 30_000);
+
+  it('reports a run and the run dropped right after it, while it was read, as one hole', async () => {
+    const url = freshDatabase(server);
+    const real = postgresPool(url, 'serve', 4);
+    onTestFinished(() => real.end());
+    const link = holdBoundsAnswer(real);
+    const s = pgSubject(await openPgWriter(server, { url, pool: link.pool, maxBufferedEvents: 2 }));
+    const script = new Script(s);
+    script.started('b1', 'sess_b');
+    await s.flush();
+    await goAway(s, () => script.started('x1', 'sess_x'));
+    script.started('x2', 'sess_x');
+    script.started('b2', 'sess_b');
+    script.started('b3', 'sess_b');
+    link.arm();
+    await s.back();
+    await until(link.held);
+    // While the report reads, the store goes away again and sess_b's next event is dropped too, then
+    // it is back: b2 to b4 are one seq hole, which the report must not split at b4.
+    await goAway(s, () => script.started('x3', 'sess_x'));
+    script.started('x4', 'sess_x');
+    script.started('b4', 'sess_b');
+    expect(s.writer.stats.droppedEvents).toBe(3);
+    await s.back();
+    await s.flush();
+    await until(() => s.writer.failure === null);
+    link.release();
+    await delay(100);
+    await s.flush();
+    expect(await storedGaps(s, script)).toEqual([
+      { session: 'sess_b', start: 'b1', end: 'self', missing: 3, seq: 5 },
+    ]);
+    expect(await reportedRows(s, script)).toEqual(['sess_b b1 → a report (3)']);
+  }, 30_000);
 });
