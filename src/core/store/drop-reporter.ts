@@ -42,6 +42,11 @@ export class DropReporter {
 
   /** The writer was handed `events` in one tick and dropped `dropped` of them. */
   handed(events: readonly MetisEvent[], dropped: readonly MetisEvent[]): void {
+    // Per tick on the writer's path: nothing but the last id when no report runs and nothing was dropped.
+    if (this.arrivals === null && dropped.length === 0) {
+      this.lastKept = events.at(-1)?.id ?? this.lastKept;
+      return;
+    }
     const droppedIds = dropped.length === 0 ? null : new Set(dropped.map((event) => event.id));
     for (const event of events) {
       const kept = droppedIds === null || !droppedIds.has(event.id);

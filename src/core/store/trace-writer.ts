@@ -116,7 +116,7 @@ export class TraceWriter implements StoreWriter {
       {
         reads: sqliteDroppedRunReads(db),
         bus: () => this.bus,
-        // As before the reads were asynchronous: a queue still waiting means storage is not back yet.
+        // SQLite commits at the call, so anything still queued means storage is not back yet.
         ready: () => !this.closed && this.retries.failure === null && this.queue.length === 0,
         whenCommitted: (eventId) => this.whenCommitted(eventId),
         writeRow: (row) => this.writeRow(row),
