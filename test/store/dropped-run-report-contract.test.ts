@@ -7,7 +7,7 @@ import { postgresPool } from '../../src/core/store/postgres/connect.js';
 import type { StoreWriter } from '../../src/core/store/store-writer.js';
 import { turnCompleted, turnStarted } from '../helpers/events.js';
 import { holdWriteLockInChild, type LockHolder } from '../helpers/lock-holder.js';
-import { openPgWriter } from '../helpers/pg-store-writer.js';
+import { holdCopy, openPgWriter } from '../helpers/pg-store-writer.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { tempTraceContext } from '../helpers/tmp.js';
 
@@ -322,5 +322,37 @@ describe.runIf(postgresTestsRun)('dropped runs reported over PostgreSQL while th
       { session: 'sess_b', start: 'b1', end: 'self', missing: 3, seq: 5 },
     ]);
     expect(await reportedRows(s, script)).toEqual(['sess_b b1 → a report (3)']);
+  }, 30_000);
+
+  it('reads the store only once what was queued before the report is committed', async () => {
+    const url = freshDatabase(server);
+    const real = postgresPool(url, 'serve', 4);
+    onTestFinished(() => real.end());
+    const link = holdCopy(real);
+    onTestFinished(() => link.release());
+    const s = pgSubject(await openPgWriter(server, { url, pool: link.pool, maxBufferedEvents: 2 }));
+    const script = new Script(s);
+    script.started('b1', 'sess_b');
+    await s.flush();
+    await goAway(s, () => script.started('x1', 'sess_x'));
+    const x2 = script.started('x2', 'sess_x');
+    script.started('b2', 'sess_b');
+    script.started('b3', 'sess_b');
+    // Once the backlog's last batch commits, b4 is queued before the report's turn; its commit is held.
+    const stop = s.writer.onCommit((batch) => {
+      if (!batch.some((event) => event.id === x2.id)) return;
+      stop();
+      link.arm();
+      setImmediate(() => script.started('b4', 'sess_b'));
+    });
+    await s.back();
+    await until(link.held);
+    await delay(100);
+    link.release();
+    await delay(100);
+    await s.flush();
+    expect(await storedGaps(s, script)).toEqual([
+      { session: 'sess_b', start: 'b1', end: 'b4', missing: 2, seq: 5 },
+    ]);
   }, 30_000);
 });
