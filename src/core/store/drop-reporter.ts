@@ -72,6 +72,11 @@ export class DropReporter {
    * again meanwhile: the runs wait in the ledger for the next recovery.
    */
   private async report(): Promise<void> {
+    // Two recoveries in one turn of the loop schedule two reports: the second waits for the first.
+    if (this.running) {
+      this.again = true;
+      return;
+    }
     const bus = this.host.bus();
     if (!this.host.ready()) return;
     bus?.dispatchNow();
