@@ -59,3 +59,49 @@ export async function openPgWriter(
     },
   };
 }
+
+/** A query object of pg-batch-query.ts: the statements, and the callback its answer settles. */
+export interface BatchSubmission {
+  readonly text: string;
+  callback(error: Error | null): void;
+}
+
+export function isBatchSubmission(query: unknown): query is BatchSubmission {
+  return typeof query === 'object' && query !== null && 'submit' in query && 'text' in query;
+}
+
+/**
+ * `real`, except that once armed, the next batch query with a COPY (pg-batch-query.ts) has its COPY
+ * data held back until `release` is called: the transaction is in flight on the server, past its fence
+ * and short of COMMIT, which rides in the same query.
+ */
+export function holdCopy(real: pg.Pool): { pool: pg.Pool; arm(): void; held(): boolean; release(): void } {
+  let next = false;
+  let release: (() => void) | null = null;
+  const pool = {
+    query: real.query.bind(real),
+    on: real.on.bind(real),
+    connect: async () => {
+      const client = await real.connect();
+      const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
+      (client as unknown as { query: typeof query }).query = (text, ...rest) => {
+        if (!next || !isBatchSubmission(text) || !text.text.includes('COPY events'))
+          return query(text, ...rest);
+        next = false;
+        const copy = text as unknown as { handleCopyInResponse(connection: unknown): void };
+        const send = copy.handleCopyInResponse.bind(copy);
+        copy.handleCopyInResponse = (connection) => {
+          release = () => send(connection);
+        };
+        return query(text, ...rest);
+      };
+      return client;
+    },
+  } as unknown as pg.Pool;
+  return {
+    pool,
+    arm: () => (next = true),
+    held: () => release !== null,
+    release: () => release?.(),
+  };
+}

@@ -54,6 +54,14 @@ export class DropLedger {
     });
   }
 
+  /**
+   * Gives back runs taken and not reported (storage failed again meanwhile): they are older than any
+   * recorded since, so they go first, and a run continuing one of them is merged with it in the report.
+   */
+  restore(ranges: readonly DroppedRange[]): void {
+    this.closed.unshift(...ranges);
+  }
+
   /** Every run recorded so far, oldest first per session; the ledger starts empty again. */
   take(): DroppedRange[] {
     const ranges = [...this.closed, ...this.open.values()];

@@ -3,13 +3,11 @@ import type { EventBus } from '../bus/event-bus.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newEventId } from '../events/ids.js';
 import type { RowWrite } from './batch-committer.js';
-import type { Db } from './database.js';
 import type { DroppedRange } from './drop-ledger.js';
-import { gapAlreadyReported } from './handoff-queue.js';
+import type { DroppedRunReads } from './dropped-run-reads.js';
 
-/** The trace writer as a report needs it: its database, and its queue behind the events. */
+/** The store writer as a report needs it: its queue behind the events. */
 export interface ReportWriter {
-  readonly db: Db;
   writeRow(row: RowWrite): void;
 }
 
@@ -25,73 +23,109 @@ export interface GapReport {
   readonly last_dropped_id: string;
 }
 
+/** A hole to report: its description, the runs it covers, and whether the store holds its report already. */
+export interface DescribedGap {
+  /** `gap_end_id` is empty when nothing of the session was stored after the run at the read. */
+  readonly report: GapReport;
+  readonly ranges: readonly DroppedRange[];
+  readonly reported: boolean;
+}
+
 /**
  * Names each dropped run by the persisted events around it, read from the store, exactly as the
  * startup scan (gap-detector.ts) will name the same `seq` hole: the scan keys `reported_gaps` by
  * (session, last persisted event before the hole), so any other start id makes it report the hole a
- * second time. Call once storage is back and everything kept before now is committed.
+ * second time. Call once storage is back and everything kept before the ranges were taken is committed.
  *
  * Runs of one session with no persisted event between them are one hole to the scan, so they become
  * one report. A run the session has no persisted event before is never reported by the scan (a
  * session without a cursor starts at its first stored row), so its report names the first dropped
  * event, the only id there is.
  */
-export function describeDroppedRanges(db: Db, ranges: readonly DroppedRange[]): GapReport[] {
-  // Ties in `seq` (old databases, `system`): the scan keeps the lowest id of a `seq`, so these do too.
-  const before = db
-    .prepare('SELECT id FROM events WHERE session_id = ? AND seq < ? ORDER BY seq DESC, id LIMIT 1')
-    .pluck();
-  const after = db
-    .prepare('SELECT id FROM events WHERE session_id = ? AND seq > ? ORDER BY seq, id LIMIT 1')
-    .pluck();
-  const reports = new Map<string, GapReport>();
+export async function describeDroppedRanges(
+  reads: DroppedRunReads,
+  ranges: readonly DroppedRange[],
+): Promise<DescribedGap[]> {
+  const gaps = new Map<string, { report: GapReport; ranges: DroppedRange[] }>();
   for (const range of ranges) {
-    const start = (before.get(range.session_id, range.first_dropped_seq) as string | undefined) ?? null;
-    const end = (after.get(range.session_id, range.last_dropped_seq) as string | undefined) ?? null;
-    const gapStart = start ?? range.first_dropped_id;
+    const { before, after } = await reads.bounds(
+      range.session_id,
+      range.first_dropped_seq,
+      range.last_dropped_seq,
+    );
+    const gapStart = before ?? range.first_dropped_id;
     const key = `${range.session_id}\u0000${gapStart}`;
-    const merged = reports.get(key);
-    reports.set(key, {
-      session_id: range.session_id,
-      gap_start_id: gapStart,
-      // Empty until the report is emitted: then the report itself is the first event stored after the run.
-      gap_end_id: end ?? '',
-      estimated_missing_count: range.count + (merged?.estimated_missing_count ?? 0),
-      first_dropped_id: merged?.first_dropped_id ?? range.first_dropped_id,
-      last_dropped_id: range.last_dropped_id,
+    const merged = gaps.get(key);
+    gaps.set(key, {
+      report: {
+        session_id: range.session_id,
+        gap_start_id: gapStart,
+        gap_end_id: after ?? '',
+        estimated_missing_count: range.count + (merged?.report.estimated_missing_count ?? 0),
+        first_dropped_id: merged?.report.first_dropped_id ?? range.first_dropped_id,
+        last_dropped_id: range.last_dropped_id,
+      },
+      ranges: [...(merged?.ranges ?? []), range],
     });
   }
-  return [...reports.values()];
+  const described: DescribedGap[] = [];
+  for (const gap of gaps.values())
+    described.push({
+      ...gap,
+      reported: await reads.reported(gap.report.session_id, gap.report.gap_start_id),
+    });
+  return described;
+}
+
+/** The first event of a session handed to the writer since the report's reads began, and its fate. */
+export interface Arrival {
+  readonly id: string;
+  /** Queued to be stored (false: dropped past the buffer's bound, storage failing again). */
+  readonly kept: boolean;
 }
 
 /**
- * Reports what the trace writer dropped during an outage, once storage is back: one `bus.gap_detected`
- * per hole, in the affected session (bus spec §6.10), and a `reported_gaps` row so that the startup
- * scan, which finds the same `seq` hole, does not report it a second time. A hole the scan reported
- * first (a retention sweep verifies rows before it deletes them) is not reported again.
+ * Reports what the writer dropped during an outage, once storage is back: one `bus.gap_detected` per
+ * hole, in the affected session (bus spec §6.10), and a `reported_gaps` row so that the startup scan,
+ * which finds the same `seq` hole, does not report it a second time. A hole the scan reported first (a
+ * retention sweep verifies rows before it deletes them) is not reported again.
+ *
+ * Synchronous from here to the last emit: the reads came before, and `firstArrival` says what of each
+ * session reached the writer since they began. Returns the runs left for the next recovery.
  */
-export function reportDroppedRanges(
-  ranges: readonly DroppedRange[],
+export function emitGapReports(
+  gaps: readonly DescribedGap[],
   writer: ReportWriter,
   bus: EventBus | null,
   logger: Logger,
-): void {
+  firstArrival: (sessionId: string) => Arrival | undefined,
+): DroppedRange[] {
   const detectedAt = microsToIso(nowMicros());
-  const all = describeDroppedRanges(writer.db, ranges);
+  const left: DroppedRange[] = [];
   // A report with nothing stored after its run names itself, so it must be the first of its session
   // emitted now (at most one run per session is still open).
-  const ordered = [...all.filter((r) => r.gap_end_id === ''), ...all.filter((r) => r.gap_end_id !== '')];
-  for (const described of ordered) {
-    // Nothing of the session was stored after the run, and the bus has dispatched everything emitted
-    // so far: the report is the session's next event, so it is the first persisted one after the gap.
-    const selfId = described.gap_end_id === '' && bus !== null ? newEventId() : null;
-    const report = {
-      ...described,
-      gap_end_id: selfId ?? (described.gap_end_id || described.last_dropped_id),
-    };
+  const ordered = [
+    ...gaps.filter((g) => g.report.gap_end_id === ''),
+    ...gaps.filter((g) => g.report.gap_end_id !== ''),
+  ];
+  for (const { report: described, ranges, reported } of ordered) {
+    let after = described.gap_end_id;
+    if (after === '') {
+      // Emitted since the read: the session's first such event is the first persisted after the run,
+      // or, dropped, continues the hole, which the next recovery reports whole.
+      const arrival = firstArrival(described.session_id);
+      if (arrival?.kept === false) {
+        left.push(...ranges);
+        continue;
+      }
+      after = arrival?.id ?? '';
+    }
+    // Nothing of the session was stored or queued after the run, and the bus has dispatched everything
+    // emitted so far: the report is the session's next event, so it is the first persisted one after the gap.
+    const selfId = after === '' && bus !== null ? newEventId() : null;
+    const report = { ...described, gap_end_id: selfId ?? (after || described.last_dropped_id) };
     logger.error({ ...report }, 'events dropped while storage was unavailable; reporting the gap');
-    if (bus === null) continue;
-    if (gapAlreadyReported(writer.db, report.session_id, report.gap_start_id)) continue;
+    if (bus === null || reported) continue;
     try {
       bus.emit({
         type: 'bus.gap_detected',
@@ -123,4 +157,5 @@ export function reportDroppedRanges(
       },
     });
   }
+  return left;
 }

@@ -8,8 +8,8 @@ import { silentLogger } from '../logger.js';
 import { BatchCommitter, type CommitResult, type RowWrite, type WriteItem } from './batch-committer.js';
 import { CommitWaiters } from './commit-waiters.js';
 import type { Db } from './database.js';
-import { DropLedger } from './drop-ledger.js';
-import { reportDroppedRanges } from './report-dropped.js';
+import { DropReporter } from './drop-reporter.js';
+import { sqliteDroppedRunReads } from './dropped-run-reads.js';
 import { RetrySchedule } from './retry-schedule.js';
 import { nextRowId } from './row-ids.js';
 import type { RowSink } from './session-writes.js';
@@ -93,7 +93,7 @@ export class TraceWriter implements StoreWriter {
   /** Duration of the last transaction that committed, for `onBatch`. */
   private lastCommitMs = 0;
   private readonly waiters = new CommitWaiters();
-  private readonly ledger = new DropLedger();
+  private readonly drops: DropReporter;
   private readonly queue = new WriteQueue();
   private draining = false;
   private closed = false;
@@ -118,6 +118,17 @@ export class TraceWriter implements StoreWriter {
       this.path,
       options.retryDelayMs ?? 10,
       options.retryMaxDelayMs ?? 1000,
+    );
+    this.drops = new DropReporter(
+      {
+        reads: sqliteDroppedRunReads(db),
+        bus: () => this.bus,
+        // SQLite commits at the call, so anything still queued means storage is not back yet.
+        ready: () => !this.closed && this.retries.failure === null && this.queue.length === 0,
+        whenCommitted: (eventId) => this.whenCommitted(eventId),
+        writeRow: (row) => this.writeRow(row),
+      },
+      this.logger,
     );
     WRITERS.set(db, this);
   }
@@ -160,7 +171,8 @@ export class TraceWriter implements StoreWriter {
   /** Queues one tick's events; commits them now unless storage is being waited out. */
   write(events: readonly MetisEvent[]): void {
     if (events.length === 0) return;
-    const dropped = admitEvents(this.queue, events, this.retries.waiting, this.bounds, this.ledger);
+    const dropped = admitEvents(this.queue, events, this.retries.waiting, this.bounds, this.drops.ledger);
+    this.drops.handed(events, dropped);
     if (dropped.length > 0) this.dropOverflow(dropped);
     this.drain();
   }
@@ -287,23 +299,7 @@ export class TraceWriter implements StoreWriter {
   private recovered(): void {
     this.retries.recovered();
     this.overflowLogged = false;
-    if (!this.ledger.empty) setImmediate(() => this.reportDropped());
-  }
-
-  /**
-   * Reports the dropped runs from what is stored (report-dropped.ts). Everything the bus holds is
-   * dispatched first, so each event emitted before now is committed and the store names the events
-   * around every run. Storage failing again meanwhile: the ledger waits for the next recovery.
-   */
-  private reportDropped(): void {
-    if (this.closed) return;
-    this.bus?.dispatchNow();
-    if (this.retries.failure !== null || this.queue.length > 0 || this.ledger.empty) return;
-    try {
-      reportDroppedRanges(this.ledger.take(), this, this.bus, this.logger);
-    } catch (error) {
-      this.logger.error({ err: (error as Error).message }, 'could not report the events dropped');
-    }
+    this.drops.recovered();
   }
 
   private dropOverflow(dropped: MetisEvent[]): void {

@@ -9,7 +9,7 @@ import type { MetisEvent } from '../../events/envelope.js';
 import { silentLogger } from '../../logger.js';
 import type { RowWrite, WriteItem } from '../batch-committer.js';
 import { CommitWaiters } from '../commit-waiters.js';
-import { DropLedger } from '../drop-ledger.js';
+import { DropReporter } from '../drop-reporter.js';
 import { RetrySchedule } from '../retry-schedule.js';
 import type { StorageFailure } from '../storage-errors.js';
 import { storeUnavailable } from '../store-unavailable.js';
@@ -17,6 +17,7 @@ import type { BatchListener, CommitListener, StoreWriter, StoreWriterStats } fro
 import { admitEvents, type BufferBounds, bufferBounds, ROW_OVERHEAD_BYTES } from '../write-admission.js';
 import { WriteQueue } from '../write-queue.js';
 import { WriterListeners } from '../writer-listeners.js';
+import { pgDroppedRunReads } from './pg-dropped-run-reads.js';
 import {
   commitPgBatch,
   type FencedFamily,
@@ -72,10 +73,9 @@ interface Batch {
  * While the store is away the batch stays at the head and is retried with backoff; the buffer behind
  * it is bounded as TraceWriter's (endings kept). Before a retry of a batch whose COMMIT was sent, the
  * writer asks its commit mark whether it went through (the answer was lost): if so it is settled as
- * committed and never sent again, since rows are not all idempotent (a spend adds).
- *
- * Not done here yet: dropped runs are not reported as `bus.gap_detected` after recovery (TraceWriter's
- * report-dropped.ts reads SQLite); the startup gap scan still finds their seq holes.
+ * committed and never sent again, since rows are not all idempotent (a spend adds). Once the store is
+ * back, each run of events dropped past the bound is reported as `bus.gap_detected` in its session with
+ * a `reported_gaps` row, as TraceWriter does (drop-reporter.ts), read from PostgreSQL.
  */
 export class PgStoreWriter implements StoreWriter {
   readonly stats: StoreWriterStats = {
@@ -93,7 +93,7 @@ export class PgStoreWriter implements StoreWriter {
   private readonly maxBatchItems: number;
   private readonly listeners: WriterListeners;
   private readonly waiters = new CommitWaiters();
-  private readonly ledger = new DropLedger();
+  private readonly drops: DropReporter;
   private readonly queue = new WriteQueue();
   private readonly retries: RetrySchedule;
   private bus: EventBus | null = null;
@@ -119,6 +119,16 @@ export class PgStoreWriter implements StoreWriter {
       this.label,
       options.retryDelayMs ?? 10,
       options.retryMaxDelayMs ?? 1000,
+    );
+    this.drops = new DropReporter(
+      {
+        reads: pgDroppedRunReads(this.pool),
+        bus: () => this.bus,
+        ready: () => !this.closed && this.retries.failure === null,
+        whenCommitted: (eventId) => this.whenCommitted(eventId),
+        writeRow: (row) => this.writeRow(row),
+      },
+      this.logger,
     );
   }
 
@@ -169,7 +179,8 @@ export class PgStoreWriter implements StoreWriter {
   write(events: readonly MetisEvent[]): void {
     if (events.length === 0) return;
     const bounded = this.retries.failure !== null;
-    const dropped = admitEvents(this.queue, events, bounded, this.bounds, this.ledger);
+    const dropped = admitEvents(this.queue, events, bounded, this.bounds, this.drops.ledger);
+    this.drops.handed(events, dropped);
     if (dropped.length > 0) this.dropOverflow(dropped);
     this.kick();
   }
@@ -261,8 +272,7 @@ export class PgStoreWriter implements StoreWriter {
       this.retries.recovered();
       this.overflowLogged = false;
       this.lastError = null;
-      // Nothing reports the runs from PostgreSQL yet (see the class comment): forget them.
-      this.ledger.take();
+      this.drops.recovered();
     }
     const waiters = this.idleWaiters;
     this.idleWaiters = [];
