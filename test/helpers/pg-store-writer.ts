@@ -60,6 +60,32 @@ export async function openPgWriter(
   };
 }
 
+/** A client's own `query`, sending a query on to the server. */
+export type SendQuery = (text: unknown, ...rest: unknown[]) => any;
+
+/**
+ * `real` as a pool whose clients' queries go through `through` first, with the client's own `query` to
+ * send them on: a test holds, watches or answers one. A client the pool hands out again is wrapped once.
+ */
+export function poolQueryingThrough(
+  real: pg.Pool,
+  through: (send: SendQuery, text: unknown, rest: unknown[]) => unknown,
+): pg.Pool {
+  const wrapped = new WeakSet<pg.PoolClient>();
+  return {
+    query: real.query.bind(real),
+    on: real.on.bind(real),
+    connect: async () => {
+      const client = await real.connect();
+      if (wrapped.has(client)) return client;
+      wrapped.add(client);
+      const send = client.query.bind(client) as SendQuery;
+      (client as unknown as { query: SendQuery }).query = (text, ...rest) => through(send, text, rest);
+      return client;
+    },
+  } as unknown as pg.Pool;
+}
+
 /** A query object of pg-batch-query.ts: the statements, and the callback its answer settles. */
 export interface BatchSubmission {
   readonly text: string;
@@ -78,26 +104,16 @@ export function isBatchSubmission(query: unknown): query is BatchSubmission {
 export function holdCopy(real: pg.Pool): { pool: pg.Pool; arm(): void; held(): boolean; release(): void } {
   let next = false;
   let release: (() => void) | null = null;
-  const pool = {
-    query: real.query.bind(real),
-    on: real.on.bind(real),
-    connect: async () => {
-      const client = await real.connect();
-      const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
-      (client as unknown as { query: typeof query }).query = (text, ...rest) => {
-        if (!next || !isBatchSubmission(text) || !text.text.includes('COPY events'))
-          return query(text, ...rest);
-        next = false;
-        const copy = text as unknown as { handleCopyInResponse(connection: unknown): void };
-        const send = copy.handleCopyInResponse.bind(copy);
-        copy.handleCopyInResponse = (connection) => {
-          release = () => send(connection);
-        };
-        return query(text, ...rest);
-      };
-      return client;
-    },
-  } as unknown as pg.Pool;
+  const pool = poolQueryingThrough(real, (query, text, rest) => {
+    if (!next || !isBatchSubmission(text) || !text.text.includes('COPY events')) return query(text, ...rest);
+    next = false;
+    const copy = text as unknown as { handleCopyInResponse(connection: unknown): void };
+    const send = copy.handleCopyInResponse.bind(copy);
+    copy.handleCopyInResponse = (connection) => {
+      release = () => send(connection);
+    };
+    return query(text, ...rest);
+  });
   return {
     pool,
     arm: () => (next = true),

@@ -8,7 +8,12 @@ import { postgresClient, postgresPool } from '../../src/core/store/postgres/conn
 import { redactUrl } from '../../src/core/store/store-copy.js';
 import { sessionCreated, turnCompleted, turnStarted } from '../helpers/events.js';
 import { captureLogs, LEVEL, settleLogs } from '../helpers/log-capture.js';
-import { holdCopy, isBatchSubmission, openPgWriter } from '../helpers/pg-store-writer.js';
+import {
+  holdCopy,
+  isBatchSubmission,
+  openPgWriter,
+  poolQueryingThrough,
+} from '../helpers/pg-store-writer.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { ROW_TABLES, RowStores } from '../helpers/row-applier-stores.js';
 import { randomChangeSequences } from '../helpers/row-change-arbitrary.js';
@@ -42,32 +47,24 @@ function interceptCommit(
   armed: (commit: () => Promise<unknown>) => Promise<unknown>,
 ): { pool: pg.Pool; arm(): void } {
   let next = false;
-  const pool = {
-    query: real.query.bind(real),
-    on: real.on.bind(real),
-    connect: async () => {
-      const client = await real.connect();
-      const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
-      (client as unknown as { query: typeof query }).query = (text, ...rest) => {
-        const batch = isBatchSubmission(text) && /;\s*COMMIT$/.test(text.text) ? text : null;
-        if ((text !== 'COMMIT' && batch === null) || !next) return query(text, ...rest);
-        next = false;
-        if (batch === null) return armed(() => query(text, ...rest));
-        const answer = batch.callback.bind(batch);
-        const sent = () =>
-          new Promise((resolve, reject) => {
-            batch.callback = (error) => (error === null ? resolve(undefined) : reject(error));
-            query(batch);
-          });
-        armed(sent).then(
-          () => answer(null),
-          (error: Error) => answer(error),
-        );
-        return batch as unknown as Promise<unknown>;
-      };
-      return client;
-    },
-  } as unknown as pg.Pool;
+  const pool = poolQueryingThrough(real, (query, text, rest) => {
+    const batch = isBatchSubmission(text) && /;\s*COMMIT$/.test(text.text) ? text : null;
+    if ((text !== 'COMMIT' && batch === null) || !next) return query(text, ...rest);
+    next = false;
+    if (batch === null) return armed(() => query(text, ...rest));
+    const answer = batch.callback.bind(batch);
+    const sent = () =>
+      new Promise((resolve, reject) => {
+        batch.callback = (error) => (error === null ? resolve(undefined) : reject(error));
+        query(batch);
+      });
+    armed(sent).then(
+      () => answer(null),
+      (error: Error) => answer(error),
+    );
+    // As pg's own client.query(submittable) answers: the query object itself.
+    return batch;
+  });
   return { pool, arm: () => (next = true) };
 }
 

@@ -4,7 +4,7 @@ import type { MetisError } from '../../src/core/errors.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { postgresPool } from '../../src/core/store/postgres/connect.js';
 import { sessionCreated, turnStarted } from '../helpers/events.js';
-import { openPgWriter } from '../helpers/pg-store-writer.js';
+import { openPgWriter, poolQueryingThrough } from '../helpers/pg-store-writer.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { session } from '../helpers/row-change-builders.js';
 import { message, recorded, spend } from '../helpers/writer-rows.js';
@@ -24,41 +24,28 @@ const server = postgresForFile();
  */
 function recordQueries(real: pg.Pool): { pool: pg.Pool; sent: string[]; loseNextCommit(): void } {
   const sent: string[] = [];
-  const wrapped = new WeakSet<pg.PoolClient>();
   let lose = false;
   const lost = () => new Error('Connection terminated unexpectedly (test: the answer to COMMIT is lost)');
-  const pool = {
-    query: real.query.bind(real),
-    on: real.on.bind(real),
-    connect: async () => {
-      const client = await real.connect();
-      // The pool hands the same client out again: it is wrapped once.
-      if (wrapped.has(client)) return client;
-      wrapped.add(client);
-      const query = client.query.bind(client) as (text: unknown, ...rest: unknown[]) => Promise<unknown>;
-      (client as unknown as { query: typeof query }).query = (text, ...rest) => {
-        const statements = typeof text === 'string' ? text : String((text as { text?: unknown }).text);
-        sent.push(statements);
-        if (!lose || !/(^|;\s*)COMMIT$/.test(statements)) return query(text, ...rest);
-        lose = false;
-        // A query the store refused (the fence check) had no COMMIT to lose: the next one is lost.
-        const refused = (error: Error) => {
-          lose = true;
-          return error;
-        };
-        if (typeof text === 'string')
-          return query(text, ...rest).then(
-            () => Promise.reject(lost()),
-            (error: Error) => Promise.reject(refused(error)),
-          );
-        const batch = text as { callback(error: Error | null): void };
-        const answer = batch.callback.bind(batch);
-        batch.callback = (error) => answer(error === null ? lost() : refused(error));
-        return query(text, ...rest);
-      };
-      return client;
-    },
-  } as unknown as pg.Pool;
+  const pool = poolQueryingThrough(real, (query, text, rest) => {
+    const statements = typeof text === 'string' ? text : String((text as { text?: unknown }).text);
+    sent.push(statements);
+    if (!lose || !/(^|;\s*)COMMIT$/.test(statements)) return query(text, ...rest);
+    lose = false;
+    // A query the store refused (the fence check) had no COMMIT to lose: the next one is lost.
+    const refused = (error: Error) => {
+      lose = true;
+      return error;
+    };
+    if (typeof text === 'string')
+      return query(text, ...rest).then(
+        () => Promise.reject(lost()),
+        (error: Error) => Promise.reject(refused(error)),
+      );
+    const batch = text as { callback(error: Error | null): void };
+    const answer = batch.callback.bind(batch);
+    batch.callback = (error) => answer(error === null ? lost() : refused(error));
+    return query(text, ...rest);
+  });
   return { pool, sent, loseNextCommit: () => (lose = true) };
 }
 
