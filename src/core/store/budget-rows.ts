@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import type { BudgetCaps } from '../config/runtime-schema.js';
 import type { Db } from './database.js';
-import { writeRow } from './trace-writer.js';
+import { type RowWrite, writeRow } from './trace-writer.js';
 
 type Statement = Database.Statement<unknown[]>;
 
@@ -64,17 +64,27 @@ export class SqliteBudgetRows implements BudgetRows {
   }
 
   setCaps(sessionId: string, caps: StoredCaps): void {
-    writeRow(this.db, {
-      what: `budget caps of ${sessionId}`,
-      change: { kind: 'budget.caps', sessionId, capsJson: JSON.stringify(caps) },
-    });
+    writeRow(this.db, capsWrite(sessionId, caps));
   }
 
   addSpend(sessionId: string, spent: Spent): void {
-    writeRow(this.db, {
-      what: `budget spend of ${sessionId}`,
-      // Added by the statement, not computed here: rows queued before it may not have committed yet.
-      change: { kind: 'budget.spend', sessionId, usd: spent.usd, tokens: spent.tokens },
-    });
+    writeRow(this.db, spendWrite(sessionId, spent));
   }
+}
+
+/** The row write that sets a session's caps, on any store. */
+export function capsWrite(sessionId: string, caps: StoredCaps): RowWrite {
+  return {
+    what: `budget caps of ${sessionId}`,
+    change: { kind: 'budget.caps', sessionId, capsJson: JSON.stringify(caps) },
+  };
+}
+
+/** The row write that adds to a session's spend, on any store. */
+export function spendWrite(sessionId: string, spent: Spent): RowWrite {
+  return {
+    what: `budget spend of ${sessionId}`,
+    // Added by the statement, not computed here: rows queued before it may not have committed yet.
+    change: { kind: 'budget.spend', sessionId, usd: spent.usd, tokens: spent.tokens },
+  };
 }

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import type { Db } from './database.js';
-import { writeRow } from './trace-writer.js';
+import { type RowWrite, writeRow } from './trace-writer.js';
 
 /** A session's queued messages as stored (issue 31, schema version 9): turns to come, steers waiting. */
 export interface StoredQueue {
@@ -48,14 +48,16 @@ export class SqliteQueueRows implements QueueRows {
   }
 
   setQueue(sessionId: string, queue: StoredQueue | null): void {
-    const queueJson = queue === null ? null : JSON.stringify(queue);
-    writeRow(this.db, {
-      what: `queue of ${sessionId}`,
-      change: { kind: 'queue.save', sessionId, queueJson },
-    });
+    writeRow(this.db, queueWrite(sessionId, queue));
   }
 
   queuedSessions(): string[] {
     return this.waiting.all() as string[];
   }
+}
+
+/** The row write that keeps a session's queue (null: nothing waits), on any store. */
+export function queueWrite(sessionId: string, queue: StoredQueue | null): RowWrite {
+  const queueJson = queue === null ? null : JSON.stringify(queue);
+  return { what: `queue of ${sessionId}`, change: { kind: 'queue.save', sessionId, queueJson } };
 }

@@ -60,3 +60,11 @@ export function pgSessionReads(pool: pg.Pool): SessionReads {
     summary: (sessionId) => pgSessionSummary(pool, sessionId),
   };
 }
+
+/** The sessions not ended that have something queued, as SqliteQueueRows lists them: what a start takes up. */
+export async function pgQueuedSessions(pool: pg.Pool): Promise<string[]> {
+  const result = await pool.query<{ id: string }>(
+    "SELECT id FROM sessions WHERE queue_json IS NOT NULL AND status = 'active' ORDER BY id",
+  );
+  return result.rows.map((row) => row.id);
+}
