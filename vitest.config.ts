@@ -6,6 +6,9 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
+    // expect.poll's own default (1 s) is a timing assertion: a page or a server that takes longer under a
+    // loaded CI (a dashboard's queue list after two sends) failed for it. A poll only waits until it holds.
+    expect: { poll: { timeout: 10_000 } },
     pool: 'forks',
     // Each worker process runs file after file on one module graph instead of a fresh fork per file: no
     // test mocks modules or changes process.env, and every fixture (servers, stores, homes) is the
