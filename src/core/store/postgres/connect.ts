@@ -62,9 +62,16 @@ export function postgresClient(url: string, role: PostgresRole): pg.Client {
   return client;
 }
 
-/** As postgresClient, a pool of up to `max` connections; a dropped idle connection is replaced. */
+/**
+ * As postgresClient, a pool of up to `max` connections; a dropped idle connection is replaced. Each
+ * connection the pool makes gets a listener of its own for its whole life: pg-pool listens to a
+ * connection only while it is idle or inside `pool.query`, and a restart's FATAL reaching one at any
+ * other moment (checked out between two statements, being handed on) would end the process. Queries
+ * in flight still fail with the error, and the pool still discards the broken connection.
+ */
 export function postgresPool(url: string, role: PostgresRole, max: number): pg.Pool {
   const pool = new pg.Pool({ ...settings(url, role), max });
   pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
   return pool;
 }
