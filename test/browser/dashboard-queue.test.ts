@@ -68,6 +68,28 @@ describe.runIf(browserTestsRun)('the dashboard while a turn runs (issue 31)', ()
     expect(errors).toEqual([]);
   });
 
+  it('keeps Send where it is while the reply streams in above it and the waiting list opens', async () => {
+    const { page, errors } = await sessionPage();
+    const send = page.getByRole('button', { name: 'Send' });
+    await page.getByLabel('Message').fill('slow: the reef');
+    const before = await send.boundingBox();
+    await send.click();
+    await expect.poll(() => turnStatuses(page)).toEqual(['in_flight']);
+    // The reply grows by a few lines (a slow turn streams for 100 s), then a message waits.
+    const reply = page.locator('[data-turn-status]').first().locator('..');
+    const heightAtStart = (await reply.boundingBox())!.height;
+    await expect
+      .poll(async () => (await reply.boundingBox())!.height, { timeout: 15_000 })
+      .toBeGreaterThan(heightAtStart + 40);
+    await page.getByLabel('Message').fill('waits its turn');
+    await send.click();
+    await expect.poll(() => page.getByTestId('queue').locator('li').count()).toBe(1);
+    expect(await send.boundingBox()).toEqual(before);
+    await page.getByTestId('cancel').click();
+    await expect.poll(() => turnStatuses(page), { timeout: 15_000 }).toEqual(['cancelled', 'completed']);
+    expect(errors).toEqual([]);
+  });
+
   it('a turn the page does not show yet: the next message waits behind it, and what was typed meanwhile stays', async () => {
     const created = await t.request('POST', '/sessions', {});
     const sessionId = created.body.session_id as string;

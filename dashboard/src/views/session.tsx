@@ -148,77 +148,83 @@ export function SessionView({
           })
         }
       />
-      <TurnQueue
-        queue={queue.data?.queue ?? []}
-        drop={(queued) =>
-          act('could not drop', async () => {
-            await api('DELETE', `${base}/queue/${encodeURIComponent(queued.queued_id)}`);
-            queue.refresh();
-          })
-        }
-      />
-      {problem && (
-        <p class="banner error" role="alert">
-          {problem}
-        </p>
-      )}
-      <form class="composer" onSubmit={send}>
-        <label for="message">Message</label>
-        <textarea
-          id="message"
-          rows={3}
-          value={draft}
-          disabled={session?.status === 'ended'}
-          placeholder={
-            session?.status === 'ended' ? 'This session has ended.' : 'Ask something… (Ctrl+Enter sends)'
+      {/* Pinned to the window's bottom: the conversation growing above and the waiting list opening
+          never move the box and its Send button from under the user's pointer. */}
+      <div class="dock">
+        <TurnQueue
+          queue={queue.data?.queue ?? []}
+          drop={(queued) =>
+            act('could not drop', async () => {
+              await api('DELETE', `${base}/queue/${encodeURIComponent(queued.queued_id)}`);
+              queue.refresh();
+            })
           }
-          onInput={(event) => setDraft(event.currentTarget.value)}
-          onKeyDown={(event) => {
-            if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) void send(event);
-          }}
         />
-        <div class="actions">
-          {inFlight && (
-            <label class="multitask">
-              While this turn runs
-              <select
-                data-testid="multitask"
-                value={multitask}
-                onChange={(event) => setMultitask(event.currentTarget.value as Exclude<Multitask, 'reject'>)}
+        {problem && (
+          <p class="banner error" role="alert">
+            {problem}
+          </p>
+        )}
+        <form class="composer" onSubmit={send}>
+          <label for="message">Message</label>
+          <textarea
+            id="message"
+            rows={3}
+            value={draft}
+            disabled={session?.status === 'ended'}
+            placeholder={
+              session?.status === 'ended' ? 'This session has ended.' : 'Ask something… (Ctrl+Enter sends)'
+            }
+            onInput={(event) => setDraft(event.currentTarget.value)}
+            onKeyDown={(event) => {
+              if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) void send(event);
+            }}
+          />
+          <div class="actions">
+            {inFlight && (
+              <label class="multitask">
+                While this turn runs
+                <select
+                  data-testid="multitask"
+                  value={multitask}
+                  onChange={(event) =>
+                    setMultitask(event.currentTarget.value as Exclude<Multitask, 'reject'>)
+                  }
+                >
+                  {WHILE_A_TURN_RUNS.map((choice) => (
+                    <option key={choice.value} value={choice.value}>
+                      {choice.label}
+                    </option>
+                  ))}
+                </select>
+              </label>
+            )}
+            {inFlight && (
+              <button
+                type="button"
+                class="danger"
+                data-testid="cancel"
+                onClick={() =>
+                  act('could not cancel', () =>
+                    api(
+                      'POST',
+                      `/sessions/${encodeURIComponent(sessionId)}/turns/${encodeURIComponent(inFlight.turn_id)}/cancel`,
+                      {
+                        reason: 'user_cancel',
+                      },
+                    ),
+                  )
+                }
               >
-                {WHILE_A_TURN_RUNS.map((choice) => (
-                  <option key={choice.value} value={choice.value}>
-                    {choice.label}
-                  </option>
-                ))}
-              </select>
-            </label>
-          )}
-          {inFlight && (
-            <button
-              type="button"
-              class="danger"
-              data-testid="cancel"
-              onClick={() =>
-                act('could not cancel', () =>
-                  api(
-                    'POST',
-                    `/sessions/${encodeURIComponent(sessionId)}/turns/${encodeURIComponent(inFlight.turn_id)}/cancel`,
-                    {
-                      reason: 'user_cancel',
-                    },
-                  ),
-                )
-              }
-            >
-              Cancel turn
+                Cancel turn
+              </button>
+            )}
+            <button type="submit" class="primary" disabled={sending || draft.trim() === ''}>
+              Send
             </button>
-          )}
-          <button type="submit" class="primary" disabled={sending || draft.trim() === ''}>
-            Send
-          </button>
-        </div>
-      </form>
+          </div>
+        </form>
+      </div>
     </section>
   );
 }
