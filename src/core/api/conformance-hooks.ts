@@ -2,8 +2,7 @@ import { z } from 'zod';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newEventId } from '../events/ids.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
-import { holdWriteLock } from '../store/database.js';
-import type { TraceContext } from '../store/trace-context.js';
+import type { StoreContext } from '../store/store-context.js';
 import type { StreamHub } from '../stream/stream-hub.js';
 
 export interface ConformanceSettings {
@@ -42,7 +41,7 @@ const FLOOD_PAUSE_MS = 10;
  *                                `ms: 0` lets a stall go now
  */
 export function conformanceRoutes(
-  trace: TraceContext,
+  trace: StoreContext,
   settings: ConformanceSettings,
   hub: StreamHub,
 ): JsonRoute[] {
@@ -132,7 +131,7 @@ export function conformanceRoutes(
       },
       async ({ body }) => {
         releaseStall?.();
-        releaseStall = body.ms === 0 ? null : holdWriteLock(trace.dbPath, body.ms);
+        releaseStall = body.ms === 0 ? null : trace.stallStorage(body.ms);
         return [200, { stalled_ms: body.ms }];
       },
     ),

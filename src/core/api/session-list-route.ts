@@ -10,6 +10,7 @@ import {
   sessionListRows,
   setSessionTitle,
 } from '../store/session-search.js';
+import type { StoreContext } from '../store/store-context.js';
 import type { TraceContext } from '../store/trace-context.js';
 import { SessionItemAnswer, SessionListAnswer } from './response-schemas.js';
 
@@ -85,7 +86,7 @@ const micros = (iso: string): number => Date.parse(iso) * 1000;
  */
 export function sessionListRoutes(
   runtime: Runtime,
-  trace: TraceContext,
+  trace: StoreContext | TraceContext,
   /** Where the list is read: this server's database, or the store of record on a cluster node. */
   list: SessionLister,
 ): JsonRoute[] {
@@ -151,6 +152,9 @@ export function sessionListRoutes(
         placement: 'owner',
       },
       async ({ params: [id], body }) => {
+        // Until titles go through the store's writer, they are the SQLite file's alone.
+        if (!('db' in trace))
+          throw new MetisError('METIS_ERR_STORE_UNAVAILABLE', 'titles need the SQLite store');
         const [before] = sessionListRows(trace.db, [id!]);
         if (before === undefined || id === 'system')
           throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${id}`);

@@ -1,8 +1,8 @@
 import type { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
+import type { StoreContext } from '../store/store-context.js';
 import { storeUnavailable } from '../store/store-unavailable.js';
 import { DEFAULT_COMMIT_WAIT_MS } from '../store/store-writer.js';
-import type { TraceContext } from '../store/trace-context.js';
 
 export { DEFAULT_COMMIT_WAIT_MS };
 
@@ -12,7 +12,7 @@ export { DEFAULT_COMMIT_WAIT_MS };
  * returns, so the event is known without the runtime handing its id out.
  */
 export function emittedDuring<T>(
-  trace: TraceContext,
+  trace: StoreContext,
   match: (event: MetisEvent) => boolean,
   act: () => T,
 ): { result: T; event: MetisEvent | null } {
@@ -32,7 +32,7 @@ export function emittedDuring<T>(
  * for the same failure is answered 503/507 at once rather than after the full commit wait.
  * @throws MetisError METIS_ERR_STORAGE_BUSY, _FULL or _IO
  */
-export function assertStorageWritable(trace: TraceContext): void {
+export function assertStorageWritable(trace: StoreContext): void {
   if (trace.writer.failure !== null) throw trace.writer.storageRefusal();
   const upstream = trace.upstream;
   if (upstream?.failure) throw storeAway(upstream.label, upstream.failure);
@@ -53,7 +53,7 @@ function storeAway(label: string, cause: Error | null): MetisError {
  * @throws MetisError METIS_ERR_STORAGE_BUSY, _FULL or _IO when storage does not take it in time
  */
 export async function untilCommitted(
-  trace: TraceContext,
+  trace: StoreContext,
   event: MetisEvent | null,
   timeoutMs = DEFAULT_COMMIT_WAIT_MS,
 ): Promise<void> {

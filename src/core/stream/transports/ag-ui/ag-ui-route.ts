@@ -6,7 +6,7 @@ import { STORAGE_ERRORS } from '../../../http/openapi.js';
 import { type RawRoute, rawRoute } from '../../../http/routes.js';
 import type { SessionGate } from '../../../http/session-router.js';
 import type { Runtime } from '../../../runtime/runtime.js';
-import type { TraceContext } from '../../../store/trace-context.js';
+import type { StoreContext } from '../../../store/store-context.js';
 import type { TraceLookups } from '../../../store/trace-lookups.js';
 import { assertStorageWritable } from '../../commit-ack.js';
 import type { ConnectionDeps } from '../../connection-deps.js';
@@ -42,7 +42,7 @@ const AG_UI_STREAM = { kind: 'ag-ui', eventTypes: AG_UI_EVENT_TYPES } as const;
 export function agUiRoutes(
   runtime: Runtime,
   deps: () => ConnectionDeps,
-  trace: TraceContext,
+  trace: StoreContext,
   /** In a cluster, this node must own the thread's session first (a path with the id is gated already). */
   sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
