@@ -103,12 +103,13 @@ export async function untilRowCommitted(
 ): Promise<void> {
   const started = performance.now();
   const committed = await new Promise<boolean>((resolve, reject) => {
-    const timer = setTimeout(() => reject(store.writer.storageRefusal()), timeoutMs);
+    // 0: no limit, as whenCommitted takes it.
+    const timer = timeoutMs > 0 ? setTimeout(() => reject(store.writer.storageRefusal()), timeoutMs) : null;
     store.writer.writeRow({
       what,
       change,
       settled: (stored) => {
-        clearTimeout(timer);
+        if (timer !== null) clearTimeout(timer);
         resolve(stored);
       },
     });
