@@ -36,16 +36,16 @@ const FLOOD_PAUSE_MS = 10;
  *   GET  /_conformance          the settings the suite can rely on (heartbeat ms, queue bound, replay cap)
  *   POST /_conformance/flood    {session_id, count}: store `count` events in a session (replay_too_large)
  *   POST /_conformance/unknown  {session_id}: stream an event of a type no catalog has (forward compat)
- *   POST /_conformance/stall-storage  {ms}: hold the database's write lock for `ms` from another
- *                                connection, as a backup or a prune would: commits wait, the loop runs on;
+ *   POST /_conformance/stall-storage  {ms}: hold the store's commits for `ms` from another connection,
+ *                                as a backup or a prune would: commits wait, the loop runs on;
  *                                `ms: 0` lets a stall go now
  */
 export function conformanceRoutes(
-  trace: StoreContext,
+  trace: Pick<StoreContext, 'bus' | 'flush' | 'stall'>,
   settings: ConformanceSettings,
   hub: StreamHub,
 ): JsonRoute[] {
-  let releaseStall: (() => void) | null = null;
+  let releaseStall: (() => Promise<void>) | null = null;
   /** Stores `count` events in the session, chunk by chunk; the last one's id. */
   const flood = async (sessionId: string, count: number): Promise<string> => {
     let last = '';
@@ -126,12 +126,14 @@ export function conformanceRoutes(
     ),
     jsonRoute(
       {
-        ...hook('/_conformance/stall-storage', "Conformance: hold the database's write lock"),
+        ...hook('/_conformance/stall-storage', "Conformance: hold the store's commits"),
         body: StallBody,
       },
       async ({ body }) => {
-        releaseStall?.();
-        releaseStall = body.ms === 0 ? null : trace.stallStorage(body.ms);
+        const previous = releaseStall;
+        releaseStall = null;
+        await previous?.();
+        if (body.ms > 0) releaseStall = await trace.stall.hold(body.ms);
         return [200, { stalled_ms: body.ms }];
       },
     ),

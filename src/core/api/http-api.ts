@@ -159,7 +159,12 @@ export function apiRoutes(context: ApiContext): Route[] {
       },
     ),
     // GET /sessions (search, filters, pages) and PATCH /sessions/{session_id} (the title).
-    ...sessionListRoutes(runtime, trace, context.sessionList),
+    ...sessionListRoutes({
+      runtime,
+      list: context.sessionList,
+      store: trace,
+      commitWaitMs: context.commitWaitMs,
+    }),
     jsonRoute(
       {
         method: 'GET',

@@ -1,5 +1,6 @@
 import type { EventBus } from '../bus/event-bus.js';
 import type { GatewaySpendRow } from './gateway-spend.js';
+import type { StorageStall } from './storage-stall.js';
 import type { SessionRows, StorePort } from './store-port.js';
 import type { StoreUpstream } from './store-upstream.js';
 import type { StoreWriter } from './store-writer.js';
@@ -48,8 +49,8 @@ export interface StoreContext {
   storageErrorOf(error: unknown): unknown;
   /** The server listens: waits on the store become the short ones of a serving loop. */
   serving(): void;
-  /** Holds every write back for `ms` (the conformance suite's storage stall); returns the release. */
-  stallStorage(ms: number): () => void;
+  /** Holds every write back for a while (the conformance suite's storage stall). */
+  readonly stall: StorageStall;
   /** Waits until every emitted event is dispatched and committed. */
   flush(): Promise<void>;
   /** Runs the close hooks, flushes (bounded while storage is away), and closes the store. Safe twice. */

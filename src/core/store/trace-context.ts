@@ -3,12 +3,13 @@ import { EventBus } from '../bus/event-bus.js';
 import type { ValidationMode } from '../bus/validation-mode.js';
 import { ensureIdsAfter } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
-import { type Db, holdWriteLock, openDatabase, serveTheLoop } from './database.js';
+import { type Db, openDatabase, serveTheLoop } from './database.js';
 import { type DetectedGap, scanForGaps } from './gap-detector.js';
 import { gatewaySpendSince } from './gateway-spend.js';
 import { drainHandoffs } from './owner-handoffs.js';
 import { sqliteWholeStoreReads } from './sqlite-whole-store-reads.js';
 import { asStorageError } from './storage-errors.js';
+import { sqliteStorageStall } from './storage-stall.js';
 import type { StoreContext } from './store-context.js';
 import { sqliteStorePort } from './store-port.js';
 import { storageErrorOf } from './store-unavailable.js';
@@ -122,7 +123,7 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     },
     storageErrorOf: (error) => storageErrorOf({ upstream, dbPath: options.dbPath }, error),
     serving: () => serveTheLoop(db),
-    stallStorage: (ms) => holdWriteLock(options.dbPath, ms),
+    stall: sqliteStorageStall(options.dbPath),
     flush,
     onClose: (hook) => {
       closeHooks.push(hook);
