@@ -8,6 +8,7 @@ import { type ConversationReads, sqliteConversationReads } from '../../src/core/
 import { postgresPool } from '../../src/core/store/postgres/connect.js';
 import { pgConversationReads } from '../../src/core/store/postgres/pg-conversation-reads.js';
 import { pgStreamReads } from '../../src/core/store/postgres/pg-stream-reads.js';
+import { migratePostgres } from '../../src/core/store/postgres/schema.js';
 import type { MessageRecord } from '../../src/core/store/session-records.js';
 import { SessionStore } from '../../src/core/store/session-store.js';
 import type { SessionWrites } from '../../src/core/store/session-writes.js';
@@ -17,7 +18,7 @@ import { NO_UNSETTLED_MESSAGES } from '../../src/core/store/unsettled-messages.j
 import { WriteOnlySessionRows } from '../../src/core/store/write-only-session-rows.js';
 import { holdWriteLockInChild } from '../helpers/lock-holder.js';
 import { openPgWriter } from '../helpers/pg-store-writer.js';
-import { postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { copiedToPostgres, keepStore, openPair, pointsOf, type StorePair } from '../helpers/store-pair.js';
 import { tempTraceContext } from '../helpers/tmp.js';
 import { writtenStore } from '../helpers/written-store.js';
@@ -303,5 +304,43 @@ describe.runIf(postgresTestsRun)('ConversationReads and messagesAsOf with messag
     late.open();
     expect((await asOf).map((m) => m.id)).toEqual(ofA.slice(2));
     expect(await asOf).toEqual(await t.sqlite.messagesAsOf('sess_a', point, 3));
+  }, 60_000);
+
+  it("a page reads a backward range of the messages' (session_id, id) index, not the table", async () => {
+    const client = new pg.Client({ connectionString: freshDatabase(server) });
+    await client.connect();
+    onTestFinished(() => client.end());
+    await migratePostgres(client);
+    await client.query(
+      `INSERT INTO sessions (id, created_at_us, updated_at_us)
+       SELECT 'sess_' || s, 0, 0 FROM generate_series(0, 49) s`,
+    );
+    await client.query(
+      `INSERT INTO messages (id, session_id, turn_id, role, content_json, status, created_at_us)
+       SELECT 'msg_' || lpad(n::text, 8, '0'), 'sess_' || (n % 50), NULL, 'user', '[]', 'complete', n
+         FROM generate_series(1, 50000) n`,
+    );
+    await client.query('ANALYZE messages');
+    // Each statement the reads send, planned instead of run (no rows: the pages are empty).
+    const plans: string[] = [];
+    const explaining = {
+      query: async (config: pg.QueryConfig | string, values?: unknown[]) => {
+        const { text, ...rest } = typeof config === 'string' ? { text: config, values } : config;
+        const result = await client.query({ ...rest, text: `EXPLAIN ${text}` });
+        plans.push(result.rows.map((row) => row['QUERY PLAN']).join('\n'));
+        return { rows: [], rowCount: 0 };
+      },
+    } as unknown as pg.Pool;
+    const conversations = pgConversationReads(explaining, NO_UNSETTLED_MESSAGES);
+    await conversations.messages('sess_7', { limit: 50 });
+    await conversations.messages('sess_7', { beforeId: 'msg_00025007', limit: 50 });
+    await pgStreamReads(explaining, NO_UNSETTLED_MESSAGES).messagesAsOf('sess_7', 'evt_~', 50);
+    await conversations.hasMessage('sess_7', 'msg_00025007');
+    expect(plans).toHaveLength(4);
+    for (const plan of plans.slice(0, 3)) {
+      expect(plan).toContain('Index Scan Backward using idx_messages_session');
+      expect(plan).not.toMatch(/Seq Scan|Sort/);
+    }
+    expect(plans[3]).toContain('Index Scan using messages_pkey');
   }, 60_000);
 });

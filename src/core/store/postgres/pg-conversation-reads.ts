@@ -16,12 +16,15 @@ type MessagePage = (sessionId: string, beforeId: string | null, limit: number) =
 function messagePage(pool: pg.Pool, unsettled: UnsettledMessages): MessagePage {
   return async (sessionId, beforeId, limit) => {
     const before = unsettled.unsettledMessages(sessionId);
-    // The id column is COLLATE "C": `<` and the order are SQLite's byte order.
+    // The id column is COLLATE "C": `<` and the order are SQLite's byte order. `beforeId` as a row
+    // comparison, which only the (session_id, id) index can take as its bound: as `id < $3`, the
+    // planner may walk the primary key back from it past every other session's messages instead.
     const result = await pool.query<MessageRow>({
       text:
         beforeId === null
           ? 'SELECT * FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2'
-          : 'SELECT * FROM messages WHERE session_id = $1 AND id < $3 ORDER BY id DESC LIMIT $2',
+          : `SELECT * FROM messages WHERE session_id = $1 AND (session_id, id) < ($1, $3)
+              ORDER BY id DESC LIMIT $2`,
       values: beforeId === null ? [sessionId, limit] : [sessionId, limit, beforeId],
       types: BIGINT_AS_NUMBER,
     });
