@@ -1,9 +1,15 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { ClusterSeat } from '../../src/core/app/cluster-seat.js';
 import { startServer } from '../../src/core/app/metis-server.js';
+import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { STREAMING_TYPES } from '../../src/core/events/streaming.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { recoverCutTurns } from '../../src/core/runtime/crash-recovery.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { openPostgresContext, type PostgresContext } from '../../src/core/store/postgres/pg-context.js';
+import { PgOpenWork } from '../../src/core/store/postgres/pg-open-work.js';
+import { PgStreamArchiveRows } from '../../src/core/store/postgres/pg-stream-archive-rows.js';
+import { WriteOnlySessionRows } from '../../src/core/store/write-only-session-rows.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { ofType, shapeOf, strictlyIncreasing, subscribe, waitForType } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
@@ -19,13 +25,17 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
 
   type PgTestServer = Omit<TestServer, 'context'> & { context: PostgresContext; close(): Promise<void> };
 
-  async function serverOn(url: string): Promise<PgTestServer> {
+  async function serverOn(url: string, config: RuntimeConfigInput = {}): Promise<PgTestServer> {
     const context = await openPostgresContext({
       url,
       setting: '--store',
       logger: process.env.DEBUG_PG ? (await import('pino')).pino({ level: 'warn' }) : undefined,
     });
-    const runtime = createRuntime({ bus: context.bus, store: context.port, config: testRuntimeConfig() });
+    const runtime = createRuntime({
+      bus: context.bus,
+      store: context.port,
+      config: testRuntimeConfig(config),
+    });
     // A single server lets a request naming a session in once the runtime holds it (runtime.open), as
     // `metis serve` does (cluster-seat.ts).
     const sessionRouter = new ClusterSeat(false, context.port.sessions).router(runtime);
@@ -114,5 +124,52 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
     expect(ofType(replayed, 'turn.started')).toHaveLength(1);
     const seqs = await seqsOf(second.context, sessionId);
     expect(seqs).toEqual(seqs.map((_, index) => index + 1));
+  });
+
+  it('a turn a crash cut is closed from PostgreSQL at the next start, once, and the session goes on', async () => {
+    const url = freshDatabase(postgres);
+    const first = await serverOn(url, { scripted: { slow_tokens: 4000 } });
+    const sessionId = await first.createSession();
+    const { client } = await subscribe(first, sessionId);
+    const cutTurn = await first.submit(sessionId, 'slow: the long answer');
+    await waitForType(client, 'text.delta', 3);
+    // The process dies: the store keeps what was committed, and the turn has no end there.
+    await first.server.close();
+    await first.context.close();
+    await first.runtime.close();
+    const ends = async (context: PostgresContext) =>
+      (
+        await context.pool.query<{ type: string }>(
+          `SELECT type FROM events WHERE turn_id = $1 AND type IN ('turn.completed', 'turn.cancelled')`,
+          [cutTurn],
+        )
+      ).rows.map((row) => row.type);
+    const reopened = await openPostgresContext({ url, setting: '--store' });
+    onTestFinished(() => reopened.close());
+    expect(await ends(reopened)).toEqual([]);
+
+    const { sessions } = reopened.port;
+    if (!(sessions instanceof WriteOnlySessionRows)) throw new Error('expected the write-only rows');
+    const report = await recoverCutTurns(
+      new PgOpenWork(reopened.pool),
+      { bus: reopened.bus, sessions, archive: new PgStreamArchiveRows(reopened.pool, reopened.writer) },
+      { pricingVersion: 'test', logger: silentLogger() },
+    );
+    await reopened.flush();
+    expect(report.turns).toBe(1);
+    expect(await ends(reopened)).toHaveLength(1);
+    const seqs = await seqsOf(reopened, sessionId);
+    expect(seqs).toEqual(seqs.map((_, index) => index + 1));
+    await reopened.close();
+
+    const second = await serverOn(url);
+    const after = await second.request('GET', `/sessions/${sessionId}`);
+    expect(after.body.current_turn_id ?? after.body.session?.current_turn_id ?? null).toBeNull();
+    const again = await subscribe(second, sessionId, { snapshot: false });
+    await second.submit(sessionId, 'and now?');
+    await waitForType(again.client, 'turn.completed');
+    expect(await ends(second.context)).toHaveLength(1);
+    const whole = await seqsOf(second.context, sessionId);
+    expect(whole).toEqual(whole.map((_, index) => index + 1));
   });
 });
