@@ -24,6 +24,7 @@ import { PgEventStore } from '../src/core/store/postgres/pg-event-store.js';
 import { pgStreamReads } from '../src/core/store/postgres/pg-stream-reads.js';
 import { openPostgresStore } from '../src/core/store/postgres/serve-store.js';
 import { openTraceContext } from '../src/core/store/trace-context.js';
+import { NO_UNSETTLED_MESSAGES } from '../src/core/store/unsettled-messages.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
 import { BATCH, events, rawCopy } from './lib/pg-bench-events.js';
 import { benchRowBatch } from './lib/pg-row-batch.js';
@@ -88,7 +89,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     await reader.close();
     // The same replay as a subscription asks it of PostgreSQL (no working copy): frames, not events.
     const pool = new pg.Pool({ connectionString: replayUrl, max: 2 });
-    const reads = pgStreamReads(pool, { messagesAsOf: () => [] });
+    const reads = pgStreamReads(pool, NO_UNSETTLED_MESSAGES);
     const frames = await reads.replayJson(query);
     const frameTimes: number[] = [];
     for (let i = 0; i < 7; i += 1) {

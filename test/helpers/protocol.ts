@@ -23,7 +23,7 @@ export interface Subscribed {
 
 /** A fresh handshake (new attach token), a WebSocket, and a subscribe; resolves once the ack (and snapshot) arrived. */
 export async function subscribe(
-  t: TestServer,
+  t: Pick<TestServer, 'attach'>,
   sessionId: string,
   options: SubscribeOptions = {},
 ): Promise<Subscribed> {

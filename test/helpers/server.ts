@@ -74,6 +74,15 @@ export async function startTestServer(
     await server.close();
     await runtime.close();
   });
+  return { context, ...testServerOn(runtime, server, workspace) };
+}
+
+/** A test's handle on a server already started (on any store), with its runtime and workspace. */
+export function testServerOn(
+  runtime: Runtime,
+  server: MetisServer,
+  workspace: string,
+): Omit<TestServer, 'context'> {
   const request: TestServer['request'] = async (method, path, body, headers = {}) => {
     const response = await fetch(`${server.url}${path}`, {
       method,
@@ -87,7 +96,6 @@ export async function startTestServer(
   };
   return {
     runtime,
-    context,
     server,
     url: server.url,
     workspace,

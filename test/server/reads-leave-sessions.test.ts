@@ -92,4 +92,24 @@ describe('reads leave a stored session as it is', () => {
         ]);
       }
   });
+
+  it('after a restart, the session list and a title leave the stored session as it is', async () => {
+    const dbPath = join(tempDir(), 'metis.db');
+    const before = await serverOn(dbPath);
+    const sessionId = (await before.request('POST', '/sessions', { workspace_path: tempDir('metis-ws-') }))
+      .body.session_id as string;
+    await before.stop();
+
+    const after = await serverOn(dbPath);
+    const stored = after.typesOf(sessionId);
+    const listed = await after.request('GET', '/sessions');
+    expect(listed.body.sessions.map((row: { id: string }) => row.id)).toEqual([sessionId]);
+    expect(listed.body.sessions[0]).toMatchObject({ status: 'active', current_turn_id: null });
+    const titled = await after.request('PATCH', `/sessions/${sessionId}`, { title: 'Left as it was' });
+    expect(titled.status).toBe(200);
+    expect(titled.body).toMatchObject({ title: 'Left as it was', current_turn_id: null });
+    await after.context.flush();
+    expect(after.typesOf(sessionId)).toEqual(stored);
+    await after.stop();
+  });
 });

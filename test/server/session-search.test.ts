@@ -164,4 +164,19 @@ describe('GET /sessions: search, filters, pages', () => {
     expect((await rig.request('PATCH', `/sessions/${thinker}`, { title: 'x'.repeat(201) })).status).toBe(400);
     expect((await rig.request('PATCH', '/sessions/sess_nope', { title: 'x' })).status).toBe(404);
   });
+
+  it('gives the turn running here as current_turn_id, in the list and in the PATCH answer', async () => {
+    const running = await rig.createSession();
+    const submitted = await rig.request('POST', `/sessions/${running}/turns`, {
+      message: 'slow: still going',
+    });
+    expect(submitted.status).toBe(202);
+    const turnId = submitted.body.turn_id as string;
+    const listed = (await list()).sessions.find((s) => s.id === running);
+    expect(listed.current_turn_id).toBe(turnId);
+    const titled = await rig.request('PATCH', `/sessions/${running}`, { title: 'Running' });
+    expect(titled.body).toMatchObject({ title: 'Running', current_turn_id: turnId });
+    await rig.runtime.currentTurn(running)?.done;
+    expect((await list()).sessions.find((s) => s.id === running).current_turn_id).toBeNull();
+  });
 });

@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresClient } from '../../src/core/store/postgres/connect.js';
-import { searchPgSessions } from '../../src/core/store/postgres/pg-session-search.js';
+import { pgSessionListRow, searchPgSessions } from '../../src/core/store/postgres/pg-session-search.js';
 import { pgEventsPerHour } from '../../src/core/store/postgres/pg-store-reads.js';
 import { pgUsageByBucket } from '../../src/core/store/postgres/pg-usage-stats.js';
-import { type SessionSearch, searchSessions, setSessionTitle } from '../../src/core/store/session-search.js';
+import { type SessionSearch, searchSessions, sessionListRow } from '../../src/core/store/session-search.js';
+import { rowApplierOf } from '../../src/core/store/sqlite-row-applier.js';
 import { eventsPerHour } from '../../src/core/store/stats.js';
 import { copyStore } from '../../src/core/store/store-copy.js';
 import { type UsageQuery, usageByBucket } from '../../src/core/store/usage-stats.js';
@@ -47,7 +48,12 @@ describe.skipIf(!postgresTestsRun)('the session list read from PostgreSQL', () =
     made.long = await rig.createSession();
     await rig.runTurn(made.long, `${'word '.repeat(40)}end`);
     expect((await rig.request('POST', `/sessions/${made.long}/end`, {})).status).toBe(200);
-    setSessionTitle(rig.context.db, made.thinker, 'Deep 100% thoughts', 1);
+    rowApplierOf(rig.context.db).apply({
+      kind: 'title.set',
+      sessionId: made.thinker,
+      title: 'Deep 100% thoughts',
+      atUs: 1,
+    });
     await rig.context.flush();
     const store = freshDatabase(pg);
     await copyStore({ from: rig.dbPath, to: store });
@@ -97,6 +103,15 @@ describe.skipIf(!postgresTestsRun)('the session list read from PostgreSQL', () =
     const search: SessionSearch = { includeConformance: true, limit: 3, after };
     expect(first.more).toBe(true);
     expect(await searchPgSessions(client, search)).toEqual(searchSessions(rig.context.db, search));
+  });
+
+  it('answers one session as SQLite does, whatever the filters would say of it; none for an unknown id', async () => {
+    for (const id of Object.values(made)) {
+      const fromSqlite = sessionListRow(rig.context.db, id);
+      expect(fromSqlite?.id).toBe(id);
+      expect(await pgSessionListRow(client, id)).toEqual(fromSqlite);
+    }
+    expect(await pgSessionListRow(client, 'sess_nope')).toBeUndefined();
   });
 
   const usageQueries: [string, Pick<UsageQuery, 'bucket' | 'model'>][] = [

@@ -2,8 +2,7 @@ import { z } from 'zod';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import { newEventId } from '../events/ids.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
-import { holdWriteLock } from '../store/database.js';
-import type { TraceContext } from '../store/trace-context.js';
+import type { StoreContext } from '../store/store-context.js';
 import type { StreamHub } from '../stream/stream-hub.js';
 
 export interface ConformanceSettings {
@@ -37,16 +36,16 @@ const FLOOD_PAUSE_MS = 10;
  *   GET  /_conformance          the settings the suite can rely on (heartbeat ms, queue bound, replay cap)
  *   POST /_conformance/flood    {session_id, count}: store `count` events in a session (replay_too_large)
  *   POST /_conformance/unknown  {session_id}: stream an event of a type no catalog has (forward compat)
- *   POST /_conformance/stall-storage  {ms}: hold the database's write lock for `ms` from another
- *                                connection, as a backup or a prune would: commits wait, the loop runs on;
+ *   POST /_conformance/stall-storage  {ms}: hold the store's commits for `ms` from another connection,
+ *                                as a backup or a prune would: commits wait, the loop runs on;
  *                                `ms: 0` lets a stall go now
  */
 export function conformanceRoutes(
-  trace: TraceContext,
+  trace: Pick<StoreContext, 'bus' | 'flush' | 'stall'>,
   settings: ConformanceSettings,
   hub: StreamHub,
 ): JsonRoute[] {
-  let releaseStall: (() => void) | null = null;
+  let releaseStall: (() => Promise<void>) | null = null;
   /** Stores `count` events in the session, chunk by chunk; the last one's id. */
   const flood = async (sessionId: string, count: number): Promise<string> => {
     let last = '';
@@ -127,12 +126,14 @@ export function conformanceRoutes(
     ),
     jsonRoute(
       {
-        ...hook('/_conformance/stall-storage', "Conformance: hold the database's write lock"),
+        ...hook('/_conformance/stall-storage', "Conformance: hold the store's commits"),
         body: StallBody,
       },
       async ({ body }) => {
-        releaseStall?.();
-        releaseStall = body.ms === 0 ? null : holdWriteLock(trace.dbPath, body.ms);
+        const previous = releaseStall;
+        releaseStall = null;
+        await previous?.();
+        if (body.ms > 0) releaseStall = await trace.stall.hold(body.ms);
         return [200, { stalled_ms: body.ms }];
       },
     ),

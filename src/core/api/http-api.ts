@@ -9,7 +9,7 @@ import { recordExplicitFeedback } from '../runtime/explicit-feedback.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { CANCEL_REASONS } from '../runtime/turn-state.js';
 import type { SessionLister } from '../store/session-search.js';
-import type { TraceContext } from '../store/trace-context.js';
+import type { StoreContext } from '../store/store-context.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from '../stream/commit-ack.js';
 import type { FaultSwitches } from '../stream/faults.js';
 import { BudgetBody, endPausedTurns, withBudget } from './budget-routes.js';
@@ -66,7 +66,7 @@ const MessagesQuery = z.strictObject({
 export interface ApiContext {
   readonly runtime: Runtime;
   /** The runtime's trace store: a 201/202 is answered only once its first event is committed there. */
-  readonly trace: TraceContext;
+  readonly trace: StoreContext;
   /** Bound of that wait (default 5 s); storage that does not come back by then answers 503/507. */
   readonly commitWaitMs?: number;
   readonly tokens: AttachTokens;
@@ -159,7 +159,12 @@ export function apiRoutes(context: ApiContext): Route[] {
       },
     ),
     // GET /sessions (search, filters, pages) and PATCH /sessions/{session_id} (the title).
-    ...sessionListRoutes(runtime, trace, context.sessionList),
+    ...sessionListRoutes({
+      runtime,
+      list: context.sessionList,
+      store: trace,
+      commitWaitMs: context.commitWaitMs,
+    }),
     jsonRoute(
       {
         method: 'GET',

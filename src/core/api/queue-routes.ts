@@ -3,7 +3,7 @@ import { MetisError } from '../errors.js';
 import { jsonRoute, type Route } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { MULTITASK_STRATEGIES, type Multitask, type StartedTurn } from '../runtime/turn-queue.js';
-import type { TraceContext } from '../store/trace-context.js';
+import type { StoreContext } from '../store/store-context.js';
 import { assertStorageWritable, emittedDuring, untilCommitted } from '../stream/commit-ack.js';
 import { BudgetBody, budgetRoutes, withBudget } from './budget-routes.js';
 
@@ -52,7 +52,7 @@ type Answer = z.output<typeof SubmittedAnswer>;
  */
 export async function submitTurn(
   runtime: Runtime,
-  trace: TraceContext,
+  trace: StoreContext,
   sessionId: string,
   body: z.output<typeof SubmitTurnBody>,
   commitWaitMs?: number,
@@ -93,8 +93,8 @@ export async function submitTurn(
 }
 
 /** The turn started by a queue entry, with its `turn.started` (emitted when the entry is taken). */
-async function startedDuring(trace: TraceContext, sessionId: string, started: Promise<StartedTurn>) {
-  let found: Parameters<Parameters<TraceContext['bus']['onEmit']>[0]>[0] | null = null;
+async function startedDuring(trace: StoreContext, sessionId: string, started: Promise<StartedTurn>) {
+  let found: Parameters<Parameters<StoreContext['bus']['onEmit']>[0]>[0] | null = null;
   const stop = trace.bus.onEmit((e) => {
     if (found === null && e.type === 'turn.started' && e.session_id === sessionId) found = e;
   });
@@ -108,7 +108,7 @@ async function startedDuring(trace: TraceContext, sessionId: string, started: Pr
 
 async function acknowledged(
   runtime: Runtime,
-  trace: TraceContext,
+  trace: StoreContext,
   sessionId: string,
   turn: StartedTurn,
   event: Parameters<typeof untilCommitted>[1],

@@ -4,13 +4,8 @@ import { nowMicros } from '../events/clock.js';
 import { STORAGE_ERRORS } from '../http/openapi.js';
 import { type JsonRoute, jsonRoute } from '../http/routes.js';
 import type { Runtime } from '../runtime/runtime.js';
-import {
-  type SessionLister,
-  type SessionListRow,
-  sessionListRows,
-  setSessionTitle,
-} from '../store/session-search.js';
-import type { TraceContext } from '../store/trace-context.js';
+import type { SessionLister, SessionListRow } from '../store/session-search.js';
+import { assertStorageWritable, type CommitTarget, untilRowCommitted } from '../stream/commit-ack.js';
 import { SessionItemAnswer, SessionListAnswer } from './response-schemas.js';
 
 const isoTime = z
@@ -79,19 +74,28 @@ function decodeCursor(cursor: string): { createdAtUs: number; id: string } {
 
 const micros = (iso: string): number => Date.parse(iso) * 1000;
 
+/** What the session list's routes need of the server. */
+export interface SessionListParts {
+  /** Only for the turn running here now (`current_turn_id`), from its memory. */
+  readonly runtime: Pick<Runtime, 'runningTurnId'>;
+  /** Where the list and a titled session are read: this server's database, or the store of record. */
+  readonly list: SessionLister;
+  /** Where a title is written, and acknowledged once committed. */
+  readonly store: CommitTarget;
+  /** Bound of the wait for a title's commit (default 5 s); storage not back by then answers 503/507. */
+  readonly commitWaitMs?: number;
+}
+
 /**
  * `GET /sessions` (search, filters, pages) and `PATCH /sessions/{session_id}` (the title). Every filter
- * runs in SQL on the summaries the database keeps (store/session-index-schema.ts).
+ * runs in SQL: on the summaries a SQLite database keeps (store/session-index-schema.ts), on the events
+ * in PostgreSQL (store/postgres/pg-session-search.ts).
  */
-export function sessionListRoutes(
-  runtime: Runtime,
-  trace: TraceContext,
-  /** Where the list is read: this server's database, or the store of record on a cluster node. */
-  list: SessionLister,
-): JsonRoute[] {
+export function sessionListRoutes(parts: SessionListParts): JsonRoute[] {
+  const { runtime, list, store } = parts;
   const withLiveTurn = (row: SessionListRow) => ({
     ...row,
-    current_turn_id: runtime.currentTurn(row.id)?.turnId ?? null,
+    current_turn_id: runtime.runningTurnId(row.id),
   });
   return [
     jsonRoute(
@@ -114,7 +118,7 @@ export function sessionListRoutes(
         )
           throw new MetisError('METIS_ERR_INVALID_ARGUMENT', 'min_cost_usd: above max_cost_usd');
         const limit = legacy ? LEGACY_LIMIT : query.limit;
-        const { rows, more } = await list({
+        const { rows, more } = await list.search({
           q: query.q,
           status: query.status === undefined ? undefined : query.status === 'open' ? 'active' : 'ended',
           turnStatus: query.turn_status,
@@ -146,16 +150,26 @@ export function sessionListRoutes(
         body: TitleBody,
         success: { status: 200, description: 'the session as the list shows it', schema: SessionItemAnswer },
         errors: ['METIS_ERR_SESSION_NOT_FOUND', ...STORAGE_ERRORS],
-        // Written by the session's owner, whose copy holds it, and shipped with its rows (a title is the
-        // session's, not one node's).
+        // Written by the session's owner through its store writer, with its other rows (a title is the
+        // session's, not one node's); behind a working copy, answered once shipped.
         placement: 'owner',
       },
       async ({ params: [id], body }) => {
-        const [before] = sessionListRows(trace.db, [id!]);
-        if (before === undefined || id === 'system')
-          throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${id}`);
-        setSessionTitle(trace.db, id!, body.title, nowMicros());
-        return [200, withLiveTurn(sessionListRows(trace.db, [id!])[0]!)];
+        const sessionId = id!;
+        if (sessionId === 'system' || (await list.row(sessionId)) === undefined)
+          throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+        assertStorageWritable(store);
+        await untilRowCommitted(
+          store,
+          `the title of ${sessionId}`,
+          { kind: 'title.set', sessionId, title: body.title, atUs: nowMicros() },
+          parts.commitWaitMs,
+        );
+        // Read again: the row as stored, with what else changed meanwhile (a turn's figures).
+        const after = await list.row(sessionId);
+        if (after === undefined)
+          throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${sessionId}`);
+        return [200, withLiveTurn(after)];
       },
     ),
   ];

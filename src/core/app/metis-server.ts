@@ -23,15 +23,10 @@ import type { SessionRouter } from '../http/session-router.js';
 import { staticRoutes } from '../http/static-files.js';
 import { silentLogger } from '../logger.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { serveTheLoop } from '../store/database.js';
-import { gatewaySpendSince } from '../store/gateway-spend.js';
 import { shippedCommits } from '../store/shipped-commits.js';
-import { sqliteWholeStoreReads } from '../store/sqlite-whole-store-reads.js';
-import { storageErrorOf } from '../store/store-unavailable.js';
-import { SqliteStreamArchiveRows, type StreamArchiveRows } from '../store/stream-archive-rows.js';
-import { type StreamReads, sqliteStreamReads } from '../store/stream-reads.js';
-import { sqliteTraceContentReads } from '../store/trace-content-rows.js';
-import type { TraceContext } from '../store/trace-context.js';
+import type { StoreContext } from '../store/store-context.js';
+import type { StreamArchiveRows } from '../store/stream-archive-rows.js';
+import type { StreamReads } from '../store/stream-reads.js';
 import type { WholeStoreReads } from '../store/whole-store-reads.js';
 import type { StreamOptions } from '../stream/client-connection.js';
 import type { OpenConnection } from '../stream/connection-deps.js';
@@ -67,11 +62,11 @@ export interface ServerOptions {
   /** Routes beside the API's own (`GET /plugins`, the `--conformance` hooks), given the server's parts. */
   readonly extraRoutes?: (parts: {
     readonly hub: StreamHub;
-    readonly trace: TraceContext;
+    readonly trace: StoreContext;
   }) => readonly Route[];
   /** In a cluster: where a request naming a session runs (gate, read, forward); all here without one. */
   readonly sessionRouter?: SessionRouter;
-  /** Where `GET /sessions`, `GET /stats/usage` and `GET /store/stats` read; the trace's database when absent. */
+  /** Where `GET /sessions`, `GET /stats/usage` and `GET /store/stats` read; the store's own when absent. */
   readonly wholeStore?: WholeStoreReads;
   /** What `GET /healthz` adds to `{status}`: the store's and the cluster's state (start-service.ts). */
   readonly health?: () => Record<string, unknown>;
@@ -92,11 +87,11 @@ export interface ServerOptions {
   /** `server.dashboard_content`: the trace's content in full (default) or redacted (inspect-routes.ts). */
   readonly dashboardContent?: 'full' | 'redacted';
   /**
-   * What subscriptions read of the store (snapshot, replay, cursor checks); by default the trace
-   * context's SQLite store, answered at once.
+   * What subscriptions read of the store (snapshot, replay, cursor checks); by default the store's own
+   * (`StoreContext.reads`).
    */
   readonly streamReads?: StreamReads;
-  /** Where the stream archive keeps its rows; by default the trace context's SQLite store. */
+  /** Where the stream archive keeps its rows; by default the store's own. */
   readonly streamArchiveRows?: StreamArchiveRows;
 }
 
@@ -141,7 +136,7 @@ export const DEFAULT_STREAM_OPTIONS: StreamOptions = {
  */
 export async function startServer(
   runtime: Runtime,
-  trace: TraceContext,
+  trace: StoreContext,
   options: ServerOptions = {},
 ): Promise<MetisServer> {
   const logger = options.logger ?? silentLogger();
@@ -158,14 +153,14 @@ export async function startServer(
     throttle: options.authThrottle,
     trustedProxies: trustedProxies(options.trustedProxies ?? []),
   });
-  serveTheLoop(trace.db);
+  trace.serving();
   const streamOptions: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...options.stream };
   // On PostgreSQL a bus event reaches clients once the store of record holds it (issue 35, cause 4).
   const commits = trace.upstream === null ? trace.writer : shippedCommits(trace.writer, trace.upstream);
   const sequencer = new EventSequencer(trace.bus, commits, runtime.streaming);
   const archive = options.faults?.shortStreamWindow
     ? null
-    : new StreamArchive(options.streamArchiveRows ?? new SqliteStreamArchiveRows(trace.db), {
+    : new StreamArchive(options.streamArchiveRows ?? trace.reads.archiveRows(), {
         ...DEFAULT_STREAM_WINDOW,
         ...options.streamWindow,
       });
@@ -185,7 +180,7 @@ export async function startServer(
     const code = gate.issueLoginCode();
     return `http://${address}/${code === null ? '' : `?login=${encodeURIComponent(code)}`}`;
   };
-  const streamReads = options.streamReads ?? sqliteStreamReads(trace.store, runtime.sessions);
+  const streamReads = options.streamReads ?? trace.reads.stream(runtime.sessions);
   const connectionDeps = () => ({
     hub,
     lookups: trace.port.lookups,
@@ -206,13 +201,13 @@ export async function startServer(
       };
     },
   });
-  const wholeStore = options.wholeStore ?? sqliteWholeStoreReads(trace);
+  const wholeStore = options.wholeStore ?? trace.reads.wholeStore;
   const gateway =
     options.gateway === undefined
       ? null
       : gatewayRoutes(
           runtime,
-          { bus: trace.bus, spendSince: (sinceUs) => gatewaySpendSince(trace.db, sinceUs) },
+          { bus: trace.bus, spendSince: trace.reads.gatewaySpendSince },
           options.gateway,
           logger,
         );
@@ -224,7 +219,7 @@ export async function startServer(
     ...inspectRoutes(runtime, streamOptions.retentionDays, {
       dashboardContent: options.dashboardContent,
       wholeStore,
-      traceReads: sqliteTraceContentReads(trace.store),
+      traceReads: trace.reads.traceContent,
       lineage: streamReads.lineage,
     }),
     ...memoryRoutes(trace.bus, runtime.config.memory.max_bytes),
@@ -259,7 +254,7 @@ export async function startServer(
   const { server, served, inject } = await createHttpApp({
     routes,
     logger,
-    storageErrorOf: (error) => storageErrorOf(trace, error),
+    storageErrorOf: (error) => trace.storageErrorOf(error),
     sessionRouter: options.sessionRouter,
     frontDoor: frontDoor(security, gate),
   });

@@ -2,8 +2,9 @@ import type { Logger } from 'pino';
 import type { EventBus } from '../bus/event-bus.js';
 import { nowMicros } from '../events/clock.js';
 import type { Db } from '../store/database.js';
-import { SqliteOpenWork } from '../store/open-work.js';
+import { type OpenWork, SqliteOpenWork } from '../store/open-work.js';
 import { SessionStore } from '../store/session-store.js';
+import type { SessionWrites } from '../store/session-writes.js';
 import { SqliteStreamArchiveRows, type StreamArchiveRows } from '../store/stream-archive-rows.js';
 import { type OpenWorkPlan, type OpenWorkScope, readOpenWork } from './open-work-plan.js';
 import { usdDecimal } from './pricing.js';
@@ -67,18 +68,26 @@ export async function recoverCrashedTurns(
   bus: EventBus,
   options: RecoveryOptions,
 ): Promise<RecoveryReport> {
-  const plan = await readOpenWork(new SqliteOpenWork(db), options);
-  return closeCutTurns(
-    plan,
+  return recoverCutTurns(
+    new SqliteOpenWork(db),
     { bus, sessions: new SessionStore(db), archive: new SqliteStreamArchiveRows(db) },
     options,
   );
 }
 
-/** What closing the plan writes through, besides the bus. */
+/** Recovery on any store: its open work read through `openWork`, then closed through `deps`. */
+export async function recoverCutTurns(
+  openWork: OpenWork,
+  deps: CloseDeps,
+  options: RecoveryOptions,
+): Promise<RecoveryReport> {
+  return closeCutTurns(await readOpenWork(openWork, options), deps, options);
+}
+
+/** What closing the plan writes through, besides the bus: it only writes (the plan read everything). */
 export interface CloseDeps {
   readonly bus: EventBus;
-  readonly sessions: SessionStore;
+  readonly sessions: SessionWrites;
   readonly archive: StreamArchiveRows;
 }
 

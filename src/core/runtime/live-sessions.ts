@@ -140,6 +140,8 @@ export class LiveSessions {
       created_at_us: session.createdAtUs,
     });
     this.live.set(session.id, session);
+    // A new id has no stored events: the bus numbers from 1 without asking the store.
+    this.options.bus.seedSeq(session.id, 0);
     this.eventsOf(session.id).emit('session.created', null, {
       workspace_path: workspacePath,
       workspace_hash: session.workspaceHash,

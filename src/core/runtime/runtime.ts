@@ -371,6 +371,10 @@ export class Runtime {
     return turn ? { turnId: turn.state.turnId, done: turn.done } : null;
   }
 
+  /** The turn running here now, from memory alone (no store read, no take-up): what a read answers. */
+  runningTurnId = (sessionId: string): string | null =>
+    this.live.has(sessionId) ? (this.currentTurn(sessionId)?.turnId ?? null) : null;
+
   /** Takes up a turn the last run left open, where the store shows it stopped (docs/runtime.md). */
   resumeTurn(cut: CutTurn): Promise<TurnOutcome> {
     const state: TurnState = { turnId: cut.turnId, controller: new AbortController(), cancelReason: null };

@@ -1,5 +1,5 @@
 import type { EventBus } from '../bus/event-bus.js';
-import type { SessionStore } from '../store/session-store.js';
+import type { SessionWrites } from '../store/session-writes.js';
 import type { StreamArchiveRows } from '../store/stream-archive-rows.js';
 import { unbilledUsage } from './pricing.js';
 import { StreamingChannel } from './streaming-channel.js';
@@ -17,7 +17,7 @@ import type { CutTurn } from './turn-resume-plan.js';
  */
 export function closeCutCall(
   cut: CutTurn,
-  deps: { bus: EventBus; sessions: SessionStore; archive: StreamArchiveRows; pricingVersion: string },
+  deps: { bus: EventBus; sessions: SessionWrites; archive: StreamArchiveRows; pricingVersion: string },
 ): CutTurn {
   const call = cut.cutCall;
   if (call === null) return cut;

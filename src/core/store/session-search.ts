@@ -1,8 +1,6 @@
 import type { Db } from './database.js';
 import { storedQuantile } from './latency-bins.js';
 import type { SessionRecord } from './session-store.js';
-import { rowApplierOf } from './sqlite-row-applier.js';
-import { asStorageError } from './storage-errors.js';
 
 /** What `GET /sessions` may filter on (session-list-route.ts validates the query). */
 export interface SessionSearch {
@@ -153,27 +151,21 @@ export function searchSessions(db: Db, search: SessionSearch): { rows: SessionLi
   return { rows: withActivity(db, rows.slice(0, search.limit)), more };
 }
 
-/** The sessions of `ids` as the list shows them (the `PATCH /sessions/{id}` answer). */
-export function sessionListRows(db: Db, ids: readonly string[]): SessionListRow[] {
-  if (ids.length === 0) return [];
-  const rows = db
-    .prepare(`SELECT ${COLUMNS} ${FROM} WHERE s.id IN (SELECT value FROM json_each(?))`)
-    .all(JSON.stringify(ids)) as Row[];
-  return withActivity(db, rows);
+/** One session as the list shows it (the `PATCH /sessions/{id}` answer), or undefined when there is none. */
+export function sessionListRow(db: Db, sessionId: string): SessionListRow | undefined {
+  const rows = db.prepare(`SELECT ${COLUMNS} ${FROM} WHERE s.id = ?`).all(sessionId) as Row[];
+  return withActivity(db, rows)[0];
 }
 
-/** One page of sessions as `GET /sessions` answers it: from this database, or from the store of record. */
-export type SessionLister = (search: SessionSearch) => Promise<{ rows: SessionListRow[]; more: boolean }>;
-
-/** Sets the title a user gave a session; null clears it (the first message titles it again). */
-export function setSessionTitle(db: Db, sessionId: string, title: string | null, atUs: number): void {
-  try {
-    // At once, not queued behind the events: the PATCH answers with the title stored, or with the error.
-    rowApplierOf(db).apply({ kind: 'title.set', sessionId, title, atUs });
-  } catch (error) {
-    // Busy, full or I/O: the storage codes (503/507), as every other write answers them.
-    throw asStorageError(error, db.name);
-  }
+/**
+ * Where `GET /sessions` and the `PATCH /sessions/{id}` answer read: this server's database
+ * (sqlite-whole-store-reads.ts), or the store of record (postgres/pg-store-reads.ts).
+ */
+export interface SessionLister {
+  /** One page of sessions as `GET /sessions` answers it. */
+  search(search: SessionSearch): Promise<{ rows: SessionListRow[]; more: boolean }>;
+  /** One session as the list shows it, whatever the filters would say of it; undefined when none. */
+  row(sessionId: string): Promise<SessionListRow | undefined>;
 }
 
 /** Last activity, read per listed session by its own events' key; latency from its histogram. */

@@ -12,6 +12,7 @@ import {
 } from './session-records.js';
 import { SessionWrites } from './session-writes.js';
 import { sqliteRowSink } from './trace-writer.js';
+import { withUnsettled } from './unsettled-messages.js';
 
 export type {
   MessageRecord,
@@ -185,7 +186,12 @@ export class SessionStore extends SessionWrites {
         options.limit ?? 50,
       ) as MessageRow[];
     const stored = rows.reverse().map(toMessage);
-    return this.withPending(sessionId, stored, options.beforeId ?? null, options.limit ?? 50);
+    return withUnsettled(
+      stored,
+      this.unsettledMessages(sessionId),
+      options.beforeId ?? null,
+      options.limit ?? 50,
+    );
   }
 
   /**
@@ -198,23 +204,6 @@ export class SessionStore extends SessionWrites {
     return later === 0
       ? messages
       : messages.filter((m) => !this.marks.isAfter(sessionId, m.id, atId)).slice(-limit);
-  }
-
-  /** `stored` with the session's messages still waiting for storage merged in, newest `limit` kept. */
-  private withPending(
-    sessionId: string,
-    stored: MessageRecord[],
-    beforeId: string | null,
-    limit: number,
-  ): MessageRecord[] {
-    if (this.pendingMessages.size === 0) return stored;
-    const pending = [...this.pendingMessages.values()].filter(
-      (m) => m.session_id === sessionId && (beforeId === null || m.id < beforeId),
-    );
-    if (pending.length === 0) return stored;
-    const byId = new Map(stored.map((m) => [m.id, m]));
-    for (const message of pending) byId.set(message.id, message);
-    return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).slice(-limit);
   }
 
   /** The newest tool call with this provider id (in one session, when given). */

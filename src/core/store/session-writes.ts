@@ -3,6 +3,7 @@ import type { RowWrite } from './batch-committer.js';
 import { MessageMarks } from './message-marks.js';
 import type { RowChange } from './row-change.js';
 import type { MessageRecord, ToolCallKey, ToolCallStatus } from './session-records.js';
+import type { UnsettledMessages } from './unsettled-messages.js';
 
 /** Where a store's row writes go: the SQLite file's writer, or a PostgreSQL writer's queue. */
 export interface RowSink {
@@ -17,12 +18,25 @@ export interface RowSink {
  * order with the events of the same tick. Messages written and not stored yet are kept here until
  * their row settles, so a reader of the store (SessionStore) can merge them in.
  */
-export class SessionWrites {
+export class SessionWrites implements UnsettledMessages {
   /** Messages written but not committed yet, by id. */
   protected readonly pendingMessages = new Map<string, MessageRecord>();
   protected readonly marks = new MessageMarks();
 
   constructor(private readonly sink: RowSink) {}
+
+  unsettledMessages(sessionId: string): MessageRecord[] {
+    if (this.pendingMessages.size === 0) return [];
+    return [...this.pendingMessages.values()].filter((m) => m.session_id === sessionId);
+  }
+
+  shownAfter(sessionId: string, messageId: string, atId: string): boolean {
+    return this.marks.isAfter(sessionId, messageId, atId);
+  }
+
+  countShownAfter(sessionId: string, atId: string): number {
+    return this.marks.countAfter(sessionId, atId);
+  }
 
   private write(what: string, change: RowChange, settled?: RowWrite['settled']): void {
     this.sink.write({ what, change, settled });

@@ -78,7 +78,7 @@ export class SqliteFamilyLoader implements FamilyLoader {
           .all(id) as ToolCallRow[]
       ).map(toToolCallRecord),
       childIds: this.sessions.childSessionIds(id).sort(),
-      lastRoutedModel: this.lookups.lastRoutedModel(id),
+      lastRoutedModel: this.lookups.routedModelNow(id),
       budgetCaps: this.budgets.capsOf(id),
       spent: this.budgets.spentBy(id),
       queue: this.queues.queueOf(id),

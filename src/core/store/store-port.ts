@@ -11,7 +11,7 @@ import { SqliteTraceLookups, type TraceLookups } from './trace-lookups.js';
 import { writerOf } from './trace-writer.js';
 
 /** The sessions, messages and tool calls of the store, as the runtime reads and writes them. */
-export type SessionRows = Pick<SessionStore, keyof SessionStore>;
+export type SessionRows = Omit<SessionStore, keyof import('./unsettled-messages.js').UnsettledMessages>;
 
 /**
  * What the runtime needs of a store (issue 35): no SQL and no driver above this line. Events reach the

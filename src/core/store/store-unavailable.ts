@@ -1,6 +1,6 @@
 import { MetisError } from '../errors.js';
 import { asStorageError } from './storage-errors.js';
-import type { TraceContext } from './trace-context.js';
+import type { StoreUpstream } from './store-upstream.js';
 
 /** Network errors of a connection to a server that is away (stopped, restarting, cut off). */
 const NETWORK_CODES = new Set([
@@ -59,7 +59,10 @@ export function storeUnavailable(label: string, cause: unknown, consequence: str
  * A failure a read met, as the storage error a client is answered: the store of record away (503, named),
  * the working copy's disk full or failing (507/503, naming the file), or `error` unchanged.
  */
-export function storageErrorOf(trace: Pick<TraceContext, 'upstream' | 'dbPath'>, error: unknown): unknown {
+export function storageErrorOf(
+  trace: { readonly upstream: StoreUpstream | null; readonly dbPath: string },
+  error: unknown,
+): unknown {
   if (trace.upstream !== null && isStoreUnreachable(error))
     return storeUnavailable(trace.upstream.label, error, 'try again once it is back');
   return asStorageError(error, trace.dbPath);

@@ -3,37 +3,34 @@ import { EventBus } from '../bus/event-bus.js';
 import type { ValidationMode } from '../bus/validation-mode.js';
 import { ensureIdsAfter } from '../events/ids.js';
 import { silentLogger } from '../logger.js';
-import { type Db, openDatabase } from './database.js';
+import { type Db, openDatabase, serveTheLoop } from './database.js';
 import { type DetectedGap, scanForGaps } from './gap-detector.js';
+import { gatewaySpendSince } from './gateway-spend.js';
 import { drainHandoffs } from './owner-handoffs.js';
+import { sqliteWholeStoreReads } from './sqlite-whole-store-reads.js';
 import { asStorageError } from './storage-errors.js';
-import { type StorePort, sqliteStorePort } from './store-port.js';
+import { sqliteStorageStall } from './storage-stall.js';
+import type { StoreContext } from './store-context.js';
+import { sqliteStorePort } from './store-port.js';
+import { storageErrorOf } from './store-unavailable.js';
 import type { StoreUpstream } from './store-upstream.js';
-import type { StoreWriter } from './store-writer.js';
+import { SqliteStreamArchiveRows } from './stream-archive-rows.js';
+import { sqliteStreamReads } from './stream-reads.js';
+import { sqliteTraceContentReads } from './trace-content-rows.js';
 import { TraceStore } from './trace-store.js';
 import { TraceWriter } from './trace-writer.js';
 
-export interface TraceContext {
+/**
+ * The SQLite store a server runs on (the embedded store, or the working copy of a PostgreSQL store):
+ * a StoreContext whose file the commands and the working copy's machinery also reach directly.
+ * `close()` records the trace writer's `bus.subscriber_unregistered` (reason `shutdown`) before it closes
+ * the database; while storage stays unavailable it waits at most `closeFlushTimeoutMs` for each flush,
+ * then logs what is lost and closes anyway.
+ */
+export interface TraceContext extends StoreContext {
   readonly db: Db;
-  /** The PostgreSQL store the database is a working copy of; null for the embedded store. */
-  readonly upstream: StoreUpstream | null;
-  readonly bus: EventBus;
   readonly store: TraceStore;
-  /** What the runtime reads and writes besides events (one for the database: its sessions share state). */
-  readonly port: StorePort;
-  /** The store's writer: what commits the bus's events and the row writes, in one order. */
-  readonly writer: StoreWriter;
   readonly dbPath: string;
-  /** Waits until every emitted event is dispatched and committed. */
-  flush(): Promise<void>;
-  /**
-   * Runs the close hooks, flushes, records the trace writer's `bus.subscriber_unregistered` (reason
-   * `shutdown`), then closes the database. Safe to call twice. When storage stays unavailable it waits
-   * at most `closeFlushTimeoutMs` for each flush, then logs what is lost and closes anyway.
-   */
-  close(): Promise<void>;
-  /** Runs `hook` at the start of `close()`, before the final flush (e.g. to stop a timer that emits). */
-  onClose(hook: () => void | Promise<void>): void;
 }
 
 export interface OpenTraceContextOptions {
@@ -91,6 +88,7 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     writer.onBatch(() => upstream.kick());
     upstream.start();
   }
+  const wholeStore = sqliteWholeStoreReads({ db, dbPath: options.dbPath });
   const closeHooks: (() => void | Promise<void>)[] = [];
   let closed = false;
   const flush = async () => {
@@ -115,6 +113,17 @@ export function openTraceContext(options: OpenTraceContextOptions): TraceContext
     port,
     writer,
     dbPath: options.dbPath,
+    label: options.dbPath,
+    reads: {
+      stream: (sessions) => sqliteStreamReads(store, sessions),
+      archiveRows: () => new SqliteStreamArchiveRows(db),
+      traceContent: sqliteTraceContentReads(store),
+      wholeStore,
+      gatewaySpendSince: (sinceUs) => gatewaySpendSince(db, sinceUs),
+    },
+    storageErrorOf: (error) => storageErrorOf({ upstream, dbPath: options.dbPath }, error),
+    serving: () => serveTheLoop(db),
+    stall: sqliteStorageStall(options.dbPath),
     flush,
     onClose: (hook) => {
       closeHooks.push(hook);

@@ -29,12 +29,21 @@ export interface TraceLookups {
   userTextOfTurn(sessionId: string, turnId: string): Promise<string | null>;
   /**
    * The model the session's last turn was routed to (or moved to by an override), null before any.
-   * Synchronous: an AG-UI state update asks it per event; the owner will answer it from memory.
+   * An AG-UI run reads it once as it starts and follows the run's routing events from there.
    */
-  lastRoutedModel(sessionId: string): string | null;
+  lastRoutedModel(sessionId: string): Promise<string | null>;
 }
 
 const TURN_ENDS = "('turn.completed', 'turn.cancelled')";
+
+/** The text blocks of a stored message's content (`content_json`), joined: what a user typed. */
+export function textOfUserContent(contentJson: string): string {
+  const content = JSON.parse(contentJson) as { type: string; text?: string }[];
+  return content
+    .filter((block) => block.type === 'text')
+    .map((block) => block.text ?? '')
+    .join('');
+}
 
 function prepareUserMessage(db: Db) {
   return db
@@ -108,15 +117,15 @@ export class SqliteTraceLookups implements TraceLookups {
   async userTextOfTurn(sessionId: string, turnId: string): Promise<string | null> {
     this.userMessage ??= prepareUserMessage(this.db);
     const json = this.userMessage.get(sessionId, turnId) as string | undefined;
-    if (json === undefined) return null;
-    const content = JSON.parse(json) as { type: string; text?: string }[];
-    return content
-      .filter((block) => block.type === 'text')
-      .map((block) => block.text ?? '')
-      .join('');
+    return json === undefined ? null : textOfUserContent(json);
   }
 
-  lastRoutedModel(sessionId: string): string | null {
+  async lastRoutedModel(sessionId: string): Promise<string | null> {
+    return this.routedModelNow(sessionId);
+  }
+
+  /** `lastRoutedModel` at the call, for a family load inside its read transaction. */
+  routedModelNow(sessionId: string): string | null {
     return (this.routedModel.get(sessionId) as string | null | undefined) ?? null;
   }
 }

@@ -18,6 +18,8 @@ export class SyncReadRefused extends Error {
  * docs/plans/store-port.md step 8): every write goes to the sink as SessionStore's do, and every
  * synchronous read is refused. The runtime wraps them in OwnerRows, which answers the sessions it holds
  * from memory, so a read reaching these rows is a session read before `runtime.open` loaded it.
+ * The messages they hold until committed (UnsettledMessages) are what the PostgreSQL reads merge in:
+ * pass this instance to pgConversationReads and pgStreamReads.
  */
 export class WriteOnlySessionRows extends SessionWrites implements SessionRows {
   /** Refuses a read (a subclass may note it first: test/runtime/owner-memory lists them). */

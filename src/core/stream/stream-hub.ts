@@ -1,6 +1,7 @@
-import type { MetisEvent } from '../events/envelope.js';
+import { type MetisEvent, SYSTEM_SESSION_ID } from '../events/envelope.js';
 import { MAX_DELEGATION_DEPTH } from '../store/session-lineage.js';
 import type { SessionRows } from '../store/store-port.js';
+import { SyncReadRefused } from '../store/write-only-session-rows.js';
 import { EventFrames } from './event-frames.js';
 import type { EventSequencer } from './event-sequencer.js';
 import { RecentStreams } from './recent-streams.js';
@@ -147,9 +148,18 @@ export class StreamHub {
   }
 
   private parentSession(sessionId: string): string | null {
+    if (sessionId === SYSTEM_SESSION_ID) return null;
     let parent = this.parentOf.get(sessionId);
     if (parent === undefined) {
-      parent = this.sessions.getSession(sessionId)?.parent_session_id ?? null;
+      try {
+        parent = this.sessions.getSession(sessionId)?.parent_session_id ?? null;
+      } catch (error) {
+        // A store read only asynchronously answers the sessions the runtime holds; the events here are
+        // of those (a worker's parent is learnt from its delegate.started anyway). Not remembered: the
+        // session may be loaded later.
+        if (error instanceof SyncReadRefused) return null;
+        throw error;
+      }
       this.parentOf.set(sessionId, parent);
     }
     return parent;

@@ -169,6 +169,16 @@ export async function searchPgSessions(
   };
 }
 
+/** One session as the list shows it, read from PostgreSQL as session-search.ts `sessionListRow` reads it. */
+export async function pgSessionListRow(
+  client: pg.ClientBase | pg.Pool,
+  sessionId: string,
+): Promise<SessionListRow | undefined> {
+  const found = await client.query<PgRow>(SELECT.replace('%WHERE%', 'id = $1'), [sessionId]);
+  const row = found.rows[0];
+  return row === undefined ? undefined : listRow(row, row.user_title);
+}
+
 /** A row as the list shows it, its latency from the same histogram the SQLite summaries keep. */
 function listRow(row: PgRow, userTitle: string | null): SessionListRow {
   const histogram: Record<string, number> = {};

@@ -4,7 +4,7 @@ import type { HourCount } from '../stats.js';
 import type { WholeStoreReads } from '../whole-store-reads.js';
 import { postgresPool } from './connect.js';
 import { postgresTraceStats } from './pg-inspect.js';
-import { searchPgSessions } from './pg-session-search.js';
+import { pgSessionListRow, searchPgSessions } from './pg-session-search.js';
 import { pgUsageByBucket } from './pg-usage-stats.js';
 
 const HOUR_MS = 3_600_000;
@@ -36,7 +36,10 @@ export async function pgEventsPerHour(
 export function pgStoreReads(url: string): WholeStoreReads & { close(): Promise<void> } {
   const pool = postgresPool(url, 'serve', 2);
   return {
-    sessions: (search) => searchPgSessions(pool, search),
+    sessions: {
+      search: (search) => searchPgSessions(pool, search),
+      row: (sessionId) => pgSessionListRow(pool, sessionId),
+    },
     usage: (query) => pgUsageByBucket(pool, query),
     storeStats: async (hours) => {
       const { by_session: _, ...stats } = await postgresTraceStats(url);

@@ -4,7 +4,6 @@ import { EVENT_COLUMNS, type EventJsonRow, type EventRow, rowToJson } from '../e
 import { type CountedCost, roundedCost, type SessionAsOf } from '../session-as-of.js';
 import { MAX_DELEGATION_DEPTH } from '../session-lineage.js';
 import { COST_EVENT_TYPES } from '../session-store.js';
-import type { SessionRows } from '../store-port.js';
 import {
   firstOfEach,
   LINEAGE_SQL,
@@ -14,6 +13,8 @@ import {
 } from '../stream-reads.js';
 import type { PayloadRow } from '../trace-lookups.js';
 import type { ReplayQuery } from '../trace-store.js';
+import type { UnsettledMessages } from '../unsettled-messages.js';
+import { pgMessagesAsOf } from './pg-conversation-reads.js';
 import { BIGINT_AS_NUMBER, readInIdOrder } from './pg-util.js';
 
 const TURN_EDGES = ['turn.started', 'turn.completed', 'turn.cancelled'];
@@ -103,10 +104,10 @@ export async function pgReplayJson(
 /**
  * The stream's reads (stream-reads.ts) answered by the PostgreSQL store of record, so a server with no
  * SQLite working copy can serve subscriptions (docs/plans/store-port.md, steps 7-8). Each answer is the
- * SQLite adapter's for the same events. `messagesAsOf` stays with `sessions`: pending messages and marks
- * live in the owner's memory.
+ * SQLite adapter's for the same events. `messagesAsOf` merges in what `unsettled` (the runtime's
+ * WriteOnlySessionRows) holds in memory: the messages not committed yet, and when each was shown.
  */
-export function pgStreamReads(pool: pg.Pool, sessions: Pick<SessionRows, 'messagesAsOf'>): StreamReads {
+export function pgStreamReads(pool: pg.Pool, unsettled: UnsettledMessages): StreamReads {
   const one = async <T>(text: string, values: unknown[]): Promise<T | undefined> =>
     (await pool.query({ text, values, types: BIGINT_AS_NUMBER })).rows[0] as T | undefined;
 
@@ -166,7 +167,7 @@ export function pgStreamReads(pool: pg.Pool, sessions: Pick<SessionRows, 'messag
       };
     },
 
-    messagesAsOf: async (sessionId, atId, limit) => sessions.messagesAsOf(sessionId, atId, limit),
+    messagesAsOf: pgMessagesAsOf(pool, unsettled),
 
     async confirmationEventsThrough(sessionIds, throughId) {
       const result = await pool.query<PayloadRow>({

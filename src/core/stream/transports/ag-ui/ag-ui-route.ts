@@ -6,8 +6,7 @@ import { STORAGE_ERRORS } from '../../../http/openapi.js';
 import { type RawRoute, rawRoute } from '../../../http/routes.js';
 import type { SessionGate } from '../../../http/session-router.js';
 import type { Runtime } from '../../../runtime/runtime.js';
-import type { TraceContext } from '../../../store/trace-context.js';
-import type { TraceLookups } from '../../../store/trace-lookups.js';
+import type { StoreContext } from '../../../store/store-context.js';
 import { assertStorageWritable } from '../../commit-ack.js';
 import type { ConnectionDeps } from '../../connection-deps.js';
 import { storedToolResult } from '../../stored-conversation.js';
@@ -42,7 +41,7 @@ const AG_UI_STREAM = { kind: 'ag-ui', eventTypes: AG_UI_EVENT_TYPES } as const;
 export function agUiRoutes(
   runtime: Runtime,
   deps: () => ConnectionDeps,
-  trace: TraceContext,
+  trace: StoreContext,
   /** In a cluster, this node must own the thread's session first (a path with the id is gated already). */
   sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
@@ -81,6 +80,8 @@ export function agUiRoutes(
     }
     assertStorageWritable(trace);
     if (perSession === null) await sessionGate(sessionId, true);
+    // Read once, before the run's synchronous start: the mapper follows the routing events after it.
+    const routedModel = await deps().lookups.lastRoutedModel(sessionId);
     const continuation = runtime.hasSession(sessionId) ? continuationOf(runtime, sessionId, input) : null;
     // Answers for a turn that is over (decided meanwhile, timed out): the thread as it ended.
     if (continuation === null && answers && input.messages.at(-1)?.role !== 'user') {
@@ -91,7 +92,7 @@ export function agUiRoutes(
     const clientTools = continuation === null ? clientToolsOf(input) : [];
     if (!runtime.hasSession(sessionId)) runtime.createSession({ sessionId });
     const data = new SseData();
-    const context = runContext(runtime, deps().lookups, sessionId, input, continuation, clientTools);
+    const context = runContext(runtime, routedModel, sessionId, input, continuation, clientTools);
     const mapper = new AgUiMapper(data.write, context);
     const transport = new TurnTransport(response, AG_UI_STREAM, mapper, data, sessionId);
     const start = (): string => {
@@ -149,7 +150,8 @@ function forwardedMultitask(input: AgUiInput): unknown {
 /** What the mapper reads of the run and the thread. */
 function runContext(
   runtime: Runtime,
-  lookups: TraceLookups,
+  /** The session's last routed model as stored when the run began. */
+  routedModel: string | null,
   sessionId: string,
   input: AgUiInput,
   continuation: Continuation | null,
@@ -164,7 +166,7 @@ function runContext(
       return result === null ? '' : result.isError ? `error: ${result.text}` : result.text;
     },
     thread: () => agUiThread(runtime, sessionId, clientIds),
-    state: () => sessionState(runtime, lookups, sessionId),
+    state: () => sessionState(runtime, routedModel, sessionId),
     clientTools: continuation?.clientTools ?? new Set(clientTools.map((tool) => tool.name)),
     answered: continuation?.answered ?? new Set(),
     batch: continuation?.batch,

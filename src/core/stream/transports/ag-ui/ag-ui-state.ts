@@ -1,5 +1,4 @@
 import type { Runtime } from '../../../runtime/runtime.js';
-import type { TraceLookups } from '../../../store/trace-lookups.js';
 
 /** One approval the thread waits for, as the state shows it. */
 export interface PendingApproval {
@@ -30,14 +29,15 @@ const KEYS: readonly StateKey[] = ['model', 'pending_approvals', 'cost_usd'];
 export type JsonPatch = { op: 'replace'; path: string; value: unknown }[];
 
 /**
- * The state as stored now. The model is the one the session's last turn was routed to (or moved to by
- * an override), else the session's active model: the one that answers, not only the one pinned.
+ * The state as the runtime holds it now. The model is `routedModel` (the one the session's last turn
+ * was routed to, or moved to by an override: TraceLookups.lastRoutedModel, read as the run started;
+ * the mapper follows the run's own routing events after it), else the session's active model: the one
+ * that answers, not only the one pinned.
  */
-export function sessionState(runtime: Runtime, lookups: TraceLookups, sessionId: string): AgUiState {
+export function sessionState(runtime: Runtime, routedModel: string | null, sessionId: string): AgUiState {
   const session = runtime.getSession(sessionId);
-  const routed = lookups.lastRoutedModel(sessionId);
   return {
-    model: routed ?? session.active_model,
+    model: routedModel ?? session.active_model,
     pending_approvals: runtime.pendingConfirmations(sessionId).map((request) => ({
       confirmation_request_id: request.confirmation_request_id,
       session_id: request.session_id,

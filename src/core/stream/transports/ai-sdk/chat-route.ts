@@ -6,7 +6,7 @@ import { STORAGE_ERRORS } from '../../../http/openapi.js';
 import { type RawRoute, rawRoute } from '../../../http/routes.js';
 import type { SessionGate } from '../../../http/session-router.js';
 import type { Runtime } from '../../../runtime/runtime.js';
-import type { TraceContext } from '../../../store/trace-context.js';
+import type { StoreContext } from '../../../store/store-context.js';
 import { ClientSessionId } from '../../client-session-id.js';
 import { assertStorageWritable } from '../../commit-ack.js';
 import type { ConnectionDeps } from '../../connection-deps.js';
@@ -51,7 +51,7 @@ const UI_MESSAGE_STREAM = {
 export function chatRoutes(
   runtime: Runtime,
   deps: () => ConnectionDeps,
-  trace: TraceContext,
+  trace: StoreContext,
   /** In a cluster, this node must own the chat's session first. */
   sessionGate: SessionGate = async () => {},
 ): RawRoute[] {
