@@ -172,4 +172,14 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
     const whole = await seqsOf(second.context, sessionId);
     expect(whole).toEqual(whole.map((_, index) => index + 1));
   });
+
+  it('a second server on the same store is refused, naming the setting; a wrong URL names it too', async () => {
+    const url = freshDatabase(postgres);
+    await serverOn(url);
+    const second = openPostgresContext({ url, setting: 'store.url' });
+    await expect(second).rejects.toMatchObject({ code: 'METIS_ERR_DB_LOCKED' });
+    await expect(second).rejects.toThrow(/^store\.url: another metis serve/);
+    const nowhere = openPostgresContext({ url: `${url}_missing`, setting: '--store' });
+    await expect(nowhere).rejects.toThrow(/--store/);
+  });
 });

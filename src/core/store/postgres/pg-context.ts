@@ -14,7 +14,7 @@ import type { StorePort } from '../store-port.js';
 import { isStoreUnreachable, storeUnavailable } from '../store-unavailable.js';
 import { WriteOnlyBudgetRows, WriteOnlyQueueRows } from '../write-only-rows.js';
 import { SyncReadRefused, WriteOnlySessionRows } from '../write-only-session-rows.js';
-import { postgresClient, postgresPool } from './connect.js';
+import { postgresPool } from './connect.js';
 import { takeRowIdBlock, usedInRowIdBlock } from './node-registry.js';
 import { pgConversationReads } from './pg-conversation-reads.js';
 import { PgFamilyLoader } from './pg-load-family.js';
@@ -27,10 +27,8 @@ import { PgStreamArchiveRows } from './pg-stream-archive-rows.js';
 import { pgStreamReads } from './pg-stream-reads.js';
 import { pgTraceContentReads } from './pg-trace-content-reads.js';
 import { PgTraceLookups } from './pg-trace-lookups.js';
-import { migratePostgres } from './schema.js';
-import { ServeLock } from './serve-lock.js';
+import { connectHoldingServeLock, ServeLock } from './serve-lock.js';
 import { startupStoreError } from './startup-errors.js';
-import { serveLockSql } from './working-copy.js';
 
 export interface OpenPostgresContextOptions {
   readonly url: string;
@@ -79,20 +77,9 @@ export async function openPostgresContext(options: OpenPostgresContextOptions): 
 }
 
 async function takeServeLock(options: OpenPostgresContextOptions, label: string): Promise<pg.Client> {
-  const client = postgresClient(options.url, 'serve-lock');
   try {
-    await client.connect();
-    await migratePostgres(client);
-    const locked = await client.query<{ free: boolean }>(serveLockSql(false));
-    if (!locked.rows[0]!.free)
-      throw new MetisError(
-        'METIS_ERR_DB_LOCKED',
-        `${options.setting}: another metis serve (or a copy, restore or prune) is using ${label}`,
-        { hint: 'Stop the other process first, or point this server at another database.' },
-      );
-    return client;
+    return await connectHoldingServeLock(options.url, options.setting, label, false);
   } catch (error) {
-    await client.end().catch(() => {});
     if (error instanceof MetisError && error.code !== 'METIS_ERR_SCHEMA_VERSION') throw error;
     throw startupStoreError(error, options.setting, label);
   }

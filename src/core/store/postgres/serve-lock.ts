@@ -1,7 +1,43 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import { MetisError } from '../../errors.js';
 import { postgresClient } from './connect.js';
-import { serveLockSql } from './working-copy.js';
+import { migratePostgres, SERVE_LOCK_SQL } from './schema.js';
+
+/** The serve lock's statement: one server alone, or one node of several. */
+export function serveLockSql(cluster: boolean): string {
+  return `SELECT ${cluster ? 'pg_try_advisory_lock_shared' : 'pg_try_advisory_lock'}(${SERVE_LOCK_SQL}) AS free`;
+}
+
+/**
+ * A new connection to the store, its schema brought up to date, holding the serve lock (shared by the
+ * nodes of a cluster). Ended again when a step fails.
+ * @throws MetisError METIS_ERR_DB_LOCKED naming `setting` when another server (or a copy, restore or
+ *   prune) holds the lock; the driver's or the migration's error otherwise, for the caller to name.
+ */
+export async function connectHoldingServeLock(
+  url: string,
+  setting: string,
+  label: string,
+  cluster: boolean,
+): Promise<pg.Client> {
+  const client = postgresClient(url, 'serve-lock');
+  try {
+    await client.connect();
+    await migratePostgres(client);
+    const locked = await client.query<{ free: boolean }>(serveLockSql(cluster));
+    if (!locked.rows[0]!.free)
+      throw new MetisError(
+        'METIS_ERR_DB_LOCKED',
+        `${setting}: another metis serve (or a copy, restore or prune) is using ${label}`,
+        { hint: 'Stop the other process first, or point this server at another database.' },
+      );
+    return client;
+  } catch (error) {
+    await client.end().catch(() => {});
+    throw error;
+  }
+}
 
 /** Pause between attempts to take the lock again after its connection was lost. */
 const RETAKE_MS = 1_000;

@@ -9,8 +9,7 @@ import { nowMicros } from '../../events/clock.js';
 import { ensureIdsAfter } from '../../events/ids.js';
 import { type Db, openDatabase } from '../database.js';
 import { COPIED_TABLES, copyStore, redactUrl } from '../store-copy.js';
-import { postgresClient } from './connect.js';
-import { migratePostgres, SERVE_LOCK_SQL } from './schema.js';
+import { connectHoldingServeLock } from './serve-lock.js';
 import { startupStoreError } from './startup-errors.js';
 
 /**
@@ -56,11 +55,6 @@ export interface WorkingCopy {
   readonly label: string;
   /** Holds the serve lock on the store; ending it releases the lock. */
   readonly lockHolder: pg.Client;
-}
-
-/** The serve lock's statement: one server alone, or one node of several. */
-export function serveLockSql(cluster: boolean): string {
-  return `SELECT ${cluster ? 'pg_try_advisory_lock_shared' : 'pg_try_advisory_lock'}(${SERVE_LOCK_SQL}) AS free`;
 }
 
 const META_TABLE = 'pg_working_copy';
@@ -144,18 +138,9 @@ export async function prepareWorkingCopy(options: WorkingCopyOptions): Promise<W
   let lockHolder: pg.Client | null = null;
   try {
     const path = workingCopyPath(options.dataDir, options.url);
-    lockHolder = postgresClient(options.url, 'serve-lock');
-    const client = lockHolder;
-    await client.connect();
-    await migratePostgres(client);
     const cluster = options.cluster === true;
-    const locked = await client.query<{ free: boolean }>(serveLockSql(cluster));
-    if (!locked.rows[0]!.free)
-      throw new MetisError(
-        'METIS_ERR_DB_LOCKED',
-        `${options.setting}: another metis serve (or a copy, restore or prune) is using ${label}`,
-        { hint: 'Stop the other process first, or point this server at another database.' },
-      );
+    lockHolder = await connectHoldingServeLock(options.url, options.setting, label, cluster);
+    const client = lockHolder;
     const epoch = (await client.query<{ epoch: string }>('SELECT epoch FROM metis_store_epoch')).rows[0]!
       .epoch;
     if (cluster) {
