@@ -5,6 +5,7 @@ import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js
 import { STREAMING_TYPES } from '../../src/core/events/streaming.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { recoverCutTurns } from '../../src/core/runtime/crash-recovery.js';
+import { openAndResumeCutTurns } from '../../src/core/runtime/resume-cut-turns.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { openPostgresContext, type PostgresContext } from '../../src/core/store/postgres/pg-context.js';
 import { PgOpenWork } from '../../src/core/store/postgres/pg-open-work.js';
@@ -181,5 +182,43 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
     await expect(second).rejects.toThrow(/^store\.url: another metis serve/);
     const nowhere = openPostgresContext({ url: `${url}_missing`, setting: '--store' });
     await expect(nowhere).rejects.toThrow(/--store/);
+  });
+
+  it('with on_restart resume, the cut turn goes on from PostgreSQL and ends once', async () => {
+    const url = freshDatabase(postgres);
+    const slow = { scripted: { slow_tokens: 300, slow_token_delay_ms: 5 } };
+    const first = await serverOn(url, slow);
+    const sessionId = await first.createSession();
+    const { client } = await subscribe(first, sessionId);
+    const cutTurn = await first.submit(sessionId, 'slow: the long answer');
+    await waitForType(client, 'text.delta', 3);
+    await first.server.close();
+    await first.context.close();
+    await first.runtime.close();
+
+    const context = await openPostgresContext({ url, setting: '--store' });
+    const { sessions } = context.port;
+    if (!(sessions instanceof WriteOnlySessionRows)) throw new Error('expected the write-only rows');
+    const report = await recoverCutTurns(
+      new PgOpenWork(context.pool),
+      { bus: context.bus, sessions, archive: new PgStreamArchiveRows(context.pool, context.writer) },
+      { pricingVersion: 'test', logger: silentLogger(), onRestart: 'resume' },
+    );
+    expect(report.resumable.map((cut) => cut.turnId)).toEqual([cutTurn]);
+    const runtime = createRuntime({ bus: context.bus, store: context.port, config: testRuntimeConfig(slow) });
+    onTestFinished(async () => {
+      await runtime.close();
+      await context.close();
+    });
+    await openAndResumeCutTurns(runtime, report.resumable, silentLogger(), 'at start', []);
+    await expect.poll(() => runtime.currentTurn(sessionId), { timeout: 15_000 }).toBeNull();
+    await context.flush();
+    const ends = await context.pool.query<{ type: string }>(
+      `SELECT type FROM events WHERE turn_id = $1 AND type IN ('turn.completed', 'turn.cancelled')`,
+      [cutTurn],
+    );
+    expect(ends.rows.map((row) => row.type)).toEqual(['turn.completed']);
+    const seqs = await seqsOf(context, sessionId);
+    expect(seqs).toEqual(seqs.map((_, index) => index + 1));
   });
 });

@@ -36,3 +36,25 @@ export function resumeCutTurns(
     }
   }
 }
+
+/**
+ * `resumeCutTurns` on a store the runtime reads only from memory (PostgreSQL with no working copy):
+ * each session is opened first (`runtime.open` loads its family), then the turns resume and the queues
+ * are taken up as above. A session that cannot be opened is logged and left to its resumption below.
+ */
+export async function openAndResumeCutTurns(
+  runtime: Runtime,
+  cuts: readonly CutTurn[],
+  logger: Logger,
+  where: 'at start' | 'after a take-over',
+  queued: readonly string[],
+): Promise<void> {
+  for (const sessionId of new Set([...cuts.map((cut) => cut.sessionId), ...queued])) {
+    try {
+      await runtime.open(sessionId);
+    } catch (error) {
+      logger.error({ session_id: sessionId, err: error }, `could not open a session to resume it ${where}`);
+    }
+  }
+  resumeCutTurns(runtime, cuts, logger, where, queued);
+}
