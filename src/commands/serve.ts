@@ -1,12 +1,14 @@
 import { plural } from '../client/plural.js';
 import { CONFORMANCE_WARNING } from '../core/app/conformance-mode.js';
-import { startService } from '../core/app/start-service.js';
+import { runsOnPostgresAlone, startDirectService } from '../core/app/start-direct.js';
+import { type RunningService, startService } from '../core/app/start-service.js';
 import { loadConfig } from '../core/config/load-config.js';
 import { MetisError } from '../core/errors.js';
 import { bearerTokenFromEnv, type ServerAuth } from '../core/http/local-token.js';
 import { createServiceLogger, logFormatFor } from '../core/logger.js';
 import { resolveDbPath } from '../core/store/paths.js';
 import { asStorageError } from '../core/store/storage-errors.js';
+import type { StoreContext } from '../core/store/store-context.js';
 import type { FaultName } from '../core/stream/faults.js';
 import { pickCluster } from './cluster-option.js';
 import { pickStore } from './store-option.js';
@@ -104,12 +106,16 @@ async function serve(options: ServeOptions): Promise<void> {
     );
   };
   process.on('unhandledRejection', onUnhandledRejection);
-  const service = await startService(config, dbPath, logger, {
+  const serviceOptions = {
     conformance: options.conformance ? { faults: faults as FaultName[] } : undefined,
     configPath: filepath,
     storeSetting: store?.setting,
     clusterSettings,
-  }).catch((error: unknown) => {
+  };
+  const starting: Promise<RunningService<StoreContext>> = runsOnPostgresAlone(config)
+    ? startDirectService(config, dbPath, logger, serviceOptions)
+    : startService(config, dbPath, logger, serviceOptions);
+  const service = await starting.catch((error: unknown) => {
     // A full disk or a held lock at start-up (the lock file, the database) names the database path.
     throw asStorageError(error, dbPath);
   });
@@ -182,7 +188,10 @@ async function serve(options: ServeOptions): Promise<void> {
   } else {
     console.log(`metis serving on ${service.url}`);
     if (service.store === null) console.log(`  database  ${dbPath}`);
-    else console.log(`  store     ${service.store} (working copy ${service.dbPath})`);
+    else
+      console.log(
+        `  store     ${service.store} (${service.dbPath === '' ? 'no working copy' : `working copy ${service.dbPath}`})`,
+      );
     if (service.cluster !== null) {
       const peers = service.cluster.peers();
       console.log(`  node      ${service.cluster.nodeId}`);

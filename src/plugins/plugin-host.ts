@@ -62,7 +62,8 @@ export const DEFAULT_PLUGIN_TIMEOUTS: PluginTimeouts = { startMs: 10_000, handle
 
 export interface PluginEnvironment {
   readonly bus: EventBus;
-  readonly store: TraceStore;
+  /** The trace plugins read; null where none can be read synchronously (a PostgreSQL store, no copy). */
+  readonly store: TraceStore | null;
   readonly logger: Logger;
   /** The folder that holds the database. */
   readonly dataDir: string;
@@ -94,7 +95,8 @@ interface Running extends GuardedPlugin {
   logged: number;
 }
 
-function traceQuery(store: TraceStore): TraceQuery {
+function traceQuery(store: TraceStore | null): TraceQuery {
+  if (store === null) return noTraceQuery;
   return {
     replay: (query) => {
       const { rows, tooLarge } = store.replay(query);
@@ -108,6 +110,23 @@ function traceQuery(store: TraceStore): TraceQuery {
     toolCall: (sessionId, toolUseId) => toolCallRow(store.db, sessionId, toolUseId),
   };
 }
+
+/** A read a plugin cannot make where the trace is not in a file of this process, saying why. */
+function noTrace(read: string): never {
+  throw new MetisError(
+    'METIS_ERR_INVALID_ARGUMENT',
+    `plugins cannot read the trace (${read}) on a PostgreSQL store without a working copy`,
+  );
+}
+
+const noTraceQuery: TraceQuery = {
+  replay: () => noTrace('replay'),
+  sessionEvents: () => noTrace('sessionEvents'),
+  getEvent: () => noTrace('getEvent'),
+  causalChain: () => noTrace('causalChain'),
+  messagesBefore: () => noTrace('messagesBefore'),
+  toolCall: () => noTrace('toolCall'),
+};
 
 /**
  * Creates, starts and subscribes every loaded plugin, in config order. A failure stops the ones already

@@ -8,8 +8,8 @@ import type { ServerAuth } from '../http/local-token.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { pgSharedSpend } from '../store/postgres/pg-gateway-spend.js';
 import { pgStoreReads } from '../store/postgres/pg-store-reads.js';
+import type { StoreContext } from '../store/store-context.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
-import type { TraceContext } from '../store/trace-context.js';
 import type { FaultName } from '../stream/faults.js';
 import type { ClusterSeat } from './cluster-seat.js';
 import { CONFORMANCE_HEARTBEAT_MS, faultSwitches } from './conformance-mode.js';
@@ -18,7 +18,7 @@ import { type MetisServer, startServer } from './metis-server.js';
 export interface ServerParts {
   readonly config: MetisConfig;
   readonly runtime: Runtime;
-  readonly trace: TraceContext;
+  readonly trace: StoreContext;
   readonly plugins: PluginHost;
   readonly seat: ClusterSeat;
   readonly auth: ServerAuth;

@@ -4,6 +4,7 @@ import type { JoinedNode } from '../cluster/cluster-start.js';
 import { DeadlineExceeded, withDeadline } from '../deadline.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { PostgresServeStore } from '../store/postgres/serve-store.js';
+import type { StoreContext } from '../store/store-context.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { MetisServer } from './metis-server.js';
 
@@ -16,7 +17,7 @@ export interface StoppableParts {
   readonly server: MetisServer;
   readonly runtime: Runtime;
   readonly plugins: PluginHost;
-  readonly trace: TraceContext;
+  readonly trace: StoreContext;
   readonly cluster: JoinedNode | null;
   readonly store: PostgresServeStore | null;
   /** Releases the data folder's lock. */
@@ -52,7 +53,8 @@ export function serviceStop(parts: StoppableParts): ServiceStop {
     try {
       // A writer still waiting out an outage would retry against the closed connection for ever.
       trace.writer.close();
-      if (trace.db.open) trace.db.close();
+      const db = (trace as Partial<TraceContext>).db;
+      if (db?.open) db.close();
     } catch (error) {
       logger.error({ err: (error as Error).message }, 'closing the database at a forced stop failed');
     } finally {

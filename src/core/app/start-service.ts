@@ -12,6 +12,7 @@ import type { RecoveryReport } from '../runtime/crash-recovery.js';
 import { resumeCutTurns } from '../runtime/resume-cut-turns.js';
 import { createRuntime, type Runtime } from '../runtime/runtime.js';
 import type { DetectedGap } from '../store/gap-detector.js';
+import type { StoreContext } from '../store/store-context.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { FaultName } from '../stream/faults.js';
 import { ClusterSeat } from './cluster-seat.js';
@@ -24,7 +25,8 @@ import { type LockedStores, lockStores, openAndRecover, type RecoveredTrace } fr
 import { startServiceServer } from './service-server.js';
 import { serviceStop } from './service-stop.js';
 
-export interface RunningService {
+/** A running `metis serve`; `C` is its store (the SQLite trace context unless it runs on PostgreSQL alone). */
+export interface RunningService<C extends StoreContext = TraceContext> {
   readonly url: string;
   /** The SQLite file the server runs on: the store, or the working copy of a PostgreSQL store. */
   readonly dbPath: string;
@@ -34,7 +36,7 @@ export interface RunningService {
   /** What the last run left open and this start closed. */
   readonly recovery: RecoveryReport;
   readonly runtime: Runtime;
-  readonly trace: TraceContext;
+  readonly trace: C;
   readonly server: MetisServer;
   readonly plugins: PluginHost;
   /** This node of a cluster (`cluster.nats`), or null. */
@@ -82,12 +84,7 @@ export async function startService(
   options: ServiceOptions = {},
 ): Promise<RunningService> {
   // Before the lock: a token file others can read or `auth: none` on 0.0.0.0 must stop the start early.
-  const auth = resolveServerAuth(config.server, {
-    loopback: isLoopbackBind(config.server.host),
-    tokenFile: options.tokenFile ?? tokenFilePath(),
-  });
-  if (auth.mode === 'token' && auth.deprecation !== null) logger.warn(auth.deprecation);
-  if (auth.mode === 'none') logger.warn('server.auth: none: any local user can drive this server');
+  const auth = serviceAuth(config, options, logger);
   const dashboard = dashboardFolder(config.server.dashboard);
   const stores = await lockStores(config, dbPath, logger, {
     storeSetting: options.storeSetting ?? 'store.url',
@@ -108,7 +105,14 @@ export async function startService(
       options.configPath ?? null,
     );
     const seat = new ClusterSeat(stores.prepared !== null, trace.port.sessions);
-    const runtime = startRuntime(config, recovered, stores, seat, logger, options);
+    const runtime = startRuntime(
+      config,
+      trace,
+      { childRecordFile: recovered.childRecordFile, protectedPath: stores.tracePath },
+      seat,
+      logger,
+      options,
+    );
     server = await startServiceServer({
       config,
       runtime,
@@ -204,10 +208,15 @@ async function startConfiguredPlugins(
  * The runtime on the recovered trace store; it resumes only the sessions this node runs.
  * @throws MetisError METIS_ERR_INVALID_MODEL when no provider can serve the default model.
  */
-function startRuntime(
+export function startRuntime(
   config: MetisConfig,
-  recovered: RecoveredTrace,
-  stores: LockedStores,
+  store: Pick<StoreContext, 'bus' | 'port'>,
+  files: {
+    /** Where the runtime records the tool processes it starts. */
+    readonly childRecordFile: string;
+    /** The store's file, which no tool may write (none on PostgreSQL alone). */
+    readonly protectedPath: string | null;
+  },
   seat: ClusterSeat,
   logger: Logger,
   options: ServiceOptions,
@@ -216,16 +225,30 @@ function startRuntime(
   const configPath = options.configPath ?? null;
   const runtime = createRuntime({
     mayResume: (sessionId) => seat.runsHere(sessionId),
-    bus: recovered.trace.bus,
-    store: recovered.trace.port,
+    bus: store.bus,
+    store: store.port,
     config: runtimeConfig,
     logger,
-    childProcesses: new ChildProcessRecord(recovered.childRecordFile, logger),
-    protectedPaths: [...(configPath === null ? [] : [configPath]), stores.tracePath],
+    childProcesses: new ChildProcessRecord(files.childRecordFile, logger),
+    protectedPaths: [
+      ...(configPath === null ? [] : [configPath]),
+      ...(files.protectedPath === null ? [] : [files.protectedPath]),
+    ],
     beforeToolExecute: options.conformance ? seamPause : undefined,
   });
   // A default no provider can serve would fail every turn that names no model: refuse to start.
   const served = runtime.models.resolve(runtimeConfig.default_model);
   if (!served.ok) throw defaultModelRefusal(runtimeConfig, served);
   return runtime;
+}
+
+/** The server's authentication, resolved before anything is locked: a bad token file stops the start. */
+export function serviceAuth(config: MetisConfig, options: ServiceOptions, logger: Logger): ServerAuth {
+  const auth = resolveServerAuth(config.server, {
+    loopback: isLoopbackBind(config.server.host),
+    tokenFile: options.tokenFile ?? tokenFilePath(),
+  });
+  if (auth.mode === 'token' && auth.deprecation !== null) logger.warn(auth.deprecation);
+  if (auth.mode === 'none') logger.warn('server.auth: none: any local user can drive this server');
+  return auth;
 }

@@ -72,6 +72,12 @@ export const StoreConfigSchema = z.strictObject({
     })
     .nullable()
     .default(null),
+  /**
+   * `true` (the default): the server runs on a SQLite working copy of the store and ships to it.
+   * `false`: it reads and writes PostgreSQL alone (docs/plans/store-port.md step 8; one server, no
+   * cluster and no plugins yet).
+   */
+  working_copy: z.boolean().default(true),
 });
 
 /** A node name: it appears in NATS subjects and in `metis cluster status`, so letters, digits, - and _. */

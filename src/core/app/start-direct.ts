@@ -1,0 +1,134 @@
+import { dirname, join } from 'node:path';
+import type { Logger } from 'pino';
+import { startPlugins } from '../../plugins/plugin-host.js';
+import type { MetisConfig } from '../config/schema.js';
+import { MetisError } from '../errors.js';
+import { killLeftoverChildren } from '../runtime/child-process-record.js';
+import { recoverCutTurns } from '../runtime/crash-recovery.js';
+import { openAndResumeCutTurns } from '../runtime/resume-cut-turns.js';
+import { openPostgresContext } from '../store/postgres/pg-context.js';
+import { PgOpenWork } from '../store/postgres/pg-open-work.js';
+import { PgStreamArchiveRows } from '../store/postgres/pg-stream-archive-rows.js';
+import type { StoreContext } from '../store/store-context.js';
+import { WriteOnlySessionRows } from '../store/write-only-session-rows.js';
+import { ClusterSeat } from './cluster-seat.js';
+import { dashboardFolder } from './dashboard-folder.js';
+import type { MetisServer } from './metis-server.js';
+import { startServiceServer } from './service-server.js';
+import { serviceStop } from './service-stop.js';
+import { type RunningService, type ServiceOptions, serviceAuth, startRuntime } from './start-service.js';
+
+/** Whether `metis serve` runs on PostgreSQL alone (`store.working_copy: false`). */
+export function runsOnPostgresAlone(config: MetisConfig): boolean {
+  return config.store.url !== null && !config.store.working_copy;
+}
+
+/**
+ * `metis serve` on PostgreSQL with no working copy (`store.working_copy: false`, docs/storage.md): the
+ * store's context, recovery of what a crash left from PostgreSQL, the runtime, the turns it resumes, and
+ * then the server. One server only: no cluster and no plugins yet (they read the trace synchronously).
+ * @throws MetisError naming the setting for a cluster or plugins on this store, or a store that cannot
+ *   be used; METIS_ERR_DB_LOCKED when another server holds it.
+ */
+export async function startDirectService(
+  config: MetisConfig,
+  dbPath: string,
+  logger: Logger,
+  options: ServiceOptions = {},
+): Promise<RunningService<StoreContext>> {
+  const url = config.store.url!;
+  if (config.cluster.nats !== null)
+    throw new MetisError(
+      'METIS_ERR_INVALID_ARGUMENT',
+      'store.working_copy: false runs one server; a cluster (cluster.nats) still needs its working copy',
+    );
+  if (config.plugins.length > 0)
+    throw new MetisError(
+      'METIS_ERR_INVALID_ARGUMENT',
+      'store.working_copy: false runs no plugins yet (they read the trace from a file); remove `plugins` or keep the working copy',
+    );
+  const auth = serviceAuth(config, options, logger);
+  const dashboard = dashboardFolder(config.server.dashboard);
+  const trace = await openPostgresContext({
+    url,
+    setting: options.storeSetting ?? 'store.url',
+    logger,
+    validation: config.bus.validation ?? undefined,
+    queueLimit: config.bus.queue_limit,
+  });
+  let server: MetisServer | null = null;
+  try {
+    const childRecordFile = join(dirname(dbPath), 'postgres.children');
+    killLeftoverChildren(childRecordFile, logger);
+    const { sessions } = trace.port;
+    if (!(sessions instanceof WriteOnlySessionRows))
+      throw new Error('the PostgreSQL context writes its sessions through write-only rows');
+    const recovery = await recoverCutTurns(
+      new PgOpenWork(trace.pool),
+      { bus: trace.bus, sessions, archive: new PgStreamArchiveRows(trace.pool, trace.writer) },
+      {
+        pricingVersion: config.runtime.pricing_version,
+        logger,
+        onRestart: config.runtime.on_restart,
+        maxResumptions: config.runtime.max_resumptions,
+      },
+    );
+    await trace.flush();
+    const plugins = await startPlugins([], { bus: trace.bus, store: null, logger, dataDir: dirname(dbPath) });
+    const seat = new ClusterSeat(false, trace.port.sessions);
+    const runtime = startRuntime(
+      config,
+      trace,
+      { childRecordFile, protectedPath: null },
+      seat,
+      logger,
+      options,
+    );
+    // Before the server reads a request: a client coming back finds its cut turn running again.
+    const queued = trace.port.queues.queuedSessions();
+    await openAndResumeCutTurns(runtime, recovery.resumable, logger, 'at start', queued);
+    server = await startServiceServer({
+      config,
+      runtime,
+      trace,
+      plugins,
+      seat,
+      auth,
+      dashboard,
+      conformance: options.conformance,
+      logger,
+    });
+    const { stop, abandon } = serviceStop({
+      server,
+      runtime,
+      plugins,
+      trace,
+      cluster: null,
+      store: null,
+      release: () => {},
+      shutdownTimeoutMs: config.server.shutdown_timeout_ms,
+      keepTurns: config.runtime.on_restart === 'resume',
+      logger,
+    });
+    return {
+      url: server.url,
+      dashboardUrl: dashboard === null ? null : server.signInLink(),
+      dbPath: '',
+      store: trace.label,
+      gaps: [],
+      recovery,
+      runtime,
+      trace,
+      server,
+      plugins,
+      cluster: null,
+      auth,
+      abandon,
+      stop,
+    };
+  } catch (error) {
+    await server?.close().catch(() => {});
+    await trace.close();
+    throw error;
+  }
+}

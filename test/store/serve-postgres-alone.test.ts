@@ -1,0 +1,113 @@
+import { readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { jsonRequest } from '../helpers/http.js';
+import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
+import { runCli, serveCli } from '../helpers/run-cli.js';
+import { tempDir } from '../helpers/tmp.js';
+
+/**
+ * Issue 35, store-port step 8: `metis serve --store postgres://…` with `store.working_copy: false` runs on
+ * PostgreSQL alone. Turns run and are read back from the store, nothing is written into the data folder
+ * but the token and the tool-process record, a restart goes on where it was, and a process killed mid
+ * turn has that turn closed once at the next start.
+ */
+const pg = postgresForFile();
+
+function psqlIn(url: string, sql: string): string {
+  return pg.psql(sql, new URL(url).pathname.slice(1)).trim();
+}
+
+/** A data folder with a config turning the working copy off (and slow turns slow enough to kill). */
+function home(extra: Record<string, unknown> = {}): { home: string; args: string[] } {
+  const dir = tempDir();
+  const configPath = join(dir, 'metis.config.json');
+  writeFileSync(
+    configPath,
+    JSON.stringify({
+      store: { working_copy: false },
+      runtime: { scripted: { slow_tokens: 4000 }, on_restart: 'fail' },
+      ...extra,
+    }),
+  );
+  return { home: dir, args: ['--config', configPath] };
+}
+
+describe.runIf(postgresTestsRun)('metis serve on PostgreSQL with no working copy', () => {
+  it('serves turns from PostgreSQL alone, keeps no file of the store, and goes on after a restart', async () => {
+    const url = freshDatabase(pg);
+    const data = home();
+    const first = await serveCli(data.home, [...data.args, '--store', url]);
+    const banner = JSON.parse(first.stdout().split('\n')[0]!) as { store: string; db: string };
+    expect(banner.store).toContain('postgres://');
+    expect(banner.db).toBe('');
+    const session = (await jsonRequest(first.url, 'POST', '/sessions', {})).body.session_id as string;
+    const started = await jsonRequest(first.url, 'POST', `/sessions/${session}/turns`, { message: 'hello' });
+    expect(started.status).toBe(202);
+    await expect
+      .poll(() => psqlIn(url, `SELECT count(*) FROM events WHERE type = 'turn.completed'`), {
+        timeout: 15_000,
+      })
+      .toBe('1');
+    expect(await first.stop('SIGTERM')).toBe(0);
+    expect(readdirSync(data.home).filter((name) => name.endsWith('.db'))).toEqual([]);
+
+    const second = await serveCli(data.home, [...data.args, '--store', url]);
+    const again = await jsonRequest(second.url, 'GET', `/sessions/${session}`);
+    expect(again.status).toBe(200);
+    expect(again.body.session.turn_count).toBe(1);
+    const next = await jsonRequest(second.url, 'POST', `/sessions/${session}/turns`, { message: 'again' });
+    expect(next.status).toBe(202);
+    await expect
+      .poll(() => psqlIn(url, `SELECT count(*) FROM events WHERE type = 'turn.completed'`), {
+        timeout: 15_000,
+      })
+      .toBe('2');
+    expect(await second.stop('SIGTERM')).toBe(0);
+    // Per session, seq is 1..n with no hole or repeat.
+    expect(
+      psqlIn(
+        url,
+        `SELECT count(*) FROM (SELECT session_id, count(*) AS n, count(DISTINCT seq) AS d, max(seq) AS top
+           FROM events WHERE session_id <> 'system' GROUP BY session_id) s WHERE n <> top OR d <> n`,
+      ),
+    ).toBe('0');
+  }, 60_000);
+
+  it('a turn cut by a killed server is closed once at the next start', async () => {
+    const url = freshDatabase(pg);
+    const data = home();
+    const first = await serveCli(data.home, [...data.args, '--store', url]);
+    const session = (await jsonRequest(first.url, 'POST', '/sessions', {})).body.session_id as string;
+    await jsonRequest(first.url, 'POST', `/sessions/${session}/turns`, { message: 'slow: a long answer' });
+    await expect
+      .poll(() => psqlIn(url, `SELECT count(*) FROM events WHERE type = 'turn.started'`), { timeout: 10_000 })
+      .toBe('1');
+    await first.stop('SIGKILL');
+    const ends = () =>
+      psqlIn(url, `SELECT count(*) FROM events WHERE type IN ('turn.completed', 'turn.cancelled')`);
+    expect(ends()).toBe('0');
+    const second = await serveCli(data.home, [...data.args, '--store', url]);
+    expect(ends()).toBe('1');
+    const answer = await jsonRequest(second.url, 'GET', `/sessions/${session}`);
+    expect(answer.status).toBe(200);
+    expect(answer.body.session.current_turn_id).toBeNull();
+    expect(await second.stop('SIGTERM')).toBe(0);
+    expect(ends()).toBe('1');
+  }, 60_000);
+
+  it('refuses a cluster or plugins on it, naming the setting (exit 2)', async () => {
+    const url = freshDatabase(pg);
+    const withPlugins = home({ plugins: ['./nowhere.mjs'] });
+    const refused = await runCli(['serve', ...withPlugins.args, '--store', url], withPlugins.home);
+    expect(refused.exitCode).toBe(2);
+    expect(refused.stderr).toContain('store.working_copy: false runs no plugins');
+    const plain = home();
+    const clustered = await runCli(
+      ['serve', ...plain.args, '--store', url, '--nats', 'nats://127.0.0.1:1', '--node-id', 'a'],
+      plain.home,
+    );
+    expect(clustered.exitCode).toBe(2);
+    expect(clustered.stderr).toContain('store.working_copy: false runs one server');
+  }, 30_000);
+});
