@@ -221,4 +221,19 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
     const seqs = await seqsOf(context, sessionId);
     expect(seqs).toEqual(seqs.map((_, index) => index + 1));
   });
+
+  it('a cancel of a turn the session never had answers 404 and turn_not_found, and the server goes on', async () => {
+    const t = await serverOn(freshDatabase(postgres));
+    const sessionId = await t.createSession();
+    const { client } = await subscribe(t, sessionId);
+    await t.submit(sessionId, 'hello');
+    await waitForType(client, 'turn.completed');
+    const byHttp = await t.request('POST', `/sessions/${sessionId}/turns/turn_never_was/cancel`, {});
+    expect(byHttp.status).toBe(404);
+    client.send({ type: 'cancel', turn_id: 'turn_never_was' });
+    const refused = await client.waitFor((frame) => frame.type === 'error');
+    expect(refused.code).toBe('turn_not_found');
+    await t.submit(sessionId, 'still here?');
+    await waitForType(client, 'turn.completed', 2);
+  });
 });

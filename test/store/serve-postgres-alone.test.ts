@@ -1,6 +1,8 @@
 import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { runConformance } from '../../src/client/conformance/runner.js';
+import { homeToken } from '../helpers/home-token.js';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli, serveCli } from '../helpers/run-cli.js';
@@ -73,6 +75,16 @@ describe.runIf(postgresTestsRun)('metis serve on PostgreSQL with no working copy
       ),
     ).toBe('0');
   }, 60_000);
+
+  it('passes the whole conformance suite', async () => {
+    const url = freshDatabase(pg);
+    const data = home();
+    const server = await serveCli(data.home, [...data.args, '--conformance', '--store', url]);
+    const results = await runConformance({ url: server.url, token: homeToken(data.home) });
+    expect(results.filter((result) => result.outcome.status !== 'pass')).toEqual([]);
+    expect(results.length).toBeGreaterThanOrEqual(20);
+    expect(await server.stop('SIGTERM')).toBe(0);
+  }, 180_000);
 
   it('a turn cut by a killed server is closed once at the next start', async () => {
     const url = freshDatabase(pg);

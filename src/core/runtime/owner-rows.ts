@@ -5,6 +5,7 @@ import { RECENT_MESSAGES } from '../store/family-state.js';
 import type { StoredQueue } from '../store/queue-rows.js';
 import type { MessageRecord, SessionRecord } from '../store/session-store.js';
 import type { SessionRows } from '../store/store-port.js';
+import { SyncReadRefused } from '../store/write-only-session-rows.js';
 
 /** A held session's budget as its rows say, following this process's writes (OwnerBudgetRows). */
 export interface HeldBudget {
@@ -193,8 +194,18 @@ export class OwnerRows implements SessionRows {
     return this.store.turnState(sessionId);
   }
 
+  /**
+   * Whether the store holds the turn (asked by a cancel of a turn memory does not know). A store read
+   * only asynchronously refuses (PostgreSQL alone): the turn counts as unknown, so the cancel answers
+   * 404 rather than failing.
+   */
   hasTurn(sessionId: string, turnId: string): boolean {
-    return this.store.hasTurn(sessionId, turnId);
+    try {
+      return this.store.hasTurn(sessionId, turnId);
+    } catch (error) {
+      if (error instanceof SyncReadRefused) return false;
+      throw error;
+    }
   }
 
   unansweredConfirmations(sessionIds: readonly string[]): ReturnType<SessionRows['unansweredConfirmations']> {

@@ -138,7 +138,8 @@ function cancelHere(
       target.sendError('turn_not_found', error.message);
       return;
     }
-    throw error;
+    // A client's frame must never end the process: what went wrong is the client's answer.
+    target.sendError('cancel_failed', (error as Error).message);
   }
 }
 
