@@ -1,16 +1,13 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { ClusterSeat } from '../../src/core/app/cluster-seat.js';
 import { startServer } from '../../src/core/app/metis-server.js';
+import { recoverOnPostgres } from '../../src/core/app/start-direct.js';
 import type { RuntimeConfigInput } from '../../src/core/config/runtime-schema.js';
 import { STREAMING_TYPES } from '../../src/core/events/streaming.js';
 import { silentLogger } from '../../src/core/logger.js';
-import { recoverCutTurns } from '../../src/core/runtime/crash-recovery.js';
 import { openAndResumeCutTurns } from '../../src/core/runtime/resume-cut-turns.js';
 import { createRuntime } from '../../src/core/runtime/runtime.js';
 import { openPostgresContext, type PostgresContext } from '../../src/core/store/postgres/pg-context.js';
-import { PgOpenWork } from '../../src/core/store/postgres/pg-open-work.js';
-import { PgStreamArchiveRows } from '../../src/core/store/postgres/pg-stream-archive-rows.js';
-import { WriteOnlySessionRows } from '../../src/core/store/write-only-session-rows.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { ofType, shapeOf, strictlyIncreasing, subscribe, waitForType } from '../helpers/protocol.js';
 import { testRuntimeConfig } from '../helpers/runtime-config.js';
@@ -30,7 +27,6 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
     const context = await openPostgresContext({
       url,
       setting: '--store',
-      logger: process.env.DEBUG_PG ? (await import('pino')).pino({ level: 'warn' }) : undefined,
     });
     const runtime = createRuntime({
       bus: context.bus,
@@ -43,7 +39,6 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
     const server = await startServer(runtime, context, {
       port: 0,
       sessionRouter,
-      logger: process.env.DEBUG_PG ? (await import('pino')).pino({ level: 'warn' }) : undefined,
     });
     let closed = false;
     const close = async () => {
@@ -64,6 +59,27 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
         [sessionId],
       )
     ).rows.map((row) => row.seq);
+
+  /** A server that dies mid-way through a slow turn: the store keeps what was committed, no end. */
+  async function cutByDyingServer(url: string, config: RuntimeConfigInput) {
+    const first = await serverOn(url, config);
+    const sessionId = await first.createSession();
+    const { client } = await subscribe(first, sessionId);
+    const cutTurn = await first.submit(sessionId, 'slow: the long answer');
+    await waitForType(client, 'text.delta', 3);
+    await first.server.close();
+    await first.context.close();
+    await first.runtime.close();
+    return { sessionId, cutTurn };
+  }
+
+  const endsOf = async (context: PostgresContext, turnId: string): Promise<string[]> =>
+    (
+      await context.pool.query<{ type: string }>(
+        `SELECT type FROM events WHERE turn_id = $1 AND type IN ('turn.completed', 'turn.cancelled')`,
+        [turnId],
+      )
+    ).rows.map((row) => row.type);
 
   it('runs turns, streams them and answers every read from the store of record', async () => {
     const t = await serverOn(freshDatabase(postgres));
@@ -128,34 +144,13 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
 
   it('a turn a crash cut is closed from PostgreSQL at the next start, once, and the session goes on', async () => {
     const url = freshDatabase(postgres);
-    const first = await serverOn(url, { scripted: { slow_tokens: 4000 } });
-    const sessionId = await first.createSession();
-    const { client } = await subscribe(first, sessionId);
-    const cutTurn = await first.submit(sessionId, 'slow: the long answer');
-    await waitForType(client, 'text.delta', 3);
-    // The process dies: the store keeps what was committed, and the turn has no end there.
-    await first.server.close();
-    await first.context.close();
-    await first.runtime.close();
-    const ends = async (context: PostgresContext) =>
-      (
-        await context.pool.query<{ type: string }>(
-          `SELECT type FROM events WHERE turn_id = $1 AND type IN ('turn.completed', 'turn.cancelled')`,
-          [cutTurn],
-        )
-      ).rows.map((row) => row.type);
+    const { sessionId, cutTurn } = await cutByDyingServer(url, { scripted: { slow_tokens: 4000 } });
+    const ends = (context: PostgresContext) => endsOf(context, cutTurn);
     const reopened = await openPostgresContext({ url, setting: '--store' });
     onTestFinished(() => reopened.close());
     expect(await ends(reopened)).toEqual([]);
 
-    const { sessions } = reopened.port;
-    if (!(sessions instanceof WriteOnlySessionRows)) throw new Error('expected the write-only rows');
-    const report = await recoverCutTurns(
-      new PgOpenWork(reopened.pool),
-      { bus: reopened.bus, sessions, archive: new PgStreamArchiveRows(reopened.pool, reopened.writer) },
-      { pricingVersion: 'test', logger: silentLogger() },
-    );
-    await reopened.flush();
+    const report = await recoverOnPostgres(reopened, { pricingVersion: 'test', logger: silentLogger() });
     expect(report.turns).toBe(1);
     expect(await ends(reopened)).toHaveLength(1);
     const seqs = await seqsOf(reopened, sessionId);
@@ -187,23 +182,14 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
   it('with on_restart resume, the cut turn goes on from PostgreSQL and ends once', async () => {
     const url = freshDatabase(postgres);
     const slow = { scripted: { slow_tokens: 300, slow_token_delay_ms: 5 } };
-    const first = await serverOn(url, slow);
-    const sessionId = await first.createSession();
-    const { client } = await subscribe(first, sessionId);
-    const cutTurn = await first.submit(sessionId, 'slow: the long answer');
-    await waitForType(client, 'text.delta', 3);
-    await first.server.close();
-    await first.context.close();
-    await first.runtime.close();
+    const { sessionId, cutTurn } = await cutByDyingServer(url, slow);
 
     const context = await openPostgresContext({ url, setting: '--store' });
-    const { sessions } = context.port;
-    if (!(sessions instanceof WriteOnlySessionRows)) throw new Error('expected the write-only rows');
-    const report = await recoverCutTurns(
-      new PgOpenWork(context.pool),
-      { bus: context.bus, sessions, archive: new PgStreamArchiveRows(context.pool, context.writer) },
-      { pricingVersion: 'test', logger: silentLogger(), onRestart: 'resume' },
-    );
+    const report = await recoverOnPostgres(context, {
+      pricingVersion: 'test',
+      logger: silentLogger(),
+      onRestart: 'resume',
+    });
     expect(report.resumable.map((cut) => cut.turnId)).toEqual([cutTurn]);
     const runtime = createRuntime({ bus: context.bus, store: context.port, config: testRuntimeConfig(slow) });
     onTestFinished(async () => {
@@ -213,11 +199,7 @@ describe.runIf(postgresTestsRun)('a server on PostgreSQL with no working copy', 
     await openAndResumeCutTurns(runtime, report.resumable, silentLogger(), 'at start', []);
     await expect.poll(() => runtime.currentTurn(sessionId), { timeout: 15_000 }).toBeNull();
     await context.flush();
-    const ends = await context.pool.query<{ type: string }>(
-      `SELECT type FROM events WHERE turn_id = $1 AND type IN ('turn.completed', 'turn.cancelled')`,
-      [cutTurn],
-    );
-    expect(ends.rows.map((row) => row.type)).toEqual(['turn.completed']);
+    expect(await endsOf(context, cutTurn)).toEqual(['turn.completed']);
     const seqs = await seqsOf(context, sessionId);
     expect(seqs).toEqual(seqs.map((_, index) => index + 1));
   });

@@ -4,13 +4,12 @@ import { startPlugins } from '../../plugins/plugin-host.js';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
 import { killLeftoverChildren } from '../runtime/child-process-record.js';
-import { recoverCutTurns } from '../runtime/crash-recovery.js';
+import { type RecoveryOptions, type RecoveryReport, recoverCutTurns } from '../runtime/crash-recovery.js';
 import { openAndResumeCutTurns } from '../runtime/resume-cut-turns.js';
-import { openPostgresContext } from '../store/postgres/pg-context.js';
+import { openPostgresContext, type PostgresContext } from '../store/postgres/pg-context.js';
 import { PgOpenWork } from '../store/postgres/pg-open-work.js';
 import { PgStreamArchiveRows } from '../store/postgres/pg-stream-archive-rows.js';
 import type { StoreContext } from '../store/store-context.js';
-import { WriteOnlySessionRows } from '../store/write-only-session-rows.js';
 import { ClusterSeat } from './cluster-seat.js';
 import { dashboardFolder } from './dashboard-folder.js';
 import type { MetisServer } from './metis-server.js';
@@ -60,20 +59,12 @@ export async function startDirectService(
   try {
     const childRecordFile = join(dirname(dbPath), 'postgres.children');
     killLeftoverChildren(childRecordFile, logger);
-    const { sessions } = trace.port;
-    if (!(sessions instanceof WriteOnlySessionRows))
-      throw new Error('the PostgreSQL context writes its sessions through write-only rows');
-    const recovery = await recoverCutTurns(
-      new PgOpenWork(trace.pool),
-      { bus: trace.bus, sessions, archive: new PgStreamArchiveRows(trace.pool, trace.writer) },
-      {
-        pricingVersion: config.runtime.pricing_version,
-        logger,
-        onRestart: config.runtime.on_restart,
-        maxResumptions: config.runtime.max_resumptions,
-      },
-    );
-    await trace.flush();
+    const recovery = await recoverOnPostgres(trace, {
+      pricingVersion: config.runtime.pricing_version,
+      logger,
+      onRestart: config.runtime.on_restart,
+      maxResumptions: config.runtime.max_resumptions,
+    });
     const plugins = await startPlugins([], { bus: trace.bus, store: null, logger, dataDir: dirname(dbPath) });
     const seat = new ClusterSeat(false, trace.port.sessions);
     const runtime = startRuntime(
@@ -131,4 +122,25 @@ export async function startDirectService(
     await trace.close();
     throw error;
   }
+}
+
+/**
+ * What a crash left open in PostgreSQL, read and closed (or planned to resume) through the context's
+ * bus and write-only rows, and committed before the runtime starts.
+ */
+export async function recoverOnPostgres(
+  trace: PostgresContext,
+  options: RecoveryOptions,
+): Promise<RecoveryReport> {
+  const recovery = await recoverCutTurns(
+    new PgOpenWork(trace.pool),
+    {
+      bus: trace.bus,
+      sessions: trace.port.sessions,
+      archive: new PgStreamArchiveRows(trace.pool, trace.writer),
+    },
+    options,
+  );
+  await trace.flush();
+  return recovery;
 }

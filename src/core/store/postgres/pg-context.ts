@@ -50,6 +50,8 @@ export interface OpenPostgresContextOptions {
 /** The PostgreSQL context and the pool its reads and writes go through. */
 export interface PostgresContext extends StoreContext {
   readonly pool: pg.Pool;
+  /** The runtime's session rows: writes only (what recovery closes cut turns through). */
+  readonly port: StorePort & { readonly sessions: WriteOnlySessionRows };
 }
 
 /**
@@ -131,7 +133,7 @@ async function assemble(
     },
   };
   const sessions = new WriteOnlySessionRows(sink);
-  const port: StorePort = {
+  const port: PostgresContext['port'] = {
     sessions,
     sessionReads: pgSessionReads(pool),
     conversations: pgConversationReads(pool, sessions),

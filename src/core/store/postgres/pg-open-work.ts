@@ -10,7 +10,7 @@ import {
   type ToolCallRow,
   toMessage,
   toToolCallRecord,
-} from '../session-store.js';
+} from '../session-records.js';
 import { costOfAmounts } from './pg-cost.js';
 import { pgSessionRow } from './pg-session-reads.js';
 import { pgArchivedAfter } from './pg-stream-archive-rows.js';
