@@ -31,7 +31,7 @@ function event(seq: number | null): MetisEvent {
   };
 }
 
-function rig() {
+function rig(options: { shipped: boolean; earlier?: MetisEvent[] } = { shipped: true }) {
   const emitted: ((event: MetisEvent) => void)[] = [];
   const committed: ((batch: readonly MetisEvent[]) => void)[] = [];
   const dropped: ((batch: readonly MetisEvent[]) => void)[] = [];
@@ -39,6 +39,7 @@ function rig() {
   const fenced: ((report: Fenced) => void)[] = [];
   const streamed: ((event: MetisEvent) => void)[] = [];
   const published: string[] = [];
+  const commitWaits = new Map<string, () => void>();
   const stop = fanOutEvents({
     bus: {
       onEmit: (listener: (event: MetisEvent) => void) => (emitted.push(listener), () => {}),
@@ -46,11 +47,15 @@ function rig() {
     writer: {
       onCommit: (listener: (batch: readonly MetisEvent[]) => void) => (committed.push(listener), () => {}),
       onDrop: (listener: (batch: readonly MetisEvent[]) => void) => dropped.push(listener),
+      whenCommitted: (id: string) => new Promise<void>((resolve) => commitWaits.set(id, resolve)),
     } as unknown as StoreWriter,
-    upstream: {
-      onShipped: (listener: (through: string) => void) => (shipped.push(listener), () => {}),
-      onFenced: (listener: (report: Fenced) => void) => (fenced.push(listener), () => {}),
-    } as unknown as StoreUpstream,
+    upstream: options.shipped
+      ? ({
+          onShipped: (listener: (through: string) => void) => (shipped.push(listener), () => {}),
+          onFenced: (listener: (report: Fenced) => void) => (fenced.push(listener), () => {}),
+        } as unknown as StoreUpstream)
+      : null,
+    earlier: options.earlier,
     streaming: {
       subscribe: (listener: (event: MetisEvent) => void) => (streamed.push(listener), () => {}),
     } as unknown as StreamingChannel,
@@ -62,11 +67,23 @@ function rig() {
   return {
     published,
     stop,
+    emit: (e: MetisEvent) => {
+      for (const listener of emitted) listener(e);
+    },
+    committed: (batch: MetisEvent[]) => {
+      for (const listener of committed) listener(batch);
+    },
     /** A bus event emitted and committed locally. */
     commit: (e: MetisEvent) => {
       for (const listener of emitted) listener(e);
       for (const listener of committed) listener([e]);
     },
+    /** A batch the writer gave up on (fenced off, or past the buffer's bound). */
+    drop: (e: MetisEvent) => {
+      for (const listener of dropped) listener([e]);
+    },
+    /** The writer answers that PostgreSQL holds `e`. */
+    committedThrough: (e: MetisEvent) => commitWaits.get(e.id)?.(),
     stream: (e: MetisEvent) => {
       for (const listener of streamed) listener(e);
     },
@@ -96,6 +113,30 @@ describe('the order a cluster node publishes in', () => {
     const after = event(null);
     r.stream(after);
     expect(r.published).toEqual([first.id, delta.id, after.id]);
+    r.stop();
+  });
+
+  it('on PostgreSQL alone, publishes a bus event once the writer commits it, never a dropped one', async () => {
+    const recovered = event(1);
+    const r = rig({ shipped: false, earlier: [recovered] });
+    const first = event(2);
+    const delta = event(null);
+    const refused = event(3);
+    r.emit(first);
+    r.stream(delta);
+    r.emit(refused);
+    expect(r.published).toEqual([]);
+    r.committed([first]);
+    expect(r.published).toEqual([first.id, delta.id]);
+    r.drop(refused);
+    const after = event(null);
+    r.stream(after);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(r.published).toEqual([first.id, delta.id, after.id]);
+    // What recovery closed before the node joined goes out once the writer says PostgreSQL holds it.
+    r.committedThrough(recovered);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(r.published).toEqual([first.id, delta.id, after.id, recovered.id]);
     r.stop();
   });
 

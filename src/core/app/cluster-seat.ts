@@ -1,9 +1,12 @@
 import type { JoinedNode } from '../cluster/cluster-start.js';
 import { MetisError } from '../errors.js';
+import type { MetisEvent } from '../events/envelope.js';
 import type { SessionGate, SessionRouter } from '../http/session-router.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { rootSession } from '../store/session-lineage.js';
+import { MAX_DELEGATION_DEPTH, rootSession } from '../store/session-lineage.js';
+import type { SessionReads } from '../store/session-reads.js';
 import type { SessionRows } from '../store/store-port.js';
+import { SyncReadRefused } from '../store/write-only-session-rows.js';
 
 /** Sessions whose root `rootOf` remembers at most. */
 const MAX_REMEMBERED_ROOTS = 10_000;
@@ -26,9 +29,14 @@ export class ClusterSeat {
     if (node !== null) for (const start of this.pendingWatches.splice(0)) start(node);
   }
 
+  /**
+   * @param reads where a session's parent is read when the rows refuse a synchronous read (PostgreSQL
+   *   alone): `resolveRoot` reads it there, and `rootOf` answers from what was resolved or learnt.
+   */
   constructor(
     readonly clustered: boolean,
     private readonly sessions: SessionRows,
+    private readonly reads?: Pick<SessionReads, 'session'>,
   ) {}
 
   /**
@@ -37,17 +45,61 @@ export class ClusterSeat {
    */
   private readonly roots = new Map<string, string>();
 
-  /** The session a worker's delegations descend from: the one leased for the whole family. */
+  /**
+   * The session a worker's delegations descend from: the one leased for the whole family. Where the rows
+   * refuse a synchronous read, a session neither resolved (`resolveRoot`) nor learnt (`learnRoots`) is
+   * answered as its own root, not remembered: every way in for a request resolves it first.
+   */
   rootOf(sessionId: string): string {
     const known = this.roots.get(sessionId);
     if (known !== undefined) return known;
-    const root = rootSession(this.sessions, sessionId);
-    // A session not stored here yet may still get a parent when its row arrives: not remembered.
-    if (root !== sessionId || this.sessions.getSession(sessionId) !== null) {
-      if (this.roots.size >= MAX_REMEMBERED_ROOTS) this.roots.clear();
-      this.roots.set(sessionId, root);
+    try {
+      const root = rootSession(this.sessions, sessionId);
+      // A session not stored here yet may still get a parent when its row arrives: not remembered.
+      if (root !== sessionId || this.sessions.getSession(sessionId) !== null) this.remember(sessionId, root);
+      return root;
+    } catch (error) {
+      if (error instanceof SyncReadRefused) return sessionId;
+      throw error;
     }
-    return root;
+  }
+
+  /** The root of a session as the store says it, remembered (a parent never changes once stored). */
+  async resolveRoot(sessionId: string): Promise<string> {
+    const known = this.roots.get(sessionId);
+    if (known !== undefined || this.reads === undefined) return known ?? this.rootOf(sessionId);
+    let current = sessionId;
+    for (let depth = 0; depth <= MAX_DELEGATION_DEPTH; depth += 1) {
+      const remembered = this.roots.get(current);
+      if (remembered !== undefined) {
+        current = remembered;
+        break;
+      }
+      const row = await this.reads.session(current);
+      // Not stored (yet): its parent is not known, so nothing is remembered.
+      if (row === null) return current === sessionId ? sessionId : current;
+      if (row.parent_session_id === null) break;
+      current = row.parent_session_id;
+    }
+    this.remember(sessionId, current);
+    return current;
+  }
+
+  /**
+   * Learns each worker's root as its planner delegates to it (`delegate.started` comes before anything
+   * of the worker), so the worker's events are placed without a read. Returns the function that stops.
+   */
+  learnRoots(bus: { onEmit(listener: (event: MetisEvent) => void): () => void }): () => void {
+    return bus.onEmit((event) => {
+      if (event.type !== 'delegate.started') return;
+      const worker = (event.payload as { worker_session_id: string }).worker_session_id;
+      this.remember(worker, this.rootOf(event.session_id));
+    });
+  }
+
+  private remember(sessionId: string, root: string): void {
+    if (this.roots.size >= MAX_REMEMBERED_ROOTS) this.roots.clear();
+    this.roots.set(sessionId, root);
   }
 
   /** Whether this node runs the session: it holds the lease of its family's root. */
@@ -63,6 +115,8 @@ export class ClusterSeat {
     return {
       gate,
       read: async (sessionId) => {
+        if (!this.clustered) return;
+        await this.resolveRoot(sessionId);
         if (this.node !== null) await this.node.refresh(sessionId);
       },
       forward: async (refusal, request) =>
@@ -111,7 +165,7 @@ export class ClusterSeat {
         await node.refresh(sessionId);
         if (!(await runtime.knowsSession(sessionId))) return;
       }
-      await node.ownSession(this.rootOf(sessionId));
+      await node.ownSession(await this.resolveRoot(sessionId));
       await runtime.open(sessionId);
     };
   }

@@ -42,7 +42,11 @@ const EARLIER_SHIPMENT_WAIT_MS = 30_000;
 export function fanOutEvents(parts: {
   readonly bus: EventBus;
   readonly writer: StoreWriter;
-  readonly upstream: StoreUpstream;
+  /**
+   * The shipper of a node whose writer commits to a working copy: a bus event is published once it is
+   * shipped. Null when the writer commits to PostgreSQL itself: its commit is the store of record's.
+   */
+  readonly upstream: StoreUpstream | null;
   readonly streaming: StreamingChannel;
   readonly broker: Broker;
   readonly nodeId: string;
@@ -76,9 +80,11 @@ export function fanOutEvents(parts: {
       [NODE_HEADER]: nodeId,
     });
   };
-  const order = new EventSequencer(parts.bus, shippedCommits(parts.writer, parts.upstream), parts.streaming);
+  const { upstream, writer } = parts;
+  const commits = upstream === null ? writer : shippedCommits(writer, upstream);
+  const order = new EventSequencer(parts.bus, commits, parts.streaming);
   const runsHere = parts.runsHere ?? (() => true);
-  // Bus events need no such check: the shipment that releases them is fenced by the store's leases.
+  // Bus events need no such check: the commit (or shipment) that releases them is fenced by the leases.
   const stop = order.onRelease((event) => {
     if (event.seq === null && !runsHere(event.session_id)) return;
     publish(event);
@@ -86,14 +92,28 @@ export function fanOutEvents(parts: {
   let stopped = false;
   const earlier = parts.earlier ?? [];
   if (earlier.length > 0)
-    // Still unshipped after the wait (PostgreSQL away): not published, and the other nodes find the gap
-    // by seq at the session's next event, as they find any.
-    void parts.upstream.whenShipped(EARLIER_SHIPMENT_WAIT_MS).then((shipped) => {
-      if (shipped && !stopped) for (const event of earlier) publish(event);
+    // Still not in PostgreSQL after the wait (it is away): not published, and the other nodes find the
+    // gap by seq at the session's next event, as they find any.
+    void inStore(earlier, writer, upstream).then((stored) => {
+      if (stored && !stopped) for (const event of earlier) publish(event);
     });
   return () => {
     stopped = true;
     stop();
     order.close();
   };
+}
+
+/** Whether PostgreSQL holds `events` within the wait: shipped there, or committed there by the writer. */
+function inStore(
+  events: readonly MetisEvent[],
+  writer: StoreWriter,
+  upstream: StoreUpstream | null,
+): Promise<boolean> {
+  if (upstream !== null) return upstream.whenShipped(EARLIER_SHIPMENT_WAIT_MS);
+  const newest = events.reduce((a, b) => (b.id > a.id ? b : a));
+  return writer.whenCommitted(newest.id, EARLIER_SHIPMENT_WAIT_MS).then(
+    () => true,
+    () => false,
+  );
 }
