@@ -35,13 +35,38 @@ export interface StoredRow {
   payload: Record<string, any>;
 }
 
+type Query = <T>(sql: string, ...params: unknown[]) => T[];
+
 /** A read-only view of the database, queried afresh each call. */
 export function storeReader(dbPath: string) {
   const db = new Database(dbPath, { readonly: true });
   onTestFinished(() => {
     db.close();
   });
-  const query = <T>(sql: string, ...params: unknown[]) => db.prepare(sql).all(...params) as T[];
+  return readerOver(<T>(sql: string, ...params: unknown[]) => db.prepare(sql).all(...params) as T[]);
+}
+
+/** A string as an SQL literal: test ids and types only, never input from outside. */
+const literal = (value: unknown) =>
+  typeof value === 'number' ? String(value) : `'${String(value).replaceAll("'", "''")}'`;
+
+/**
+ * The same view of a PostgreSQL store (a server on PostgreSQL alone has no file to read), through psql
+ * as its superuser: `?` placeholders are filled in as literals, rows come back as JSON.
+ */
+export function postgresStoreReader(psql: (sql: string, database: string) => string, url: string) {
+  const database = new URL(url).pathname.slice(1);
+  return readerOver(<T>(sql: string, ...params: unknown[]) => {
+    let next = 0;
+    const bound = sql.replace(/\?/g, () => literal(params[next++]));
+    return JSON.parse(psql(`SELECT coalesce(json_agg(t), '[]') FROM (${bound}) t`, database).trim()) as T[];
+  });
+}
+
+/** What a test reads of a store, whichever it is. */
+export type StoreReader = ReturnType<typeof readerOver>;
+
+function readerOver(query: Query) {
   return {
     query,
     /** The turn's events in id order. */

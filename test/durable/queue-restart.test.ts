@@ -1,15 +1,14 @@
-import { rmSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
-import { durableProject, notLinux, post, storeReader } from './durable-helpers.js';
+import { durableProject, notLinux, post, postgresStoreReader, storeReader } from './durable-helpers.js';
 
 /*
  * Issue 31: messages queued while a turn runs outlive the process. A `slow:` turn runs; two messages
- * are enqueued and one steered; the server is stopped (SIGKILL on SQLite; SIGTERM on PostgreSQL, whose
- * working copy is then deleted so the queue comes from the store). At the next start the cut turn
+ * are enqueued and one steered; the server is stopped (SIGKILL on SQLite; SIGTERM on PostgreSQL, which
+ * the server runs on alone, so the queue comes from the store). At the next start the cut turn
  * resumes and takes the steer, then the queued messages run as turns, in order, once each. On the main
  * before this the queue lived in memory: the two 202 "queued" messages never ran.
  */
@@ -21,14 +20,15 @@ async function queueOf(url: string, sessionId: string): Promise<any[]> {
 }
 
 async function queuedThenRestarted(store: 'sqlite' | 'postgres', signal: 'SIGKILL' | 'SIGTERM') {
-  const { home, args: sqliteArgs } = durableProject();
-  const args = store === 'sqlite' ? sqliteArgs : [...sqliteArgs.slice(2), '--store', freshDatabase(pg)];
+  const { home, args: sqliteArgs, dbPath } = durableProject();
+  const url = store === 'sqlite' ? null : freshDatabase(pg);
+  const args = url === null ? sqliteArgs : [...sqliteArgs.slice(2), '--store', url];
   const first = await serveCli(home, args);
-  const banner = JSON.parse(first.stdout().split('\n')[0]!) as { db: string };
+  const open = () => (url === null ? storeReader(dbPath) : postgresStoreReader(pg.psql, url));
   const sessionId = (await post(first.url, '/sessions', { workspace_path: home })).body.session_id as string;
   const cut = (await post(first.url, `/sessions/${sessionId}/turns`, { message: 'slow: a long story' })).body
     .turn_id as string;
-  const reader = storeReader(banner.db);
+  const reader = open();
   expect(await eventually(() => reader.turn(cut).some((e) => e.type === 'llm.call_started'), 20_000)).toBe(
     true,
   );
@@ -46,12 +46,10 @@ async function queuedThenRestarted(store: 'sqlite' | 'postgres', signal: 'SIGKIL
     'second queued',
   ]);
   await first.stop(signal);
-  if (store === 'postgres')
-    for (const suffix of ['', '-wal', '-shm']) rmSync(`${banner.db}${suffix}`, { force: true });
 
   const second = await serveCli(home, args);
   try {
-    const after = storeReader(JSON.parse(second.stdout().split('\n')[0]!).db as string);
+    const after = open();
     const userTexts = () =>
       after
         .query<{ content_json: string }>(

@@ -3,13 +3,13 @@ import { join } from 'node:path';
 import { describe, it } from 'vitest';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { tempDir } from '../helpers/tmp.js';
-import { notLinux } from './durable-helpers.js';
+import { notLinux, postgresStoreReader } from './durable-helpers.js';
 import { killDuringTurns } from './restart-rounds.js';
 
 /*
- * The restart property of restart-property.test.ts on `metis serve --store postgres://…` (its SQLite
- * working copy is what recovery reads; PostgreSQL gets what it ships). Seed printed; METIS_PROPERTY_SEED
- * replays one.
+ * The restart property of restart-property.test.ts on `metis serve --store postgres://…`, which runs on
+ * PostgreSQL alone: recovery reads what the crash left from it, and the test reads it there. Seed
+ * printed; METIS_PROPERTY_SEED replays one.
  */
 
 const SEED = Number(process.env.METIS_PROPERTY_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -34,7 +34,13 @@ describe.skipIf(!postgresTestsRun || notLinux('restart-property-postgres'))(
         }),
       );
       const args = ['--store', url, '--config', configPath];
-      await killDuringTurns({ home, args, tracePath: (banner) => banner.db, seed: SEED, rounds: 2 });
+      await killDuringTurns({
+        home,
+        args,
+        openStore: () => postgresStoreReader(pg.psql, url),
+        seed: SEED,
+        rounds: 2,
+      });
       const dbName = new URL(url).pathname.slice(1);
       // PostgreSQL holds each session whole too: as many events as its highest seq.
       const holes = pg.psql(

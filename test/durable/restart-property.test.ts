@@ -1,5 +1,5 @@
 import { describe, it } from 'vitest';
-import { durableProject, notLinux } from './durable-helpers.js';
+import { durableProject, notLinux, storeReader } from './durable-helpers.js';
 import { killDuringTurns } from './restart-rounds.js';
 
 /*
@@ -17,6 +17,6 @@ describe.skipIf(notLinux('restart-property'))('durable turns under random restar
   it(`every turn completes, no side effect twice, seq whole (seed ${SEED})`, async () => {
     console.log(`restart-property seed: ${SEED} (replay with METIS_PROPERTY_SEED=${SEED})`);
     const { home, dbPath, args } = durableProject({}, { shutdown_timeout_ms: 1500 });
-    await killDuringTurns({ home, args, tracePath: () => dbPath, seed: SEED, rounds: ROUNDS });
+    await killDuringTurns({ home, args, openStore: () => storeReader(dbPath), seed: SEED, rounds: ROUNDS });
   }, 120_000);
 });

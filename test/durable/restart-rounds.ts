@@ -7,7 +7,7 @@ import { seeded } from '../helpers/following-client.js';
 import { serverToken } from '../helpers/home-token.js';
 import { eventually } from '../helpers/protocol.js';
 import { serveCli } from '../helpers/run-cli.js';
-import { post, storeReader } from './durable-helpers.js';
+import { post, type StoreReader } from './durable-helpers.js';
 
 /** Turns with tools (side effects counted in a file of their own), thinking, delegation, slow answers. */
 const SHAPES = [
@@ -50,14 +50,14 @@ async function follow(
 export async function killDuringTurns(options: {
   home: string;
   args: readonly string[];
-  /** The SQLite file the server runs on (the working copy on PostgreSQL), known once it started. */
-  tracePath: (banner: Record<string, any>) => string;
+  /** The store the server runs on, read once it started (its banner names a SQLite file's path). */
+  openStore: (banner: Record<string, any>) => StoreReader;
   seed: number;
   rounds: number;
 }): Promise<void> {
   const next = seeded(options.seed);
   const { home, args } = options;
-  let store: ReturnType<typeof storeReader> | null = null;
+  let store: StoreReader | null = null;
   const turns: { sessionId: string; turnId: string; file: string }[] = [];
   // What a client subscribed at `since` must be shown: the session's stored events after its snapshot.
   const storedIds = (sessionId: string, since: string) =>
@@ -71,7 +71,7 @@ export async function killDuringTurns(options: {
   for (let round = 0; round < options.rounds; round += 1) {
     const server = await serveCli(home, args);
     const clients: { sessionId: string; shown: any[]; since: string; close: () => void }[] = [];
-    store ??= storeReader(options.tracePath(JSON.parse(server.stdout().split('\n')[0]!)));
+    store ??= options.openStore(JSON.parse(server.stdout().split('\n')[0]!));
     for (let i = 0; i < 2; i += 1) {
       const file = join(home, `side-${round}-${i}.txt`);
       const message = SHAPES[Math.floor(next() * SHAPES.length)]!(file);

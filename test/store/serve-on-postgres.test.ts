@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runConformance } from '../../src/client/conformance/runner.js';
 import type { RunningService } from '../../src/core/app/start-service.js';
@@ -12,12 +13,24 @@ import { serveOnStore } from '../helpers/serve-on-store.js';
 import { tempDir } from '../helpers/tmp.js';
 
 /**
- * Issue 19's done-when and point 4: `metis serve --store postgres://…` runs on a working copy shipped
- * to PostgreSQL (src/core/store/postgres/working-copy.ts); it passes the conformance suite, keeps going
+ * Issue 19's done-when and point 4: `metis serve --store postgres://…` with `store.working_copy: true`
+ * runs on a working copy shipped to PostgreSQL (src/core/store/postgres/working-copy.ts); it passes the conformance suite, keeps going
  * through a database restart without losing anything, and refuses a store it cannot use at start-up.
  */
 
 const pg = postgresForFile();
+
+/**
+ * A data folder whose config keeps the working copy (`store.working_copy: true`): one server on
+ * PostgreSQL runs without it by default (test/store/serve-postgres-alone covers that), and these cases
+ * are about the copy.
+ */
+function workingCopyHome(): { home: string; config: string[] } {
+  const home = tempDir();
+  const path = join(home, 'metis.config.json');
+  writeFileSync(path, JSON.stringify({ store: { working_copy: true } }));
+  return { home, config: ['--config', path] };
+}
 
 const onPostgres = describe.skipIf(!postgresTestsRun);
 
@@ -102,8 +115,8 @@ function counts(url: string, dbPath: string) {
 onPostgres('metis serve on PostgreSQL', () => {
   it('metis serve --store passes the whole conformance suite, and the store exports what the server holds', async () => {
     const url = freshDatabase(pg);
-    const home = tempDir();
-    const server = await serveCli(home, ['--conformance', '--store', url]);
+    const { home, config } = workingCopyHome();
+    const server = await serveCli(home, ['--conformance', '--store', url, ...config]);
     const banner = JSON.parse(server.stdout().split('\n')[0]!) as { db: string; store: string };
     expect(banner.store).toBe(url);
     expect(banner.db.startsWith(home)).toBe(true);
@@ -216,8 +229,8 @@ onPostgres('metis serve on PostgreSQL', () => {
 
   it('a server killed while the database was away sends what its working copy holds at the next start', async () => {
     const url = freshDatabase(pg);
-    const home = tempDir();
-    const first = await serveCli(home, ['--store', url]);
+    const { home, config } = workingCopyHome();
+    const first = await serveCli(home, ['--store', url, ...config]);
     const banner = JSON.parse(first.stdout().split('\n')[0]!) as { db: string };
     const session = (await jsonRequest(first.url, 'POST', '/sessions', {})).body.session_id;
     const turnId = (
@@ -235,7 +248,7 @@ onPostgres('metis serve on PostgreSQL', () => {
     const unsent = db.prepare('SELECT count(*) FROM pg_outbox').pluck().get() as number;
     db.close();
     expect(unsent).toBeGreaterThan(0);
-    const second = await serveCli(home, ['--store', url]);
+    const second = await serveCli(home, ['--store', url, ...config]);
     expect(await second.stop('SIGTERM')).toBe(0);
     const { postgres, sqlite } = counts(url, banner.db);
     expect(postgres).toEqual(sqlite);

@@ -17,9 +17,15 @@ import { startServiceServer } from './service-server.js';
 import { serviceStop } from './service-stop.js';
 import { type RunningService, type ServiceOptions, serviceAuth, startRuntime } from './start-service.js';
 
-/** Whether `metis serve` runs on PostgreSQL alone (`store.working_copy: false`). */
+/**
+ * Whether `metis serve` runs on PostgreSQL alone: `store.working_copy: false`, or unset on a server
+ * that joins no cluster and runs no plugins (those still need the working copy).
+ */
 export function runsOnPostgresAlone(config: MetisConfig): boolean {
-  return config.store.url !== null && !config.store.working_copy;
+  if (config.store.url === null) return false;
+  const { working_copy: workingCopy } = config.store;
+  if (workingCopy !== null) return !workingCopy;
+  return config.cluster.nats === null && config.plugins.length === 0;
 }
 
 /**

@@ -73,11 +73,12 @@ export const StoreConfigSchema = z.strictObject({
     .nullable()
     .default(null),
   /**
-   * `true` (the default): the server runs on a SQLite working copy of the store and ships to it.
-   * `false`: it reads and writes PostgreSQL alone (docs/plans/store-port.md step 8; one server, no
-   * cluster and no plugins yet).
+   * `false`: the server reads and writes PostgreSQL alone (docs/storage.md "On PostgreSQL alone").
+   * `true`: it runs on a SQLite working copy of the store and ships to it. Unset (null, the default):
+   * PostgreSQL alone for one server, the working copy for a cluster node (the cluster does not run on
+   * PostgreSQL alone yet: docs/plans/store-port.md step 9).
    */
-  working_copy: z.boolean().default(true),
+  working_copy: z.boolean().nullable().default(null),
 });
 
 /** A node name: it appears in NATS subjects and in `metis cluster status`, so letters, digits, - and _. */
