@@ -147,13 +147,18 @@ async function assemble(
   };
   const closeHooks: (() => void | Promise<void>)[] = [];
   const closeFlushTimeoutMs = options.closeFlushTimeoutMs ?? 5000;
-  const flushBounded = async () => {
+  /** Flushes until `deadline` (one bound for the whole close); logs the loss once when it gives up. */
+  let lossLogged = false;
+  const flushBounded = async (deadline: number) => {
     await bus.flush();
-    if (!(await writer.idle(closeFlushTimeoutMs)))
+    // idle(0) would wait without a bound.
+    if (!(await writer.idle(Math.max(1, deadline - Date.now()))) && !lossLogged) {
+      lossLogged = true;
       logger.error(
         { failure: writer.failure, ...writer.buffered },
         'closing the PostgreSQL store while it is unavailable: the events still waiting are lost',
       );
+    }
   };
   let closing: Promise<void> | null = null;
   return {
@@ -186,11 +191,12 @@ async function assemble(
     close: () => {
       closing ??= (async () => {
         for (const hook of closeHooks) await hook();
-        await flushBounded();
+        const deadline = Date.now() + closeFlushTimeoutMs;
+        await flushBounded(deadline);
         // The writer is no longer subscribed when its own unregistration is emitted (bus §3.6).
         const unregistered = bus.unsubscribe(writerSubscription, 'shutdown');
         if (unregistered !== null) writer.write([unregistered]);
-        await flushBounded();
+        await flushBounded(deadline);
         await writer.shutdown();
         await Promise.all([pool.end().catch(() => {}), lock.close(), wholeStore.close()]);
       })();
