@@ -158,7 +158,14 @@ export async function joinCluster(options: {
   readonly takeOver: (
     sessionId: string,
     read: (sessionId: string) => Promise<StoredSession>,
+    token: number,
   ) => Promise<{ readonly whenHeld?: () => void } | undefined>;
+  /**
+   * Told of each lease this node is granted, with its fencing token, before anything of the session
+   * runs or is taken over here, and of each it lost (token null): a writer fenced by tokens
+   * (pg-writer-batch.ts `WriterFence`) keeps them.
+   */
+  readonly onLease?: (sessionId: string, token: number | null) => void;
   /**
    * Whether a session whose node is gone is worth taking at once, without waiting for a request (a turn
    * it left open, which clients wait to see end). Default: never.
@@ -234,14 +241,17 @@ export async function joinCluster(options: {
       acquireLease(connection, sessionId, nodeId, goneAfterMs()),
     );
     if (!outcome.held) throw new SessionElsewhere(sessionId, outcome.owner);
+    options.onLease?.(sessionId, outcome.token);
     // Another node ran it since this node did: the copy is brought up to the store's first (the
     // connection is given back before: bringing a session in writes locally, and must not hold it).
     if (outcome.taken) unpulled.add(sessionId);
     let whenHeld: (() => void) | undefined;
     if (unpulled.has(sessionId)) {
       whenHeld = (
-        await options.takeOver(sessionId, (id) =>
-          withConnection(id, (connection) => readStoredSession(connection, id)),
+        await options.takeOver(
+          sessionId,
+          (id) => withConnection(id, (connection) => readStoredSession(connection, id)),
+          outcome.token,
         )
       )?.whenHeld;
       unpulled.delete(sessionId);
@@ -327,7 +337,10 @@ export async function joinCluster(options: {
     ownSession,
     holds: (sessionId) => trusted() && held.has(sessionId),
     lost: (sessionIds) => {
-      for (const sessionId of sessionIds) held.delete(sessionId);
+      for (const sessionId of sessionIds) {
+        held.delete(sessionId);
+        options.onLease?.(sessionId, null);
+      }
     },
     readSession: (sessionId, after) =>
       withConnection(sessionId, (connection) => readStoredSession(connection, sessionId, after)),
