@@ -187,6 +187,18 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     // Told once, though each of A's later commits of the family is refused again.
     expect(a.lost).toEqual([root]);
     expect(a.leases.tokenOf(root)).toBeUndefined();
+    // Whatever else A's writer still has of the family is refused too, its waiters told where it runs.
+    const late = Array.from({ length: 12 }, () =>
+      a.context.bus.emit({
+        type: 'session.resumed',
+        session_id: root,
+        payload: { workspace_hash: 'a'.repeat(64), last_event_id_at_resume: null },
+      }),
+    );
+    await expect(a.context.writer.whenCommitted(late.at(-1)!.id, 5_000)).rejects.toMatchObject({
+      code: 'METIS_ERR_SESSION_ELSEWHERE',
+    });
+    await a.context.flush();
     expect(await stored(b.context, root)).toEqual(afterTakeOver);
     expect((await endsOf(b.context, other.turnId)).map((end) => end.type)).toEqual(['turn.cancelled']);
 
@@ -198,6 +210,29 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     const whole = await stored(b.context, root);
     expect(whole.map((e) => e.seq)).toEqual(whole.map((_, index) => index + 1));
     expect(b.lost).toEqual([]);
+
+    // B goes silent in turn and A takes the family back: the seq its bus gave the events the fence
+    // refused is not the store's, so its next turn is numbered after what PostgreSQL holds.
+    const tokenBack = await a.acquire(root);
+    const back = await takeOverFromStore(
+      {
+        trace: a.context,
+        runtime: a.runtime,
+        leases: a.leases,
+        pricingVersion: 'test',
+        logger: silentLogger(),
+      },
+      root,
+      tokenBack,
+    );
+    expect(back.recoveredTurns).toBe(0);
+    const again = a.runtime.submitTurn(root, 'back at A');
+    await again.done;
+    await a.context.flush();
+    expect((await endsOf(a.context, again.turnId)).map((end) => end.type)).toEqual(['turn.completed']);
+    const last = await stored(a.context, root);
+    expect(last.length).toBeGreaterThan(whole.length);
+    expect(last.map((e) => e.seq)).toEqual(last.map((_, index) => index + 1));
   }, 30_000);
 
   it('with on_restart resume, the cut turn goes on at the new owner and ends once', async () => {

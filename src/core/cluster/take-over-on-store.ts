@@ -34,14 +34,15 @@ const MISSED_PAGE = 1000;
 
 /**
  * Takes a family over on a node that runs on PostgreSQL alone (docs/plans/store-port.md §2 "M
- * cluster", step 9), once `acquireLease` gave it `token`: the lease is recorded in `leases` first, so
- * what this node writes next carries the new token and what the previous owner still writes is
- * refused by the fence. Then the family is read from the store (its sessions, its newest id, the
- * events this node's clients missed), the memory this node kept of it from an earlier ownership is
- * dropped, the turns the previous owner left open are closed (or planned to resume, per
- * `durableTurns`) in the family alone, that is committed, and the runtime loads the family
- * (`runtime.open`), so its seq and ids go on after everything stored. Resuming the planned turns and
- * releasing `missed` are the caller's (in that order: missed first).
+ * cluster", step 9), once `acquireLease` gave it `token`. The family is read from the store (its
+ * sessions, its newest id) and its lease recorded in `leases` with them, so what this node writes of
+ * it from then on carries the new token, and what the previous owner still writes is refused by the
+ * fence. Then the events this node's clients missed are collected, the memory this node kept of the
+ * family from an earlier ownership is dropped (its seq included: some of it may have been fenced off),
+ * the turns the previous owner left open in the family, and only there, are closed (or planned to
+ * resume, per `durableTurns`), that is committed, and the runtime loads the family (`runtime.open`),
+ * so its seq and ids go on after everything stored. Left to the caller: releasing `missed` to its
+ * clients first, then resuming the planned turns (`resumeCutTurns` with `sessionIds` as the queued).
  * @throws MetisError METIS_ERR_SESSION_NOT_FOUND when the store has no session `root`,
  *   METIS_ERR_TURN_IN_FLIGHT when a turn of the family still runs here (it must end first)
  */
@@ -64,7 +65,6 @@ export async function takeOverFromStore(
   token: number,
 ): Promise<StoreTakeOverReport> {
   const { trace, runtime, leases, logger } = parts;
-  leases.hold(root, token);
   const family = await trace.port.families.loadFamily(root);
   if (family === null) throw new MetisError('METIS_ERR_SESSION_NOT_FOUND', `no session ${root}`);
   const sessionIds = family.sessions.map((loaded) => loaded.row.id);
@@ -75,6 +75,7 @@ export async function takeOverFromStore(
         'METIS_ERR_TURN_IN_FLIGHT',
         `session ${id} still has a turn running on this node; it is taken over once that turn ends`,
       );
+  // From here on this node's writes of the family carry the new token.
   leases.hold(root, token, sessionIds);
   ensureIdsAfter(family.newestEventId);
   // Read before recovery emits anything: what recovery writes is this node's own, released in order.
