@@ -235,6 +235,55 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     expect(last.map((e) => e.seq)).toEqual(last.map((_, index) => index + 1));
   }, 30_000);
 
+  it('a family cut mid-delegation: the worker and its planner are closed at the new owner, under the root', async () => {
+    const url = freshDatabase(postgres);
+    const a = await nodeOn(url, 'node-a', { scripted: { slow_tokens: 4000 } });
+    const b = await nodeOn(url, 'node-b', {});
+    const root = newId('sess');
+    a.leases.hold(root, await a.acquire(root));
+    a.runtime.createSession({ sessionId: root });
+    const { turnId } = a.runtime.submitTurn(root, 'delegate: slow: the long answer');
+    // The worker's rows and events pass A's fence under the root's lease (its memory places the worker).
+    const workerOf = async () =>
+      (
+        await query<{ id: string }>(a.context, 'SELECT id FROM sessions WHERE parent_session_id = $1', [root])
+      )[0]?.id;
+    await expect.poll(workerOf, { timeout: 10_000 }).toBeDefined();
+    const worker = (await workerOf())!;
+    await expect
+      .poll(async () => (await stored(a.context, worker)).some((e) => e.type === 'llm.call_started'), {
+        timeout: 10_000,
+      })
+      .toBe(true);
+    const workerTurn = (await stored(a.context, worker)).find((e) => e.type === 'turn.started')!.turn_id!;
+
+    const report = await takeOverFromStore(
+      {
+        trace: b.context,
+        runtime: b.runtime,
+        leases: b.leases,
+        pricingVersion: 'test',
+        logger: silentLogger(),
+      },
+      root,
+      await b.acquire(root),
+    );
+    expect(report.sessionIds).toEqual([root, worker]);
+    expect(report.recoveredTurns).toBe(2);
+    // B's writes into the worker, which its runtime did not hold yet, went under the root's lease.
+    expect(b.lost).toEqual([]);
+    expect((await endsOf(b.context, workerTurn)).map((end) => end.type)).toEqual(['turn.completed']);
+    expect((await endsOf(b.context, turnId)).map((end) => end.type)).toEqual(['turn.completed']);
+    const workerEvents = await stored(b.context, worker);
+    expect(workerEvents.at(-1)).toMatchObject({ type: 'session.ended' });
+    for (const sessionId of [root, worker]) {
+      const seqs = (await stored(b.context, sessionId)).map((e) => e.seq);
+      expect(seqs).toEqual(seqs.map((_, index) => index + 1));
+    }
+    const planner = await stored(b.context, root);
+    expect(planner.filter((e) => e.type === 'delegate.failed')).toHaveLength(1);
+  }, 30_000);
+
   it('with on_restart resume, the cut turn goes on at the new owner and ends once', async () => {
     const url = freshDatabase(postgres);
     const a = await nodeOn(url, 'node-a', { scripted: { slow_tokens: 4000 } });
