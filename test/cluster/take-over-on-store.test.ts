@@ -128,6 +128,21 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     return id;
   }
 
+  it('nodes share the store (each under its own row-id block); a single server beside them is refused', async () => {
+    const url = freshDatabase(postgres);
+    const a = await nodeOn(url, 'node-a', {});
+    await nodeOn(url, 'node-b', {});
+    const single = openPostgresContext({ url, setting: 'store.url' });
+    await expect(single).rejects.toMatchObject({ code: 'METIS_ERR_DB_LOCKED' });
+    const blocks = await query<{ node_id: string; block: number }>(
+      a.context,
+      'SELECT node_id, block FROM metis_node_row_blocks ORDER BY node_id',
+      [],
+    );
+    expect(blocks.map((row) => row.node_id)).toEqual(['node-a', 'node-b']);
+    expect(new Set(blocks.map((row) => row.block)).size).toBe(2);
+  });
+
   it('closes the cut turn once, goes on after the family, and the old owner is fenced off', async () => {
     const url = freshDatabase(postgres);
     const a = await nodeOn(url, 'node-a', { scripted: { slow_tokens: 4000 } });
