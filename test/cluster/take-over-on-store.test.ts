@@ -193,6 +193,23 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     // The other family's cut turn is left as it was: A still holds it.
     expect(await endsOf(b.context, other.turnId)).toEqual([]);
 
+    // A, its turn still running, cannot take the family back before that turn ends; its leases are as they were.
+    const tokenA = a.leases.tokenOf(root);
+    await expect(
+      takeOverFromStore(
+        {
+          trace: a.context,
+          runtime: a.runtime,
+          leases: a.leases,
+          pricingVersion: 'test',
+          logger: silentLogger(),
+        },
+        root,
+        tokenB + 1,
+      ),
+    ).rejects.toMatchObject({ code: 'METIS_ERR_TURN_IN_FLIGHT' });
+    expect(a.leases.tokenOf(root)).toBe(tokenA);
+
     // A wakes up and ends its turns: the one of the family B took is refused by the fence, the other stored.
     a.runtime.cancelTurn(root, turnId, 'user_cancel');
     a.runtime.cancelTurn(other.root, other.turnId, 'user_cancel');
