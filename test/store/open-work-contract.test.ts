@@ -196,6 +196,23 @@ describe.runIf(postgresTestsRun)('OpenWork on SQLite and on PostgreSQL answer th
     expect(bySession(await postgres.sessionsWithOpenToolCalls())).toEqual(open);
   });
 
+  it("limited to a family's sessions (a take-over): the whole store's answers for those sessions alone", async () => {
+    const turns = await sqlite.openTurns();
+    const open = await sqlite.sessionsWithOpenToolCalls();
+    const scopes = [...sessionIds.map((id) => [id]), sessionIds.slice(0, 2), ['sess_none'], []];
+    let found = 0;
+    for (const only of scopes) {
+      const scoped = new PgOpenWork(pair!.pool, only);
+      const inScope = (row: { session_id: string }) => only.includes(row.session_id);
+      expect(await scoped.openTurns(), only.join()).toEqual(turns.filter(inScope));
+      expect(await scoped.sessionsWithOpenToolCalls(), only.join()).toEqual(
+        open.filter(inScope).sort((a, b) => (a.session_id < b.session_id ? -1 : 1)),
+      );
+      found += (await scoped.openTurns()).length;
+    }
+    expect(found).toBeGreaterThan(0);
+  });
+
   it('per session: row, cost, turn count, restarts since each point, turn messages', async () => {
     let costed = 0;
     let numbered = 0;

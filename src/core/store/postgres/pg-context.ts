@@ -15,6 +15,7 @@ import { isStoreUnreachable, storeUnavailable } from '../store-unavailable.js';
 import { WriteOnlyBudgetRows, WriteOnlyQueueRows } from '../write-only-rows.js';
 import { SyncReadRefused, WriteOnlySessionRows } from '../write-only-session-rows.js';
 import { postgresPool } from './connect.js';
+import type { LeaseTable } from './lease-table.js';
 import { takeRowIdBlock, usedInRowIdBlock } from './node-registry.js';
 import { pgConversationReads } from './pg-conversation-reads.js';
 import { PgFamilyLoader } from './pg-load-family.js';
@@ -45,6 +46,12 @@ export interface OpenPostgresContextOptions {
   readonly writerBuffer?: { readonly maxEvents?: number; readonly maxBytes?: number };
   /** How long `close` waits for the store to take what is still buffered before it gives up (5 s). */
   readonly closeFlushTimeoutMs?: number;
+  /**
+   * A node of a cluster on this store (docs/plans/store-port.md step 9): the serve lock is held shared
+   * with the other nodes, the row-id block and commit mark are kept under `nodeId` (over `name`), and
+   * every commit is fenced by the leases `table` holds.
+   */
+  readonly lease?: { readonly nodeId: string; readonly table: LeaseTable };
 }
 
 /** The PostgreSQL context and the pool its reads and writes go through. */
@@ -59,7 +66,8 @@ export interface PostgresContext extends StoreContext {
  * rows go to `PgStoreWriter`'s group commit, the runtime writes its rows through write-only parts and
  * reads the sessions it holds from its own memory (`runtime.open` loads a family), and every other read
  * is an asynchronous query. The serve lock keeps a second server (or a copy, restore or prune) off the
- * store while this one runs, as on SQLite.
+ * store while this one runs, as on SQLite; the nodes of a cluster (`lease`) hold it shared, and their
+ * writes are fenced by their leases instead.
  * @throws MetisError naming `setting` when the store cannot be used (exit 2), METIS_ERR_DB_LOCKED when
  *   another server holds it.
  */
@@ -67,7 +75,7 @@ export async function openPostgresContext(options: OpenPostgresContextOptions): 
   const logger = options.logger ?? silentLogger();
   const label = redactUrl(options.url);
   const lockHolder = await takeServeLock(options, label);
-  const lock = new ServeLock(lockHolder, options.url, label, logger);
+  const lock = new ServeLock(lockHolder, options.url, label, logger, options.lease !== undefined);
   const pool = postgresPool(options.url, 'serve', options.poolSize ?? 8);
   const wholeStore = pgStoreReads(options.url);
   try {
@@ -80,7 +88,7 @@ export async function openPostgresContext(options: OpenPostgresContextOptions): 
 
 async function takeServeLock(options: OpenPostgresContextOptions, label: string): Promise<pg.Client> {
   try {
-    return await connectHoldingServeLock(options.url, options.setting, label, false);
+    return await connectHoldingServeLock(options.url, options.setting, label, options.lease !== undefined);
   } catch (error) {
     if (error instanceof MetisError && error.code !== 'METIS_ERR_SCHEMA_VERSION') throw error;
     throw startupStoreError(error, options.setting, label);
@@ -98,7 +106,7 @@ async function assemble(
   },
 ): Promise<PostgresContext> {
   const { label, logger, lock, pool, wholeStore } = parts;
-  const name = options.name ?? 'serve';
+  const name = options.lease?.nodeId ?? options.name ?? 'serve';
   const newest = await pool.query<{ id: string | null }>('SELECT max(id) AS id FROM events');
   ensureIdsAfter(newest.rows[0]?.id ?? null);
   const block = await takeRowIdBlock(pool, name);
@@ -109,6 +117,7 @@ async function assemble(
     label,
     logger,
     writerId: name,
+    fence: options.lease?.table.fence(options.lease.nodeId),
     numberSystemEvents: true,
     maxBufferedEvents: options.writerBuffer?.maxEvents,
     maxBufferedBytes: options.writerBuffer?.maxBytes,

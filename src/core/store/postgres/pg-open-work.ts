@@ -22,7 +22,14 @@ import { BIGINT_AS_NUMBER } from './pg-util.js';
  * same rows, with the same JavaScript types (bigint columns as numbers).
  */
 export class PgOpenWork implements OpenWork {
-  constructor(private readonly pool: pg.Pool) {}
+  constructor(
+    private readonly pool: pg.Pool,
+    /**
+     * Only these sessions' open turns and tool-call rows (a family taken over: its root and every
+     * worker below it), read by the events' and rows' session keys; null: the whole store (a start).
+     */
+    private readonly only: readonly string[] | null = null,
+  ) {}
 
   private async rows<T>(text: string, values: unknown[] = []): Promise<T[]> {
     return (await this.pool.query({ text, values, types: BIGINT_AS_NUMBER })).rows as T[];
@@ -32,9 +39,11 @@ export class PgOpenWork implements OpenWork {
     return this.rows<OpenTurn>(
       `SELECT s.session_id, s.turn_id, s.id, se.parent_session_id FROM events s
          JOIN sessions se ON se.id = s.session_id
-        WHERE s.type = 'turn.started' AND s.turn_id IS NOT NULL AND NOT EXISTS (
-          SELECT 1 FROM events e WHERE e.turn_id = s.turn_id AND e.type IN ('turn.completed', 'turn.cancelled'))
+        WHERE s.type = 'turn.started' AND s.turn_id IS NOT NULL AND ($1::text[] IS NULL OR s.session_id = ANY($1))
+          AND NOT EXISTS (SELECT 1 FROM events e
+                           WHERE e.turn_id = s.turn_id AND e.type IN ('turn.completed', 'turn.cancelled'))
         ORDER BY s.id`,
+      [this.only],
     );
   }
 
@@ -57,7 +66,9 @@ export class PgOpenWork implements OpenWork {
     return this.rows(
       `SELECT t.session_id, s.parent_session_id, count(*) AS open_calls
          FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id
-        WHERE t.status IN ('pending', 'running') GROUP BY t.session_id, s.parent_session_id ORDER BY t.session_id`,
+        WHERE t.status IN ('pending', 'running') AND ($1::text[] IS NULL OR t.session_id = ANY($1))
+        GROUP BY t.session_id, s.parent_session_id ORDER BY t.session_id`,
+      [this.only],
     );
   }
 
