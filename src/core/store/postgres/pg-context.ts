@@ -118,6 +118,7 @@ async function assemble(
     logger,
     writerId: name,
     fence: options.lease?.table.fence(options.lease.nodeId),
+    holdsStore: () => lock.held,
     numberSystemEvents: true,
     maxBufferedEvents: options.writerBuffer?.maxEvents,
     maxBufferedBytes: options.writerBuffer?.maxBytes,

@@ -41,6 +41,12 @@ export interface PgStoreWriterOptions {
   readonly writerId?: string;
   /** The lease fence of a cluster node; absent for a single server (it holds the serve lock). */
   readonly fence?: WriterFence;
+  /**
+   * Whether this writer may commit now: a server commits only while it holds the store's serve lock.
+   * After the lock's connection is lost (a database restart) another server may take the lock before
+   * this one takes it again; until it does, its commits wait as in an outage (new turns are refused).
+   */
+  readonly holdsStore?: () => boolean;
   /** Number the `system` session's events in the store: several writers share that session. */
   readonly numberSystemEvents?: boolean;
   readonly logger?: Logger;
@@ -281,6 +287,7 @@ export class PgStoreWriter implements StoreWriter {
 
   /** One try at `batch`, unless the commit mark shows an earlier try committed and its answer was lost. */
   private async attempt(batch: Batch): Promise<PgBatchOutcome> {
+    if (this.options.holdsStore?.() === false) throw new StoreNotHeld();
     if (batch.sent !== null && (await lastCommittedBatch(this.pool, this.writerId)) >= batch.no) {
       this.logger.warn(
         { batch_no: batch.no, items: batch.items.length },
@@ -405,4 +412,13 @@ function sessionElsewhere(sessionId: string, family: FencedFamily): MetisError {
     `session ${sessionId} runs elsewhere: this node lost the lease of its family (${family.root}); ${where}, ` +
       'so this event was not stored',
   );
+}
+
+/** A commit held back: the serve lock is not this server's now (it takes it again as soon as it can). */
+class StoreNotHeld extends Error {
+  constructor() {
+    super(
+      "this server does not hold the store's serve lock now: it lost the connection holding it, and writes wait until it holds it again",
+    );
+  }
 }
