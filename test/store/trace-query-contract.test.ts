@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { openDatabase } from '../../src/core/store/database.js';
 import { pgTraceQueryReads } from '../../src/core/store/postgres/pg-trace-query.js';
 import { sqliteTraceQueryReads, type TraceQueryReads } from '../../src/core/store/trace-query-reads.js';
@@ -33,6 +34,7 @@ describe.runIf(postgresTestsRun)('TraceQueryReads on SQLite and on PostgreSQL an
   let sessionIds: string[];
   let eventIds: string[];
   let repeated: string;
+  let pgUrl: string;
 
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'metis-trace-query-'));
@@ -47,7 +49,8 @@ describe.runIf(postgresTestsRun)('TraceQueryReads on SQLite and on PostgreSQL an
     const writable = openDatabase(dbPath);
     repeated = repeatToolUseId(writable);
     writable.close();
-    pair = openPair(dbPath, await copiedToPostgres(dbPath, server));
+    pgUrl = await copiedToPostgres(dbPath, server);
+    pair = openPair(dbPath, pgUrl);
     sqlite = sqliteTraceQueryReads(new TraceStore(pair.db));
     postgres = pgTraceQueryReads(pair.pool);
     sessionIds = pair.db.prepare('SELECT id FROM sessions ORDER BY id').pluck().all() as string[];
@@ -110,5 +113,40 @@ describe.runIf(postgresTestsRun)('TraceQueryReads on SQLite and on PostgreSQL an
     // The repeated tool_use_id answers its newest row on both.
     const owner = calls.find((call) => call.id === repeated)!;
     expect((await postgres.toolCall(owner.session_id, repeated))?.error_class).toBe('repeated');
+  });
+
+  it("each PostgreSQL read but replay (the stream's own, planned elsewhere) runs on an index", async () => {
+    const client = new pg.Client({ connectionString: pgUrl });
+    await client.connect();
+    onTestFinished(() => client.end());
+    // With sequential scans priced out, a plan that still has one has no index to use.
+    await client.query('SET enable_seqscan = off');
+    const plans: string[] = [];
+    const explaining = {
+      query: async (config: pg.QueryConfig) => {
+        const { text, values } = config;
+        const result = await client.query({ text: `EXPLAIN ${text}`, values });
+        plans.push(result.rows.map((row) => row['QUERY PLAN']).join('\n'));
+        return { rows: [], rowCount: 0 };
+      },
+    } as unknown as pg.Pool;
+    const reads = pgTraceQueryReads(explaining);
+    await reads.sessionEvents(sessionIds[0]!);
+    await reads.getEvent(eventIds[0]!);
+    await reads.causalChain(eventIds.at(-1)!);
+    await reads.messagesBefore(sessionIds[0]!, eventIds.at(-1)!, 50);
+    await reads.toolCall(sessionIds[0]!, 'tu_1');
+    expect(plans).toHaveLength(5);
+    for (const plan of plans) expect(plan).not.toContain('Seq Scan');
+    // The index is searched by the read's key (an Index Cond), not read whole under a Filter.
+    expect(plans[0]).toMatch(/using events_pkey on events .*\n\s+Index Cond: \(session_id = /);
+    expect(plans[1]).toMatch(/using idx_events_id on events .*\n\s+Index Cond: \(id = /);
+    expect(plans[2]).toMatch(/using idx_events_id on events e .*\n\s+Index Cond: \(id = chain_1\.id\)/);
+    expect(plans[3]).toMatch(
+      /using idx_messages_session on messages .*\n\s+Index Cond: \(\(session_id = .* AND \(id < /,
+    );
+    expect(plans[4]).toMatch(
+      /using idx_tool_calls_(session|key) on tool_calls .*\n\s+Index Cond: \(\(session_id = .* AND \(id = /,
+    );
   });
 });
