@@ -68,7 +68,12 @@ export interface TraceQuery {
   readonly async: AsyncTraceQuery;
 }
 
-/** The trace reads as promises (`TraceQuery.async`): exact on every store, never refused. */
+/**
+ * The trace reads as promises (`TraceQuery.async`): exact on every store. On PostgreSQL alone a read
+ * first waits (up to 5 s) for the newest event this process dispatched to be committed; it rejects with
+ * `METIS_ERR_STORE_UNAVAILABLE` when that does not happen in time or the store is away, rather than
+ * answer without those events.
+ */
 export interface AsyncTraceQuery {
   /** Events after a cursor, in id order, at most `limit`; `tooLarge` says whether more matched. */
   replay(query: ReplayQuery): Promise<{ events: MetisEvent[]; tooLarge: boolean }>;

@@ -14,6 +14,8 @@ export class RecentEvents {
   /** Ids in arrival order, overwritten in a circle: evicting the oldest allocates nothing. */
   private readonly order: (string | undefined)[];
   private next = 0;
+  /** Ids the writer gave up on, the newest `capacity` of them (insertion order: the oldest go first). */
+  private readonly dropped = new Set<string>();
   /** The newest id recorded (ids are dispatched in increasing order), held or since evicted. */
   newestId: string | null = null;
 
@@ -42,7 +44,19 @@ export class RecentEvents {
    * stored, so answering them would tell a plugin of events replay cannot show.
    */
   forget(events: readonly MetisEvent[]): void {
-    for (const event of events) this.byId.delete(event.id);
+    for (const event of events) {
+      this.byId.delete(event.id);
+      this.dropped.add(event.id);
+    }
+    for (const id of this.dropped) {
+      if (this.dropped.size <= this.capacity) break;
+      this.dropped.delete(id);
+    }
+  }
+
+  /** Whether the writer gave up on this event (among the newest `capacity` so dropped). */
+  wasDropped(id: string): boolean {
+    return this.dropped.has(id);
   }
 
   /** The event if held, else null: not held says nothing of whether the store has it. */

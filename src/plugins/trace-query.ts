@@ -1,7 +1,7 @@
 import { MetisError } from '../core/errors.js';
 import type { MetisEvent } from '../core/events/envelope.js';
 import { rowToEvent } from '../core/store/event-rows.js';
-import type { StoreWriter } from '../core/store/store-writer.js';
+import { DEFAULT_COMMIT_WAIT_MS, type StoreWriter } from '../core/store/store-writer.js';
 import { messagesUpTo, toolCallRow } from '../core/store/trace-content-rows.js';
 import {
   sqliteTraceQueryReads,
@@ -20,6 +20,8 @@ import type { RecentEvents } from './recent-events.js';
 export interface RemoteTrace {
   readonly reads: TraceQueryReads;
   readonly writer: Pick<StoreWriter, 'onDrop' | 'whenCommitted'>;
+  /** How long an asynchronous read waits for that commit before it is refused (DEFAULT_COMMIT_WAIT_MS). */
+  readonly commitWaitMs?: number;
 }
 
 /** The trace plugins read (`ctx.store`) over a SQLite store: every read answered from the file at the call. */
@@ -51,15 +53,23 @@ function refuse(read: string, why: string): never {
  * The trace plugins read over a store with no file here: `getEvent` and `causalChain` from the events
  * this process dispatched (`recent`), exact or refused; the reads that need history or content refused;
  * `async` from the store. An asynchronous read first waits until the newest event the host has seen is
- * committed, so a plugin asking about an event it was just handed (or its parents) finds it stored.
+ * committed, so a plugin asking about an event it was just handed (or its parents) finds it stored; when
+ * storage does not commit it in time the read is refused with the writer's storage error, never answered
+ * without it.
  */
 export function recentTraceQuery(recent: RecentEvents, remote: RemoteTrace): TraceQuery {
   remote.writer.onDrop((events) => recent.forget(events));
+  const waitMs = remote.commitWaitMs ?? DEFAULT_COMMIT_WAIT_MS;
   const stored = async (): Promise<void> => {
     const newest = recent.newestId;
     if (newest === null) return;
-    // A dropped event is never stored: nothing to wait for, and the read shows what the store has.
-    await remote.writer.whenCommitted(newest).catch(() => {});
+    try {
+      await remote.writer.whenCommitted(newest, waitMs);
+    } catch (error) {
+      // A dropped event is never stored: nothing to wait for, and the read shows what the store has.
+      // Still waiting is another matter: the store may lack what the plugin was handed.
+      if (!recent.wasDropped(newest)) throw error;
+    }
   };
   const after =
     <A extends unknown[], R>(read: (...args: A) => Promise<R>) =>

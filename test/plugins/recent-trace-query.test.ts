@@ -2,12 +2,14 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { openPostgresContext } from '../../src/core/store/postgres/pg-context.js';
+import { pgStorageStall } from '../../src/core/store/postgres/pg-storage-stall.js';
 import { pgTraceQueryReads } from '../../src/core/store/postgres/pg-trace-query.js';
 import type { TraceContext } from '../../src/core/store/trace-context.js';
 import { sqliteTraceQueryReads } from '../../src/core/store/trace-query-reads.js';
 import type { TraceQuery } from '../../src/plugins/define-plugin.js';
 import type { LoadedPlugin } from '../../src/plugins/load-plugins.js';
 import { startPlugins } from '../../src/plugins/plugin-host.js';
+import { RecentEvents } from '../../src/plugins/recent-events.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { tempDir, tempTraceContext } from '../helpers/tmp.js';
 import { emitTurn } from './plugin-harness.js';
@@ -57,11 +59,12 @@ async function hostWithMemory(
   context: Pick<TraceContext, 'bus' | 'writer'>,
   recentEvents: number,
   reads = sqliteTraceQueryReads((context as TraceContext).store),
+  commitWaitMs?: number,
 ): Promise<Probe> {
   const probe: Probe = { store: null, heldWhenHanded: [], storedWhenAsked: [] };
   const host = await startPlugins([probePlugin(probe)], {
     bus: context.bus,
-    store: { reads, writer: context.writer },
+    store: { reads, writer: context.writer, ...(commitWaitMs === undefined ? {} : { commitWaitMs }) },
     logger: silentLogger(),
     dataDir: tempDir(),
     recentEvents,
@@ -78,6 +81,24 @@ function refusal(read: () => unknown): string | undefined {
   }
   return undefined;
 }
+
+describe('RecentEvents', () => {
+  it('forgets what the writer gave up on and remembers that it did, within its bound', () => {
+    const context = tempTraceContext();
+    const recent = new RecentEvents(2);
+    const events = Object.values(emitTurn(context.bus, 'sess_ring'));
+    for (const event of events.slice(0, 2)) recent.record(event);
+    recent.forget([events[1]!]);
+    expect(recent.get(events[0]!.id)).toBe(events[0]);
+    expect(recent.get(events[1]!.id)).toBeNull();
+    expect(recent.wasDropped(events[1]!.id)).toBe(true);
+    // The chain from a dropped parent is not whole: refused, not cut short.
+    expect(recent.chain(events[1]!.id)).toBeNull();
+    recent.forget(events.slice(2, 4));
+    expect(recent.wasDropped(events[1]!.id)).toBe(false);
+    expect(recent.wasDropped(events[3]!.id)).toBe(true);
+  });
+});
 
 describe('the plugin host on a store with no file here', () => {
   it('answers getEvent and causalChain from the events it saw, exactly as the store', async () => {
@@ -165,4 +186,23 @@ describe.runIf(postgresTestsRun)('the plugin host on PostgreSQL alone', () => {
     const store = probe.store!;
     expect(store.causalChain(events.done2!.id)).toEqual(await store.async.causalChain(events.done2!.id));
   });
+
+  it('an async read whose events are not committed in time is refused, not answered without them', async () => {
+    const url = freshDatabase(postgres);
+    const context = await openPostgresContext({ url, setting: '--store' });
+    onTestFinished(() => context.close());
+    const probe = await hostWithMemory(context, 64, pgTraceQueryReads(context.pool), 300);
+    context.bus.seedSeq('sess_ring', 0);
+    const release = await pgStorageStall(url).hold(10_000);
+    const events = emitTurn(context.bus, 'sess_ring');
+    await until(() => probe.storedWhenAsked.length === 8);
+    const answers = await Promise.allSettled(probe.storedWhenAsked);
+    expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 'rejected'));
+    expect((answers[0] as PromiseRejectedResult).reason).toMatchObject({
+      code: 'METIS_ERR_STORE_UNAVAILABLE',
+    });
+    await release();
+    await context.flush();
+    expect((await probe.store!.async.getEvent(events.turn!.id))?.id).toBe(events.turn!.id);
+  }, 30_000);
 });

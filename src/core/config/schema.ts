@@ -75,7 +75,7 @@ export const StoreConfigSchema = z.strictObject({
   /**
    * `true` (the default): the server runs on a SQLite working copy of the store and ships to it.
    * `false`: it reads and writes PostgreSQL alone (docs/plans/store-port.md step 8; one server, no
-   * cluster and no plugins yet).
+   * cluster yet; plugins read the trace as docs/plugins.md "Reading the trace" says).
    */
   working_copy: z.boolean().default(true),
 });
