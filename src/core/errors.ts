@@ -176,6 +176,12 @@ export const ERROR_TABLE = {
     exitCode: 1,
     hint: 'The plugin failed while loading or starting; see the message, or remove it from `plugins` in config.',
   },
+  /** A plugin's synchronous trace read that the host cannot answer exactly here (docs/plugins.md). */
+  METIS_ERR_TRACE_READ_REFUSED: {
+    status: 500,
+    exitCode: 1,
+    hint: 'The trace is not in a file of this process: read it through ctx.store.async, which answers on every store.',
+  },
   // 124 as timeout(1) reports a command it stopped: a script tells "gave up" from "failed".
   METIS_ERR_FOLLOW_TIMEOUT: {
     status: 504,

@@ -25,12 +25,30 @@ export interface OptionsSchema<T> {
   ): { success: true; data: T } | { success: false; error: { issues: readonly OptionsIssue[] } };
 }
 
-/** Read-only queries over the trace store, for batch plugins that need history or the causal chain. */
+/**
+ * Read-only queries over the trace store, for batch plugins that need history or the causal chain.
+ *
+ * The synchronous reads are exact on a SQLite store (the default): each is answered from the file at
+ * the call. On PostgreSQL alone (`store.working_copy: false`) no file of this process holds the trace,
+ * so the host answers them from the newest events this process dispatched on its bus (10,000 of them,
+ * less any its writer gave up on), and only where that answer is exact:
+ *
+ * | read | PostgreSQL alone |
+ * | --- | --- |
+ * | `getEvent(id)` | the event when still held; otherwise refused |
+ * | `causalChain(id)` | the whole chain when every link up to the root is held; otherwise refused, never a part |
+ * | `replay`, `sessionEvents`, `messagesBefore`, `toolCall` | refused (history and content are not on the bus) |
+ *
+ * A refused read throws a `MetisError` whose `code` is `'METIS_ERR_TRACE_READ_REFUSED'` (check the
+ * code; a plugin needs no import of metis). `async` answers every read exactly on every store: use it
+ * where a refusal would matter, or fall back to it on the refusal, as the built-in `otel` plugin does.
+ */
 export interface TraceQuery {
   /** Events after a cursor, in id order, at most `limit`; `tooLarge` says whether more matched. */
   replay(query: ReplayQuery): { events: MetisEvent[]; tooLarge: boolean };
   /** Every stored event of a session, in id order. */
   sessionEvents(sessionId: string): MetisEvent[];
+  /** The event, or null when the store has none of that id (SQLite; see above for PostgreSQL alone). */
   getEvent(id: string): MetisEvent | null;
   /** The causal chain from an event back to its root (bus spec §4.3), the event itself first. */
   causalChain(eventId: string): MetisEvent[];
@@ -42,6 +60,33 @@ export interface TraceQuery {
   messagesBefore?(sessionId: string, eventId: string, limit: number): StoredMessage[];
   /** A session's stored tool call (input, output) by its tool_use_id, or null. */
   toolCall?(sessionId: string, toolUseId: string): StoredToolCall | null;
+  /**
+   * The same reads, asynchronous, each exact on every store: over SQLite the synchronous answers,
+   * resolved; over PostgreSQL one indexed query each. Every event written before the call was stored is
+   * seen, including those older than the host's memory.
+   */
+  readonly async: AsyncTraceQuery;
+}
+
+/**
+ * The trace reads as promises (`TraceQuery.async`): exact on every store. On PostgreSQL alone a read
+ * first waits (up to 5 s) for the newest event this process dispatched to be committed; it rejects with
+ * `METIS_ERR_STORE_UNAVAILABLE` when that does not happen in time or the store is away, rather than
+ * answer without those events.
+ */
+export interface AsyncTraceQuery {
+  /** Events after a cursor, in id order, at most `limit`; `tooLarge` says whether more matched. */
+  replay(query: ReplayQuery): Promise<{ events: MetisEvent[]; tooLarge: boolean }>;
+  /** Every stored event of a session, in id order. */
+  sessionEvents(sessionId: string): Promise<MetisEvent[]>;
+  /** The stored event, or null when there is none of that id. */
+  getEvent(id: string): Promise<MetisEvent | null>;
+  /** The causal chain from an event back to its root, the event first; [] for an id not stored. */
+  causalChain(eventId: string): Promise<MetisEvent[]>;
+  /** The newest `limit` messages of a session stored before an event, oldest first. */
+  messagesBefore(sessionId: string, eventId: string, limit: number): Promise<StoredMessage[]>;
+  /** A session's stored tool call by its tool_use_id (the newest, should an id repeat), or null. */
+  toolCall(sessionId: string, toolUseId: string): Promise<StoredToolCall | null>;
 }
 
 /** A stored message: content blocks `text | thinking | tool_use | tool_result`. */

@@ -18,6 +18,7 @@ import type { MetisEvent } from '../core/events/envelope.js';
 import { definePlugin, type TraceQuery } from './define-plugin.js';
 import { ContentReader } from './otel-content.js';
 import { ReportingExporter } from './otel-export.js';
+import { readNowOrLater, thenOrNow } from './read-now-or-later.js';
 
 export { ReportingExporter } from './otel-export.js';
 
@@ -111,7 +112,10 @@ interface OpenSpan {
  * Turns metis events into spans (bus spec §4.3): a turn span per `turn.started`, with one `chat` span
  * per LLM call and one `execute_tool` span per tool call as its children. The parent turn is found by
  * walking `parent_event_id` — in memory for the events seen, in the trace store otherwise. Spans carry
- * the events' own timestamps, so they line up with the trace however late they are exported.
+ * the events' own timestamps, so they line up with the trace however late they are exported. A store
+ * read the host cannot answer synchronously (PostgreSQL alone) is awaited instead: `handle` then returns
+ * a promise, and the plugin's mailbox hands it no other event until it settles, so events still apply
+ * in order.
  */
 export class SpanBuilder {
   /** Open spans by the id of the event that started them. */
@@ -140,7 +144,7 @@ export class SpanBuilder {
     return this.open.size;
   }
 
-  handle(event: MetisEvent): void {
+  handle(event: MetisEvent): void | Promise<void> {
     const p = event.payload;
     const at = hrTime(event.timestamp);
     switch (event.type) {
@@ -174,7 +178,7 @@ export class SpanBuilder {
       }
       case 'llm.call_started': {
         const provider = String(p.provider);
-        this.startChild(event, `chat ${modelName(String(p.model), provider)}`, SpanKind.CLIENT, at, {
+        return this.startChild(event, `chat ${modelName(String(p.model), provider)}`, SpanKind.CLIENT, at, {
           [GEN_AI.operation]: 'chat',
           [GEN_AI.provider]: provider,
           [GEN_AI.requestModel]: modelName(String(p.model), provider),
@@ -183,20 +187,18 @@ export class SpanBuilder {
           'metis.request_id': String(p.request_id),
           'metis.is_worker': Boolean(p.is_worker),
         });
-        return;
       }
       case 'tool.called':
         this.toolCalls.set(String(p.tool_use_id), event.id);
-        this.startChild(event, `execute_tool ${p.tool_name}`, SpanKind.INTERNAL, at, {
+        return this.startChild(event, `execute_tool ${p.tool_name}`, SpanKind.INTERNAL, at, {
           [GEN_AI.operation]: 'execute_tool',
           [GEN_AI.toolName]: String(p.tool_name),
           [GEN_AI.toolCallId]: String(p.tool_use_id),
           ...sessionAttributes(event.session_id),
           'metis.tool.side_effects': String(p.side_effects),
         });
-        return;
-      case 'llm.call_completed':
-        this.end(event, at, {
+      case 'llm.call_completed': {
+        const attributes: Attributes = {
           [GEN_AI.responseModel]: modelName(String(p.model), String(p.provider)),
           [GEN_AI.finishReasons]: [String(p.stop_reason)],
           [GEN_AI.inputTokens]: num(p.input_tokens),
@@ -204,71 +206,64 @@ export class SpanBuilder {
           [GEN_AI.cacheReadTokens]: num(p.cached_input_tokens),
           [GEN_AI.cacheCreationTokens]: num(p.cache_creation_input_tokens),
           'metis.cost_usd': num(p.cost_usd),
-          ...this.callContent(event, String(p.stop_reason)),
-        });
-        return;
+        };
+        return thenOrNow(this.callContent(event, String(p.stop_reason)), (content) =>
+          this.end(event, at, { ...attributes, ...content }),
+        );
+      }
       case 'tool.completed':
         this.toolCalls.delete(String(p.tool_use_id));
-        this.end(
-          event,
-          at,
-          {
-            'metis.tool.success': Boolean(p.success),
-            ...this.content?.toolCall(event.session_id, String(p.tool_use_id)),
-          },
-          p.success ? null : 'tool_error',
+        return thenOrNow(this.toolContent(event), (content) =>
+          this.end(
+            event,
+            at,
+            { 'metis.tool.success': Boolean(p.success), ...content },
+            p.success ? null : 'tool_error',
+          ),
         );
-        return;
       case 'tool.failed':
         this.toolCalls.delete(String(p.tool_use_id));
-        this.end(
-          event,
-          at,
-          { ...this.content?.toolCall(event.session_id, String(p.tool_use_id)) },
-          String(p.error_class),
-          String(p.error_message),
+        return thenOrNow(this.toolContent(event), (content) =>
+          this.end(event, at, { ...content }, String(p.error_class), String(p.error_message)),
         );
-        return;
       case 'llm.call_failed':
-        this.end(
-          event,
-          at,
-          this.callContent(event, null),
-          String(p.error_class),
-          String(p.error_message_redacted),
+        return thenOrNow(this.callContent(event, null), (content) =>
+          this.end(event, at, content, String(p.error_class), String(p.error_message_redacted)),
         );
-        return;
-      case 'turn.completed':
-        this.endTurn(event, at, {
+      case 'turn.completed': {
+        const attributes: Attributes = {
           [GEN_AI.inputTokens]: num(p.total_input_tokens),
           [GEN_AI.outputTokens]: num(p.total_output_tokens),
           'metis.cost_usd': num(p.total_cost_usd),
           'metis.llm_call_count': num(p.llm_call_count),
           'metis.tool_call_count': num(p.tool_call_count),
           'metis.stop_reason': String(p.stop_reason),
-          ...this.turnContent(event),
-        });
-        return;
-      case 'turn.cancelled':
-        this.endTurn(
-          event,
-          at,
-          { 'metis.cancel_reason': String(p.reason), ...this.turnContent(event) },
-          'cancelled',
+        };
+        return thenOrNow(this.turnContent(event), (content) =>
+          this.endTurn(event, at, { ...attributes, ...content }),
         );
-        return;
+      }
+      case 'turn.cancelled':
+        return thenOrNow(this.turnContent(event), (content) =>
+          this.endTurn(event, at, { 'metis.cancel_reason': String(p.reason), ...content }, 'cancelled'),
+        );
     }
   }
 
   /** A model call's content: what it was sent and what it answered (capture_content only). */
-  private callContent(end: MetisEvent, stopReason: string | null): Attributes {
+  private callContent(end: MetisEvent, stopReason: string | null): Attributes | Promise<Attributes> {
     if (this.content === null || end.parent_event_id === null) return {};
     return this.content.modelCall(end.session_id, end.parent_event_id, end.id, stopReason);
   }
 
-  private turnContent(end: MetisEvent): Attributes {
+  private turnContent(end: MetisEvent): Attributes | Promise<Attributes> {
     if (this.content === null || end.parent_event_id === null) return {};
     return this.content.turn(end.session_id, end.parent_event_id, end.id);
+  }
+
+  private toolContent(end: MetisEvent): Attributes | Promise<Attributes> {
+    if (this.content === null) return {};
+    return this.content.toolCall(end.session_id, String(end.payload.tool_use_id));
   }
 
   /** Ends every open span (at shutdown), marked incomplete. */
@@ -301,33 +296,46 @@ export class SpanBuilder {
     list.push(eventId);
   }
 
-  private startChild(event: MetisEvent, name: string, kind: SpanKind, at: HrTime, attributes: Attributes) {
-    const turnId = this.findTurn(event);
-    const turn = turnId === null ? undefined : this.open.get(turnId);
-    if (turnId === null || turn === undefined) {
-      this.counters.orphans += 1;
-      return;
-    }
-    const span = this.tracer.startSpan(
-      name,
-      { kind, startTime: at, attributes },
-      trace.setSpan(ROOT_CONTEXT, turn.span),
-    );
-    this.start(event.id, turnId, span);
+  private startChild(
+    event: MetisEvent,
+    name: string,
+    kind: SpanKind,
+    at: HrTime,
+    attributes: Attributes,
+  ): void | Promise<void> {
+    return thenOrNow(this.findTurn(event), (turnId) => {
+      const turn = turnId === null ? undefined : this.open.get(turnId);
+      if (turnId === null || turn === undefined) {
+        this.counters.orphans += 1;
+        return;
+      }
+      const span = this.tracer.startSpan(
+        name,
+        { kind, startTime: at, attributes },
+        trace.setSpan(ROOT_CONTEXT, turn.span),
+      );
+      this.start(event.id, turnId, span);
+    });
   }
 
   /** The `turn.started` id of an event's turn, walking the causal chain; null when none is open. */
-  private findTurn(event: MetisEvent): string | null {
+  private findTurn(event: MetisEvent): string | null | Promise<string | null> {
     const parent = event.parent_event_id;
     if (parent === null) return null;
     const known = this.turnOf.get(parent);
     if (known !== undefined) return known;
     // The parent is of a type outside the filter (or from before startup): ask the trace store.
-    for (const ancestor of this.store.causalChain(parent)) {
-      const turnId = this.turnOf.get(ancestor.id);
-      if (turnId !== undefined) return turnId;
-    }
-    return null;
+    const chain = readNowOrLater(
+      () => this.store.causalChain(parent),
+      () => this.store.async.causalChain(parent),
+    );
+    return thenOrNow(chain, (ancestors) => {
+      for (const ancestor of ancestors) {
+        const turnId = this.turnOf.get(ancestor.id);
+        if (turnId !== undefined) return turnId;
+      }
+      return null;
+    });
   }
 
   private end(

@@ -8,14 +8,14 @@ import { DeadlineExceeded, latch, withDeadline } from '../core/deadline.js';
 import { FastPathHandlerError, MetisError } from '../core/errors.js';
 import type { MetisEvent } from '../core/events/envelope.js';
 import { describeFilter, toEventFilter } from '../core/events/filter.js';
-import { rowToEvent } from '../core/store/event-rows.js';
-import { messagesUpTo, toolCallRow } from '../core/store/trace-content-rows.js';
-import type { TraceStore } from '../core/store/trace-store.js';
+import { TraceStore } from '../core/store/trace-store.js';
 import { checkInstance } from './check-instance.js';
 import type { PluginContext, PluginFilter, PluginInstance, TraceQuery } from './define-plugin.js';
 import { type GuardedPlugin, type GuardOptions, guardHandler } from './handler-deadline.js';
 import { describeSource, type LoadedPlugin } from './load-plugins.js';
+import { RecentEvents } from './recent-events.js';
 import { stopPlugins } from './stop-plugins.js';
+import { type RemoteTrace, recentTraceQuery, sqliteTraceQuery } from './trace-query.js';
 
 /** One line of `metis plugins` and `GET /plugins`. */
 export interface PluginStatus {
@@ -62,8 +62,13 @@ export const DEFAULT_PLUGIN_TIMEOUTS: PluginTimeouts = { startMs: 10_000, handle
 
 export interface PluginEnvironment {
   readonly bus: EventBus;
-  /** The trace plugins read; null where none can be read synchronously (a PostgreSQL store, no copy). */
-  readonly store: TraceStore | null;
+  /**
+   * The trace plugins read: a SQLite store, or the reads and writer of a store with no file here
+   * (PostgreSQL alone), whose synchronous reads the host answers from memory where exact (define-plugin.ts).
+   */
+  readonly store: TraceStore | RemoteTrace;
+  /** With a RemoteTrace: how many recent events the host keeps for synchronous reads (RECENT_EVENTS_KEPT). */
+  readonly recentEvents?: number;
   readonly logger: Logger;
   /** The folder that holds the database. */
   readonly dataDir: string;
@@ -95,38 +100,27 @@ interface Running extends GuardedPlugin {
   logged: number;
 }
 
-function traceQuery(store: TraceStore | null): TraceQuery {
-  if (store === null) return noTraceQuery;
-  return {
-    replay: (query) => {
-      const { rows, tooLarge } = store.replay(query);
-      return { events: rows.map(rowToEvent), tooLarge };
-    },
-    sessionEvents: (sessionId) => store.sessionEvents(sessionId),
-    getEvent: (id) => store.getEvent(id),
-    causalChain: (eventId) => store.causalChain(eventId),
-    messagesBefore: (sessionId, eventId, limit) =>
-      messagesUpTo(store.db, sessionId, eventId.slice(eventId.indexOf('_') + 1), limit),
-    toolCall: (sessionId, toolUseId) => toolCallRow(store.db, sessionId, toolUseId),
-  };
+/**
+ * The trace plugins read: a SQLite store's own reads, or, on a store with no file here, the newest
+ * events this process dispatched (a fast-path subscription taken before any plugin's, so a plugin is
+ * never handed an event the memory has not seen) in front of the store's asynchronous reads.
+ */
+function traceFor(
+  env: PluginEnvironment,
+  keepMemory: boolean,
+): { query: TraceQuery; memory: SubscriptionHandle | null } {
+  const { store } = env;
+  if (store instanceof TraceStore) return { query: sqliteTraceQuery(store), memory: null };
+  const recent = new RecentEvents(env.recentEvents);
+  if (!keepMemory) return { query: recentTraceQuery(recent, store), memory: null };
+  const memory = env.bus.subscribe({
+    name: 'plugin-host:recent-events',
+    fastPath: true,
+    knownTypes: 'all',
+    handler: (event) => recent.record(event),
+  });
+  return { query: recentTraceQuery(recent, store), memory };
 }
-
-/** A read a plugin cannot make where the trace is not in a file of this process, saying why. */
-function noTrace(read: string): never {
-  throw new MetisError(
-    'METIS_ERR_INVALID_ARGUMENT',
-    `plugins cannot read the trace (${read}) on a PostgreSQL store without a working copy`,
-  );
-}
-
-const noTraceQuery: TraceQuery = {
-  replay: () => noTrace('replay'),
-  sessionEvents: () => noTrace('sessionEvents'),
-  getEvent: () => noTrace('getEvent'),
-  causalChain: () => noTrace('causalChain'),
-  messagesBefore: () => noTrace('messagesBefore'),
-  toolCall: () => noTrace('toolCall'),
-};
 
 /**
  * Creates, starts and subscribes every loaded plugin, in config order. A failure stops the ones already
@@ -140,7 +134,9 @@ export async function startPlugins(
   env: PluginEnvironment,
 ): Promise<PluginHost> {
   const timeouts: PluginTimeouts = { ...DEFAULT_PLUGIN_TIMEOUTS, ...env.timeouts };
-  const host: HostState = { env, timeouts, store: traceQuery(env.store), shutdown: latch() };
+  // No plugin, no memory to keep: a server without plugins pays nothing for it.
+  const trace = traceFor(env, plugins.length > 0);
+  const host: HostState = { env, timeouts, store: trace.query, shutdown: latch() };
   const running: Running[] = [];
   let stopping: Promise<void> | null = null;
 
@@ -149,7 +145,9 @@ export async function startPlugins(
       running,
       { bus: env.bus, logger: env.logger, stopMs: timeouts.stopMs, shutdown: host.shutdown },
       options.deadline ?? Number.POSITIVE_INFINITY,
-    );
+    ).finally(() => {
+      if (trace.memory !== null) env.bus.unsubscribe(trace.memory);
+    });
     return stopping;
   };
 

@@ -7,12 +7,13 @@ import { jsonRequest } from '../helpers/http.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
 import { runCli, serveCli } from '../helpers/run-cli.js';
 import { tempDir } from '../helpers/tmp.js';
+import { otlpReceiver } from '../plugins/receivers.js';
 
 /**
  * Issue 35, store-port step 8: `metis serve --store postgres://…` with `store.working_copy: false` runs on
  * PostgreSQL alone. Turns run and are read back from the store, nothing is written into the data folder
  * but the token and the tool-process record, a restart goes on where it was, and a process killed mid
- * turn has that turn closed once at the next start.
+ * turn has that turn closed once at the next start. Plugins run on it, reading the trace from PostgreSQL.
  */
 const pg = postgresForFile();
 
@@ -108,12 +109,49 @@ describe.runIf(postgresTestsRun)('metis serve on PostgreSQL with no working copy
     expect(ends()).toBe('1');
   }, 60_000);
 
-  it('refuses a cluster or plugins on it, naming the setting (exit 2)', async () => {
+  it('runs the configured plugins: otel exports the turn with its children linked and content read from PostgreSQL', async () => {
     const url = freshDatabase(pg);
-    const withPlugins = home({ plugins: ['./nowhere.mjs'] });
-    const refused = await runCli(['serve', ...withPlugins.args, '--store', url], withPlugins.home);
-    expect(refused.exitCode).toBe(2);
-    expect(refused.stderr).toContain('store.working_copy: false runs no plugins');
+    const otlp = await otlpReceiver();
+    const data = home({
+      plugins: [['otel', { endpoint: otlp.endpoint, scheduled_delay_ms: 50, capture_content: true }]],
+    });
+    const server = await serveCli(data.home, [...data.args, '--store', url]);
+    const token = homeToken(data.home);
+    const session = (await jsonRequest(server.url, 'POST', '/sessions', { workspace_path: data.home })).body
+      .session_id as string;
+    const started = await jsonRequest(server.url, 'POST', `/sessions/${session}/turns`, { message: 'time' });
+    expect(started.status).toBe(202);
+    await expect
+      .poll(() => psqlIn(url, `SELECT count(*) FROM events WHERE type = 'turn.completed'`), {
+        timeout: 15_000,
+      })
+      .toBe('1');
+    await expect.poll(() => otlp.spans.length, { timeout: 10_000 }).toBe(4);
+    const listed = await jsonRequest(server.url, 'GET', '/plugins', undefined, { token });
+    expect(listed.body.plugins).toHaveLength(1);
+    expect(listed.body.plugins[0]).toMatchObject({ name: 'otel', failed: 0, dropped: 0 });
+    expect(listed.body.plugins[0].stats).toMatchObject({ orphans: 0, spans_started: 4, spans_ended: 4 });
+    expect(await server.stop('SIGTERM')).toBe(0);
+
+    const turn = otlp.spans.find((span) => span.name === 'invoke_agent metis')!;
+    const chats = otlp.spans.filter((span) => span.name.startsWith('chat '));
+    const tool = otlp.spans.find((span) => span.name === 'execute_tool current_time')!;
+    expect(chats).toHaveLength(2);
+    expect(turn.parentSpanId).toBe('');
+    for (const child of [...chats, tool]) {
+      expect(child.traceId).toBe(turn.traceId);
+      expect(child.parentSpanId).toBe(turn.spanId);
+    }
+    // Content is not on the bus: read from PostgreSQL through the asynchronous reads.
+    expect(String(turn.attributes['gen_ai.input.messages'])).toContain('time');
+    expect(turn.attributes['gen_ai.output.messages']).toBeDefined();
+    for (const chat of chats) expect(String(chat.attributes['gen_ai.input.messages'])).toContain('time');
+    expect(tool.attributes['gen_ai.tool.call.arguments']).toBeDefined();
+    expect(tool.attributes['gen_ai.tool.call.result']).toBeDefined();
+  }, 60_000);
+
+  it('refuses a cluster on it, naming the setting (exit 2)', async () => {
+    const url = freshDatabase(pg);
     const plain = home();
     const clustered = await runCli(
       ['serve', ...plain.args, '--store', url, '--nats', 'nats://127.0.0.1:1', '--node-id', 'a'],

@@ -1,6 +1,6 @@
 import { dirname, join } from 'node:path';
 import type { Logger } from 'pino';
-import { startPlugins } from '../../plugins/plugin-host.js';
+import type { PluginHost } from '../../plugins/plugin-host.js';
 import type { MetisConfig } from '../config/schema.js';
 import { MetisError } from '../errors.js';
 import { killLeftoverChildren } from '../runtime/child-process-record.js';
@@ -9,31 +9,39 @@ import { openAndResumeCutTurns } from '../runtime/resume-cut-turns.js';
 import { openPostgresContext, type PostgresContext } from '../store/postgres/pg-context.js';
 import { PgOpenWork } from '../store/postgres/pg-open-work.js';
 import { PgStreamArchiveRows } from '../store/postgres/pg-stream-archive-rows.js';
+import { pgTraceQueryReads } from '../store/postgres/pg-trace-query.js';
 import type { StoreContext } from '../store/store-context.js';
 import { ClusterSeat } from './cluster-seat.js';
 import { dashboardFolder } from './dashboard-folder.js';
 import type { MetisServer } from './metis-server.js';
 import { startServiceServer } from './service-server.js';
 import { serviceStop } from './service-stop.js';
-import { type RunningService, type ServiceOptions, serviceAuth, startRuntime } from './start-service.js';
+import {
+  type RunningService,
+  type ServiceOptions,
+  serviceAuth,
+  startConfiguredPlugins,
+  startRuntime,
+} from './start-service.js';
 
 /**
  * Whether `metis serve` runs on PostgreSQL alone: `store.working_copy: false`, or unset on a server
- * that joins no cluster and runs no plugins (those still need the working copy).
+ * that joins no cluster (a cluster node still needs its working copy).
  */
 export function runsOnPostgresAlone(config: MetisConfig): boolean {
   if (config.store.url === null) return false;
   const { working_copy: workingCopy } = config.store;
   if (workingCopy !== null) return !workingCopy;
-  return config.cluster.nats === null && config.plugins.length === 0;
+  return config.cluster.nats === null;
 }
 
 /**
  * `metis serve` on PostgreSQL with no working copy (`store.working_copy: false`, docs/storage.md): the
  * store's context, recovery of what a crash left from PostgreSQL, the runtime, the turns it resumes, and
- * then the server. One server only: no cluster and no plugins yet (they read the trace synchronously).
- * @throws MetisError naming the setting for a cluster or plugins on this store, or a store that cannot
- *   be used; METIS_ERR_DB_LOCKED when another server holds it.
+ * the configured plugins (reading the trace from PostgreSQL: docs/plugins.md), then the server. One
+ * server only: no cluster yet.
+ * @throws MetisError naming the setting for a cluster on this store, or a store that cannot be used;
+ *   METIS_ERR_DB_LOCKED when another server holds it; METIS_ERR_PLUGIN_START for a plugin that fails.
  */
 export async function startDirectService(
   config: MetisConfig,
@@ -47,11 +55,6 @@ export async function startDirectService(
       'METIS_ERR_INVALID_ARGUMENT',
       'store.working_copy: false runs one server; a cluster (cluster.nats) still needs its working copy',
     );
-  if (config.plugins.length > 0)
-    throw new MetisError(
-      'METIS_ERR_INVALID_ARGUMENT',
-      'store.working_copy: false runs no plugins yet (they read the trace from a file); remove `plugins` or keep the working copy',
-    );
   const auth = serviceAuth(config, options, logger);
   const dashboard = dashboardFolder(config.server.dashboard);
   const trace = await openPostgresContext({
@@ -62,6 +65,7 @@ export async function startDirectService(
     queueLimit: config.bus.queue_limit,
   });
   let server: MetisServer | null = null;
+  let plugins: PluginHost | null = null;
   try {
     const childRecordFile = join(dirname(dbPath), 'postgres.children');
     killLeftoverChildren(childRecordFile, logger);
@@ -71,7 +75,14 @@ export async function startDirectService(
       onRestart: config.runtime.on_restart,
       maxResumptions: config.runtime.max_resumptions,
     });
-    const plugins = await startPlugins([], { bus: trace.bus, store: null, logger, dataDir: dirname(dbPath) });
+    // Plugins read the trace from PostgreSQL, synchronously only where memory answers exactly.
+    plugins = await startConfiguredPlugins(
+      config,
+      { bus: trace.bus, store: { reads: pgTraceQueryReads(trace.pool), writer: trace.writer } },
+      dirname(dbPath),
+      logger,
+      options.configPath ?? null,
+    );
     const seat = new ClusterSeat(false, trace.port.sessions);
     const runtime = startRuntime(
       config,
@@ -125,6 +136,7 @@ export async function startDirectService(
     };
   } catch (error) {
     await server?.close().catch(() => {});
+    await plugins?.stop();
     await trace.close();
     throw error;
   }

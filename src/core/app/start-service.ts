@@ -1,7 +1,7 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { loadPlugins } from '../../plugins/load-plugins.js';
-import { type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
+import { type PluginEnvironment, type PluginHost, startPlugins } from '../../plugins/plugin-host.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { ClusterSettings, JoinedNode } from '../cluster/cluster-start.js';
 import type { MetisConfig } from '../config/schema.js';
@@ -99,7 +99,7 @@ export async function startService(
     const { trace } = recovered;
     plugins = await startConfiguredPlugins(
       config,
-      trace,
+      { bus: trace.bus, store: trace.store },
       dirname(dbPath),
       logger,
       options.configPath ?? null,
@@ -186,10 +186,13 @@ export async function startService(
   }
 }
 
-/** The plugins named in config, loaded (paths relative to the config file) and started on the bus. */
-async function startConfiguredPlugins(
+/**
+ * The plugins named in config, loaded (paths relative to the config file) and started on the bus, reading
+ * the trace from `trace.store`: a SQLite store, or a store with no file here (start-direct.ts).
+ */
+export async function startConfiguredPlugins(
   config: MetisConfig,
-  trace: TraceContext,
+  trace: Pick<PluginEnvironment, 'bus' | 'store'>,
   dataDir: string,
   logger: Logger,
   configPath: string | null,
