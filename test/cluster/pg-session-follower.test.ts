@@ -63,7 +63,8 @@ function heldReads(reads: FollowReads) {
   };
 }
 
-async function rig() {
+/** `workerRootKnown`: whether this node can tell WORKER's root (false: a worker new here, no row yet). */
+async function rig(workerRootKnown = true) {
   const nats = await startNats();
   onTestFinished(() => nats.destroy());
   // The node running the sessions: its writer stores, and the test publishes as its fan-out does.
@@ -84,7 +85,7 @@ async function rig() {
     sequencer,
     reads: reads.reads,
     runsHere: () => false,
-    familyOf,
+    familyOf: workerRootKnown ? familyOf : (sessionId) => sessionId,
     logger: silentLogger(),
   });
   onTestFinished(() => follower.close());
@@ -218,5 +219,18 @@ describe.runIf(postgresTestsRun && natsTestsRun)('a node following watched sessi
     r.publish(later!, r.delta());
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(r.released).toEqual([]);
+  }, 60_000);
+
+  it('brings a worker whose root this node cannot tell yet with the family it came in', async () => {
+    const r = await rig(false);
+    await r.follower.refresh(ROOT);
+    r.follower.watch(ROOT);
+    await r.follower.refresh(ROOT);
+    // Stored, its message on the way on the root's subject: a read of the worker releases it there.
+    const [inFlight] = await r.store(1, WORKER);
+    await r.follower.refresh(WORKER);
+    expect(r.ids(r.released)).toEqual([inFlight!.id]);
+    r.publish(inFlight!);
+    await r.releasedAre([inFlight!], WORKER);
   }, 60_000);
 });

@@ -81,7 +81,16 @@ export function followSessions(parts: {
   const unwatched = new Set<string>();
   let closed = false;
 
-  const familyWatching = (sessionId: string): Family | undefined => families.get(parts.familyOf(sessionId));
+  /**
+   * The followed family a session belongs to, if any: by its root, or by the family it was seen in (a
+   * worker new here, whose root `familyOf` may not know yet, came on its root's subject).
+   */
+  const familyWatching = (sessionId: string): Family | undefined => {
+    const byRoot = families.get(parts.familyOf(sessionId));
+    if (byRoot !== undefined) return byRoot;
+    for (const family of families.values()) if (family.members.has(sessionId)) return family;
+    return undefined;
+  };
 
   /** Lets go of what is held of sessions: their seq here and the sequencer's mark. */
   const forgetMarks = (sessionIds: Iterable<string>) => {
@@ -97,7 +106,7 @@ export function followSessions(parts: {
     if (unwatched.size <= UNWATCHED_MARKS) return;
     const oldest = unwatched.values().next().value as string;
     unwatched.delete(oldest);
-    if (familyWatching(oldest)?.members.has(oldest) !== true) forgetMarks([oldest]);
+    if (familyWatching(oldest) === undefined) forgetMarks([oldest]);
   };
 
   /** A session of a watched family: its mark is the family's from now on. */
@@ -288,7 +297,7 @@ export function followSessions(parts: {
     const family = familyWatching(sessionId);
     if (family === undefined) {
       await markAtNewest(sessionIds);
-      for (const id of sessionIds) if (familyWatching(id)?.members.has(id) !== true) markedUnwatched(id);
+      for (const id of sessionIds) if (familyWatching(id) === undefined) markedUnwatched(id);
       return;
     }
     const stored = await storedSince(family, sessionIds);
@@ -299,7 +308,10 @@ export function followSessions(parts: {
   return {
     refresh: (sessionId) => {
       if (closed || sessionId === SYSTEM_SESSION_ID) return Promise.resolve();
-      return enqueue(parts.familyOf(sessionId), () => refreshNow(sessionId));
+      // On the queue of the family whose messages bring the session, after those received before.
+      return enqueue(familyWatching(sessionId)?.root ?? parts.familyOf(sessionId), () =>
+        refreshNow(sessionId),
+      );
     },
     watch: (sessionId) => {
       if (closed || sessionId === SYSTEM_SESSION_ID) return () => {};
