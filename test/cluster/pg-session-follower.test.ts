@@ -29,6 +29,8 @@ import { session } from '../helpers/row-change-builders.js';
 const pg = postgresForFile();
 const ROOT = 'sess_root';
 const WORKER = 'sess_worker';
+/** A worker the owner starts once this node follows the family. */
+const NEW_WORKER = 'sess_new_worker';
 
 /** Read answers held until `open` is called: a store slow to answer a catch-up. */
 function heldReads(reads: FollowReads) {
@@ -78,7 +80,8 @@ async function rig(workerRootKnown = true) {
   sequencer.onRelease((event) => released.push(event));
   const broker: Broker = await nodeBroker(nats.url);
   const reads = heldReads(pgFollowReads(owner.pool));
-  const familyOf = (sessionId: string) => (sessionId === WORKER ? ROOT : sessionId);
+  const familyOf = (sessionId: string) =>
+    sessionId === WORKER || sessionId === NEW_WORKER ? ROOT : sessionId;
   const follower = followSessions({
     broker,
     nodeId: 'node-b',
@@ -130,7 +133,7 @@ async function rig(workerRootKnown = true) {
     expect(ids(released)).toEqual([...ids(expected), beacon.id]);
     released.length = 0;
   };
-  return { nats, sequencer, released, follower, reads, store, publish, delta, ids, releasedAre };
+  return { nats, owner, sequencer, released, follower, reads, store, publish, delta, ids, releasedAre };
 }
 
 describe.runIf(postgresTestsRun && natsTestsRun)('a node following watched sessions from PostgreSQL', () => {
@@ -232,5 +235,16 @@ describe.runIf(postgresTestsRun && natsTestsRun)('a node following watched sessi
     expect(r.ids(r.released)).toEqual([inFlight!.id]);
     r.publish(inFlight!);
     await r.releasedAre([inFlight!], WORKER);
+  }, 60_000);
+
+  it('releases a worker started after the catch-up from its first event, the lost ones read', async () => {
+    const r = await rig();
+    await r.follower.refresh(ROOT);
+    r.follower.watch(ROOT);
+    await r.follower.refresh(ROOT);
+    r.owner.writer.writeRow({ what: 'session', change: session(NEW_WORKER, 3, ROOT) });
+    const [first, second] = await r.store(2, NEW_WORKER);
+    r.publish(second!);
+    await r.releasedAre([first!, second!], NEW_WORKER);
   }, 60_000);
 });
