@@ -39,6 +39,8 @@ export async function startClusterNode(
     nodeTimeoutMs?: number;
     /** More `runtime` settings (on_restart, tool_confirmation, ...). */
     runtime?: Record<string, unknown>;
+    /** `store` settings (`{ working_copy: false }`: the node runs on PostgreSQL alone). */
+    store?: Record<string, unknown>;
   } = {},
 ): Promise<ClusterTestNode> {
   const home = options.home ?? tempDir();
@@ -49,6 +51,7 @@ export async function startClusterNode(
       cluster: { heartbeat_ms: options.heartbeatMs ?? 200, node_timeout_ms: options.nodeTimeoutMs ?? 1_000 },
       // A `slow:` turn lasts about 3 s: long enough to kill a node in the middle of it.
       runtime: { scripted: { slow_tokens: 120, slow_token_delay_ms: 25 }, ...options.runtime },
+      ...(options.store === undefined ? {} : { store: options.store }),
     }),
   );
   const child = spawnCli(

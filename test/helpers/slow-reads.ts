@@ -22,9 +22,11 @@ export function slowReads(reads: StreamReads, maxDelayMs: number, random = Math.
     eventBefore: (sessionIds, beforeId) => later(() => reads.eventBefore(sessionIds, beforeId)),
     sessionAsOf: (sessionId, atId, counted) => later(() => reads.sessionAsOf(sessionId, atId, counted)),
     messagesAsOf: (sessionId, atId, limit) => later(() => reads.messagesAsOf(sessionId, atId, limit)),
+    unansweredConfirmations: (sessionIds) => later(() => reads.unansweredConfirmations(sessionIds)),
     confirmationEventsThrough: (sessionIds, throughId) =>
       later(() => reads.confirmationEventsThrough(sessionIds, throughId)),
     retention: (sessionId) => later(() => reads.retention(sessionId)),
+    storedBudget: (sessionId) => later(() => reads.storedBudget(sessionId)),
     lineage: (sessionId) => later(() => reads.lineage(sessionId)),
   };
 }

@@ -148,6 +148,15 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
     odd.run(oddIds[2], 3, 0, 'turn_odd', oddIds[1]);
     odd.run(oddIds[3], 4, 10_000_000_000_000_000, 'turn_odd', null); // 2286: past SQLite's strftime
     odd.run(oddIds[4], 5, 253_402_300_800_000_000, 'turn_odd', null); // 10000: past PostgreSQL's to_char
+    // Caps set by request on the planner and on a worker below it, for the stored budget.
+    const caps = (usd: number) =>
+      JSON.stringify({ session: { usd, tokens: null }, tree: { usd: usd * 10, tokens: 500 } });
+    writable.prepare('UPDATE sessions SET budget_caps_json = ? WHERE id = ?').run(caps(1.5), worker);
+    writable
+      .prepare(
+        'UPDATE sessions SET budget_caps_json = ? WHERE id = (SELECT parent_session_id FROM sessions WHERE id = ?)',
+      )
+      .run(caps(2), worker);
     writable.close();
     url = await copiedToPostgres(dbPath, server);
     openBoth();
@@ -183,6 +192,34 @@ describe.runIf(postgresTestsRun)('StreamReads on SQLite and on PostgreSQL answer
       { id: 'sess_aa_grand', parent_session_id: worker },
       { id: 'sess_zz_grand', parent_session_id: worker },
     ]);
+  });
+
+  it('storedBudget and unansweredConfirmations: the same on both stores, for every session', async () => {
+    const ids = (await pool!.query<{ id: string }>('SELECT id FROM sessions ORDER BY id')).rows.map(
+      (r) => r.id,
+    );
+    let capped = 0;
+    let spent = 0;
+    for (const id of [...ids, 'sess_unknown']) {
+      const budget = await sqlite.storedBudget(id);
+      expect(await postgres.storedBudget(id), id).toEqual(budget);
+      if (budget?.caps !== null && budget?.caps !== undefined) capped += 1;
+      if ((budget?.tree.usd ?? 0) > 0) spent += 1;
+      expect(await postgres.unansweredConfirmations([id]), id).toEqual(
+        await sqlite.unansweredConfirmations([id]),
+      );
+    }
+    expect(await sqlite.storedBudget('sess_unknown')).toBeNull();
+    expect(capped).toBe(2);
+    expect(spent).toBeGreaterThan(0);
+    // A worker's root is its planner's root, and its tree spends what the whole family did.
+    const worker = (await sqlite.storedBudget('sess_aa_grand'))!;
+    const root = (await sqlite.storedBudget(worker.root))!;
+    expect(worker.isWorker).toBe(true);
+    expect(root.isWorker).toBe(false);
+    expect(worker.tree).toEqual(root.tree);
+    expect(worker.rootCaps).toEqual(root.caps);
+    expect(await postgres.unansweredConfirmations(ids)).toEqual(await sqlite.unansweredConfirmations(ids));
   });
 
   it('replayJson: byte-identical frames, from the start and from a cursor, filtered, over several sessions, capped', async () => {

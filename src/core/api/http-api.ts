@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { z } from 'zod';
 import { MetisError } from '../errors.js';
+import { newId } from '../events/ids.js';
 import type { AttachTokens } from '../http/attach-tokens.js';
 import { OpenApiDocumentSchema, openApiDocument, type RouteDoc, STORAGE_ERRORS } from '../http/openapi.js';
 import { jsonRoute, type Route } from '../http/routes.js';
@@ -141,15 +142,22 @@ export function apiRoutes(context: ApiContext): Route[] {
       },
       async ({ body }) => {
         assertStorageWritable(trace);
+        // Owned before its first event is written: a cluster node's writes are fenced by its leases.
+        const sessionId = newId('sess');
+        await context.sessionGate?.(sessionId, true);
         const { result: session, event } = emittedDuring(
           trace,
           (e) => e.type === 'session.created',
-          () => runtime.createSession({ workspacePath: body.workspace_path, model: body.model ?? null }),
+          () =>
+            runtime.createSession({
+              workspacePath: body.workspace_path,
+              model: body.model ?? null,
+              sessionId,
+            }),
         );
         if (body.budget !== undefined) withBudget(runtime, session.id, body.budget);
         try {
           await untilCommitted(trace, event, context.commitWaitMs);
-          await context.sessionGate?.(session.id);
         } catch (error) {
           // The client never learns this id: end the session so it is not left open for ever.
           runtime.endSession(session.id, 'abandoned');

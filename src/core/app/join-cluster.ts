@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { JoinedNode, PreparedCluster } from '../cluster/cluster-start.js';
+import { mirrorSessions } from '../cluster/session-mirror.js';
 import {
   type DurableTurns,
   resumeTakenTurns,
@@ -48,6 +49,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
     url: server.url,
     trace,
     upstream,
+    mirror: (mirrorParts) => mirrorSessions({ ...mirrorParts, db: trace.db }),
     streaming: runtime.streaming,
     sequencer: server.hub.sequencer,
     token: parts.token,

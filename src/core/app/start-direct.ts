@@ -1,11 +1,12 @@
 import { dirname, join } from 'node:path';
 import type { Logger } from 'pino';
 import type { PluginHost } from '../../plugins/plugin-host.js';
+import { type JoinedNode, prepareCluster } from '../cluster/cluster-start.js';
 import type { MetisConfig } from '../config/schema.js';
-import { MetisError } from '../errors.js';
 import { killLeftoverChildren } from '../runtime/child-process-record.js';
 import { type RecoveryOptions, type RecoveryReport, recoverCutTurns } from '../runtime/crash-recovery.js';
-import { openAndResumeCutTurns } from '../runtime/resume-cut-turns.js';
+import { openAndResumeCutTurns, resumeCutTurns } from '../runtime/resume-cut-turns.js';
+import { LeaseTable } from '../store/postgres/lease-table.js';
 import { openPostgresContext, type PostgresContext } from '../store/postgres/pg-context.js';
 import { PgOpenWork } from '../store/postgres/pg-open-work.js';
 import { PgStreamArchiveRows } from '../store/postgres/pg-stream-archive-rows.js';
@@ -13,6 +14,7 @@ import { pgTraceQueryReads } from '../store/postgres/pg-trace-query.js';
 import type { StoreContext } from '../store/store-context.js';
 import { ClusterSeat } from './cluster-seat.js';
 import { dashboardFolder } from './dashboard-folder.js';
+import { joinClusterOnStore, leasedRecoveryReport, recoverLeasedFamilies } from './join-cluster-on-store.js';
 import type { MetisServer } from './metis-server.js';
 import { startServiceServer } from './service-server.js';
 import { serviceStop } from './service-stop.js';
@@ -38,9 +40,11 @@ export function runsOnPostgresAlone(config: MetisConfig): boolean {
 /**
  * `metis serve` on PostgreSQL with no working copy (`store.working_copy: false`, docs/storage.md): the
  * store's context, recovery of what a crash left from PostgreSQL, the runtime, the turns it resumes, and
- * the configured plugins (reading the trace from PostgreSQL: docs/plugins.md), then the server. One
- * server only: no cluster yet.
- * @throws MetisError naming the setting for a cluster on this store, or a store that cannot be used;
+ * the configured plugins (reading the trace from PostgreSQL: docs/plugins.md), then the server. A
+ * cluster node (`cluster.nats` with `store.working_copy: false`, step 9) holds its sessions by leases
+ * whose tokens fence its writes, recovers the families still leased to it once its runtime runs, and
+ * joins once the server listens (join-cluster-on-store.ts).
+ * @throws MetisError naming the setting for a cluster that cannot be joined, or a store that cannot be used;
  *   METIS_ERR_DB_LOCKED when another server holds it; METIS_ERR_PLUGIN_START for a plugin that fails.
  */
 export async function startDirectService(
@@ -50,31 +54,37 @@ export async function startDirectService(
   options: ServiceOptions = {},
 ): Promise<RunningService<StoreContext>> {
   const url = config.store.url!;
-  if (config.cluster.nats !== null)
-    throw new MetisError(
-      'METIS_ERR_INVALID_ARGUMENT',
-      'store.working_copy: false runs one server; a cluster (cluster.nats) still needs its working copy',
-    );
   const auth = serviceAuth(config, options, logger);
   const dashboard = dashboardFolder(config.server.dashboard);
+  // A cluster node (step 9, behind working_copy: false): its name checked and its broker reached first.
+  const prepared = await prepareCluster(config, dirname(dbPath), logger, options.clusterSettings);
+  let seat: ClusterSeat | null = null;
+  const leases = prepared === null ? null : new LeaseTable((sessionId) => seat?.rootOf(sessionId) ?? null);
   const trace = await openPostgresContext({
     url,
     setting: options.storeSetting ?? 'store.url',
     logger,
     validation: config.bus.validation ?? undefined,
     queueLimit: config.bus.queue_limit,
+    ...(prepared === null || leases === null ? {} : { lease: { nodeId: prepared.nodeId, table: leases } }),
+  }).catch(async (error: unknown) => {
+    await prepared?.abort();
+    throw error;
   });
   let server: MetisServer | null = null;
   let plugins: PluginHost | null = null;
+  let joined: JoinedNode | null = null;
   try {
     const childRecordFile = join(dirname(dbPath), 'postgres.children');
     killLeftoverChildren(childRecordFile, logger);
-    const recovery = await recoverOnPostgres(trace, {
+    const recoveryOptions = {
       pricingVersion: config.runtime.pricing_version,
       logger,
       onRestart: config.runtime.on_restart,
       maxResumptions: config.runtime.max_resumptions,
-    });
+    };
+    // A cluster node recovers the families leased to it once its runtime can load them (below).
+    let recovery = prepared === null ? await recoverOnPostgres(trace, recoveryOptions) : null;
     // Plugins read the trace from PostgreSQL, synchronously only where memory answers exactly.
     plugins = await startConfiguredPlugins(
       config,
@@ -83,7 +93,8 @@ export async function startDirectService(
       logger,
       options.configPath ?? null,
     );
-    const seat = new ClusterSeat(false, trace.port.sessions);
+    seat = new ClusterSeat(prepared !== null, trace.port.sessions, trace.port.sessionReads);
+    trace.onClose(seat.learnRoots(trace.bus));
     const runtime = startRuntime(
       config,
       trace,
@@ -92,9 +103,23 @@ export async function startDirectService(
       logger,
       options,
     );
-    // Before the server reads a request: a client coming back finds its cut turn running again.
+    const leased =
+      prepared === null || leases === null
+        ? null
+        : await recoverLeasedFamilies({
+            trace,
+            runtime,
+            leases,
+            nodeId: prepared.nodeId,
+            durableTurns: prepared.durableTurns,
+            pricingVersion: config.runtime.pricing_version,
+            logger,
+          });
+    recovery ??= leasedRecoveryReport(leased!);
+    // Before the server reads a request: a client coming back finds its cut turn running again. A
+    // cluster node's, once it has joined: the other nodes' clients get the resumed turns' events.
     const queued = trace.port.queues.queuedSessions();
-    await openAndResumeCutTurns(runtime, recovery.resumable, logger, 'at start', queued);
+    if (leased === null) await openAndResumeCutTurns(runtime, recovery.resumable, logger, 'at start', queued);
     server = await startServiceServer({
       config,
       runtime,
@@ -106,12 +131,28 @@ export async function startDirectService(
       conformance: options.conformance,
       logger,
     });
+    if (prepared !== null && leases !== null && leased !== null) {
+      joined = await joinClusterOnStore({
+        prepared,
+        seat,
+        server,
+        trace,
+        runtime,
+        leases,
+        token: auth.token,
+        recovered: leased.events,
+        pricingVersion: config.runtime.pricing_version,
+        logger,
+      });
+      seat.node = joined;
+      resumeCutTurns(runtime, leased.resumable, logger, 'at start', leased.sessionIds);
+    }
     const { stop, abandon } = serviceStop({
       server,
       runtime,
       plugins,
       trace,
-      cluster: null,
+      cluster: joined,
       store: null,
       release: () => {},
       shutdownTimeoutMs: config.server.shutdown_timeout_ms,
@@ -129,7 +170,7 @@ export async function startDirectService(
       trace,
       server,
       plugins,
-      cluster: null,
+      cluster: joined,
       auth,
       abandon,
       stop,
@@ -137,6 +178,9 @@ export async function startDirectService(
   } catch (error) {
     await server?.close().catch(() => {});
     await plugins?.stop();
+    await joined?.close();
+    // Not joined: the prepared node still holds its broker connection.
+    if (joined === null) await prepared?.abort();
     await trace.close();
     throw error;
   }

@@ -5,10 +5,10 @@ import { MetisError } from '../errors.js';
 import type { MetisEvent } from '../events/envelope.js';
 import type { ForwardRefused } from '../http/session-router.js';
 import type { StreamingChannel } from '../runtime/streaming-channel.js';
+import type { StoreContext } from '../store/store-context.js';
 import type { StoreUpstream } from '../store/store-upstream.js';
-import type { TraceContext } from '../store/trace-context.js';
 import type { EventSequencer } from '../stream/event-sequencer.js';
-import { connectBroker } from './broker.js';
+import { type Broker, connectBroker } from './broker.js';
 import { clusterKeys } from './cluster-keys.js';
 import {
   type ClusterNode,
@@ -23,7 +23,7 @@ import { fanOutEvents } from './event-fanout.js';
 import { forwardToOwner } from './forward-to-owner.js';
 import { answerForwarded, FORWARDED_HEADER, type RunInProcess } from './request-forwarding.js';
 import { sealBroker } from './sealed-broker.js';
-import { mirrorSessions } from './session-mirror.js';
+import type { SessionMirror } from './session-mirror.js';
 import type { DurableTurns } from './take-over.js';
 
 /** The server's URL as other hosts reach it: a bind to every address is named by the host name. */
@@ -76,8 +76,14 @@ export interface PreparedCluster {
   join(
     parts: {
       url: string;
-      trace: TraceContext;
-      upstream: StoreUpstream;
+      trace: StoreContext;
+      /** The working copy's shipper; null when the writer commits to PostgreSQL itself. */
+      upstream: StoreUpstream | null;
+      /**
+       * How this node follows the sessions its clients watch and other nodes run: into its working copy
+       * (session-mirror.ts) or, on PostgreSQL alone, in memory with catch-up from the store.
+       */
+      mirror: (parts: MirrorParts) => SessionMirror;
       streaming: StreamingChannel;
       sequencer: EventSequencer;
       /**
@@ -99,10 +105,23 @@ export interface PreparedCluster {
       onBrokerLost: () => void;
       /** What this start's crash recovery committed (the turns it closed), for the other nodes' clients. */
       recovered: readonly MetisEvent[];
-    } & Pick<Parameters<typeof joinCluster>[0], 'lag' | 'rowIdBlock' | 'takeOver' | 'adoptable'>,
+    } & Pick<Parameters<typeof joinCluster>[0], 'lag' | 'rowIdBlock' | 'takeOver' | 'adoptable' | 'onLease'>,
   ): Promise<JoinedNode>;
   /** Gives up before joining (a later step of the start failed). */
   abort(): Promise<void>;
+}
+
+/** What a node's way of following other nodes' sessions is built from (`PreparedCluster.join`'s `mirror`). */
+export interface MirrorParts {
+  readonly broker: Broker;
+  readonly nodeId: string;
+  readonly sequencer: EventSequencer;
+  /** Reads a session and its workers from the store, each after the seq given (session-pull.ts). */
+  readonly read: ClusterNode['readSession'];
+  readonly runsHere: (sessionId: string) => boolean;
+  readonly forget: (sessionIds: readonly string[]) => void;
+  readonly familyOf: (sessionId: string) => string;
+  readonly logger: Logger;
 }
 
 /**
@@ -186,6 +205,7 @@ export async function prepareCluster(
         rowIdBlock: parts.rowIdBlock,
         takeOver: parts.takeOver,
         adoptable: parts.adoptable,
+        onLease: parts.onLease,
       });
       const stopFanOut = fanOutEvents({
         bus: trace.bus,
@@ -198,10 +218,9 @@ export async function prepareCluster(
         runsHere: parts.runsHere,
         familyOf: parts.familyOf,
       });
-      const mirror = mirrorSessions({
+      const mirror = parts.mirror({
         broker,
         nodeId,
-        db: trace.db,
         sequencer,
         read: node.readSession,
         runsHere: parts.runsHere,

@@ -3,6 +3,7 @@ import type { EventBus } from '../bus/event-bus.js';
 import type { BudgetCaps, RuntimeConfig } from '../config/runtime-schema.js';
 import { microsToIso, nowMicros } from '../events/clock.js';
 import type { BudgetRows } from '../store/budget-rows.js';
+import type { StoredBudget } from '../store/stored-budget.js';
 import { type ConversationMessage, estimateTokens } from './model-adapter.js';
 import type { CallResult } from './model-call.js';
 import { costOf, usdDecimal } from './pricing.js';
@@ -287,6 +288,36 @@ export class Budgets {
 function add(spend: Spend, usd: number, tokens: number): void {
   spend.usd += usd;
   spend.tokens += tokens;
+}
+
+/**
+ * The budget of a session another node runs, as a snapshot shows it (Budgets.view's rules over what is
+ * stored: caps set by request, else the configured ones for a session no one delegated to; no turn is
+ * paused here). Null when neither it nor its tree has a cap.
+ */
+export function storedBudgetView(
+  stored: StoredBudget | null,
+  configured: RuntimeConfig['budgets'],
+): BudgetView | null {
+  if (stored === null) return null;
+  const rootConfigured = {
+    session: { ...NO_CAPS, ...configured.session },
+    tree: { ...NO_CAPS, ...configured.tree },
+  };
+  const caps = stored.caps ?? (stored.isWorker ? { session: NO_CAPS, tree: NO_CAPS } : rootConfigured);
+  const rootCaps = stored.rootCaps ?? rootConfigured;
+  const view: BudgetView = {
+    session: { caps: caps.session, spent_usd: round(stored.own.usd), spent_tokens: stored.own.tokens },
+    tree: {
+      root_session_id: stored.root,
+      caps: rootCaps.tree,
+      spent_usd: round(stored.tree.usd),
+      spent_tokens: stored.tree.tokens,
+    },
+    paused: [],
+  };
+  const { session, tree } = { session: caps.session, tree: rootCaps.tree };
+  return [session.usd, session.tokens, tree.usd, tree.tokens].some((cap) => cap !== null) ? view : null;
 }
 
 function round(usd: number): number {

@@ -358,6 +358,8 @@ export class Runtime {
 
   /** Whether a session of this id exists, for a request or a stream naming it (LiveSessions.known). */
   knowsSession = (sessionId: string): Promise<boolean> => this.live.known(sessionId);
+  /** Whether another node runs the session: this process neither holds it nor may take it up. */
+  runsElsewhere = (sessionId: string): boolean => this.live.runsElsewhere(sessionId);
 
   /** Drops a session with no turn in flight (false while one runs): its next use loads it again. */
   release(sessionId: string): boolean {

@@ -12,6 +12,7 @@ import {
 } from './session-records.js';
 import { SessionWrites } from './session-writes.js';
 import { sqliteRowSink } from './trace-writer.js';
+import { storedConfirmationRequest } from './unanswered-confirmations.js';
 import { withUnsettled } from './unsettled-messages.js';
 
 export type {
@@ -116,26 +117,9 @@ export class SessionStore extends SessionWrites {
       )
       .raw()
       .all(JSON.stringify(sessionIds)) as [string, string | null, string][];
-    return rows.map(([sessionId, turnId, payloadJson]) => {
-      const asked = JSON.parse(payloadJson) as Omit<
-        ConfirmationRequest,
-        'session_id' | 'turn_id' | 'input' | 'input_hash'
-      >;
-      return {
-        session_id: sessionId,
-        turn_id: turnId,
-        confirmation_request_id: asked.confirmation_request_id,
-        tool_use_id: asked.tool_use_id,
-        tool_name: asked.tool_name,
-        side_effects: asked.side_effects,
-        input: null,
-        input_hash: '',
-        input_summary: asked.input_summary,
-        command_summary: asked.command_summary,
-        projected_modifications: asked.projected_modifications,
-        expires_at: asked.expires_at,
-      };
-    });
+    return rows.map(([sessionId, turnId, payloadJson]) =>
+      storedConfirmationRequest(sessionId, turnId, payloadJson),
+    );
   }
 
   /** How many turns the session had, and the one started and not ended, as its stored events say. */

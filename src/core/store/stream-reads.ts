@@ -1,8 +1,11 @@
+import type { ConfirmationRequest } from '../confirmation-request.js';
+import { SqliteBudgetRows } from './budget-rows.js';
 import type { EventJsonRow } from './event-rows.js';
 import { type CountedCost, type SessionAsOf, sessionAsOf, storedEventBefore } from './session-as-of.js';
 import { MAX_DELEGATION_DEPTH } from './session-lineage.js';
 import type { MessageRecord } from './session-store.js';
 import type { SessionRows } from './store-port.js';
+import { type StoredBudget, sqliteStoredBudget } from './stored-budget.js';
 import type { PayloadRow } from './trace-lookups.js';
 import type { ReplayQuery, ReplayResult, TraceStore } from './trace-store.js';
 
@@ -30,9 +33,16 @@ export interface StreamReads {
   sessionAsOf(sessionId: string, atId: string, counted: CountedCost): Promise<SessionAsOf>;
   /** The newest `limit` messages as a snapshot taken as of `atId` shows them. */
   messagesAsOf(sessionId: string, atId: string, limit: number): Promise<MessageRecord[]>;
+  /**
+   * The confirmation requests of these sessions no answer resolved and whose turn has not ended, as
+   * stored now (what a node that does not run the session shows its clients waiting).
+   */
+  unansweredConfirmations(sessionIds: readonly string[]): Promise<ConfirmationRequest[]>;
   /** The confirmation requests and answers of these sessions up to `throughId`, in id order. */
   confirmationEventsThrough(sessionIds: readonly string[], throughId: string): Promise<PayloadRow[]>;
   retention(sessionId: string): Promise<RetentionMarks>;
+  /** The session's budget as stored (caps and spend of it and its family); null when not stored. */
+  storedBudget(sessionId: string): Promise<StoredBudget | null>;
   /**
    * The session and every session that descends from it (its workers, theirs: bus §6.8), each with its
    * parent: the session first, then level by level, each level by id. Empty for an unknown session.
@@ -70,11 +80,14 @@ export function firstOfEach(rows: readonly LineageRow[]): LineageRow[] {
  */
 export function sqliteStreamReads(store: TraceStore, sessions: SessionRows): StreamReads {
   const { db } = store;
+  const budgets = new SqliteBudgetRows(db);
   return {
+    storedBudget: async (sessionId) => sqliteStoredBudget(sessions, budgets, sessionId),
     replayJson: async (query) => store.replayJson(query),
     eventBefore: async (sessionIds, beforeId) => storedEventBefore(db, sessionIds, beforeId),
     sessionAsOf: async (sessionId, atId, counted) => sessionAsOf(db, sessionId, atId, counted),
     messagesAsOf: async (sessionId, atId, limit) => sessions.messagesAsOf(sessionId, atId, limit),
+    unansweredConfirmations: async (sessionIds) => sessions.unansweredConfirmations(sessionIds),
     confirmationEventsThrough: async (sessionIds, throughId) =>
       store.lookups.confirmationEventsThrough(sessionIds, throughId),
     lineage: async (sessionId) =>

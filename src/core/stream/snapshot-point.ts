@@ -9,7 +9,10 @@ const MAX_STEPS = 8;
 
 export interface SnapshotPointInput {
   readonly runtime: Runtime;
-  readonly reads: Pick<StreamReads, 'eventBefore' | 'confirmationEventsThrough'>;
+  readonly reads: Pick<
+    StreamReads,
+    'eventBefore' | 'confirmationEventsThrough' | 'unansweredConfirmations' | 'lineage'
+  >;
   readonly recent: RecentStreams;
   /** The attached session. */
   readonly sessionId: string;

@@ -1,5 +1,6 @@
 import { microsToIso } from '../events/clock.js';
 import type { MetisEvent } from '../events/envelope.js';
+import { storedBudgetView } from '../runtime/budget.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { StreamReads } from '../store/stream-reads.js';
 import { type FaultSwitches, NO_FAULTS } from './faults.js';
@@ -55,6 +56,12 @@ export async function buildSnapshot(
   ]);
   // The runtime's own fields (model, status, queue, budget) as they are once the reads are answered.
   const info = await runtime.describe(sessionId);
+  // Of a session another node runs, as the store holds it.
+  const budget = runtime.runsElsewhere(sessionId)
+    ? storedBudgetView(await reads.storedBudget(sessionId), runtime.config.budgets)
+    : runtime.budgets.hasCaps(sessionId)
+      ? runtime.budgets.view(sessionId)
+      : null;
   const summary = asOf ?? {
     turnCount: info.turn_count,
     currentTurnId: info.current_turn_id,
@@ -85,7 +92,7 @@ export async function buildSnapshot(
     ...(pending.length > 0 ? { pending_confirmations: pending } : {}),
     // Held in memory, not in the store: as they are now, not as of the snapshot point (issue 31).
     ...(queue.length > 0 ? { queue } : {}),
-    ...(runtime.budgets.hasCaps(sessionId) ? { budget: runtime.budgets.view(sessionId) } : {}),
+    ...(budget === null ? {} : { budget }),
   });
 }
 
@@ -108,12 +115,15 @@ interface RequestedPayload {
  */
 export async function pendingConfirmations(
   runtime: Runtime,
-  reads: Pick<StreamReads, 'confirmationEventsThrough'>,
+  reads: Pick<StreamReads, 'confirmationEventsThrough' | 'unansweredConfirmations' | 'lineage'>,
   sessionId: string,
   snapshotAt: string | null,
 ): Promise<PendingConfirmation[]> {
   // A worker's question is the planner's too: its clients are who can answer it (a §7.1 exception).
-  const requests = runtime.pendingConfirmations(sessionId);
+  // Of a session another node runs, as the store holds them.
+  const requests = runtime.runsElsewhere(sessionId)
+    ? await reads.unansweredConfirmations((await reads.lineage(sessionId)).map((row) => row.id))
+    : runtime.pendingConfirmations(sessionId);
   const waiting = new Set(requests.map((r) => r.confirmation_request_id));
   if (waiting.size === 0 || snapshotAt === null) return [];
   const sessionIds = [...new Set(requests.map((r) => r.session_id))];

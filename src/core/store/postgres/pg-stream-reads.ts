@@ -4,6 +4,7 @@ import { EVENT_COLUMNS, type EventJsonRow, type EventRow, rowToJson } from '../e
 import { type CountedCost, roundedCost, type SessionAsOf } from '../session-as-of.js';
 import { MAX_DELEGATION_DEPTH } from '../session-lineage.js';
 import { COST_EVENT_TYPES } from '../session-store.js';
+import { STORED_BUDGET_SQL, storedBudgetOfRow } from '../stored-budget.js';
 import {
   firstOfEach,
   LINEAGE_SQL,
@@ -13,6 +14,7 @@ import {
 } from '../stream-reads.js';
 import type { PayloadRow } from '../trace-lookups.js';
 import type { ReplayQuery } from '../trace-store.js';
+import { storedConfirmationRequest, UNANSWERED_CONFIRMATIONS_SQL } from '../unanswered-confirmations.js';
 import type { UnsettledMessages } from '../unsettled-messages.js';
 import { pgMessagesAsOf } from './pg-conversation-reads.js';
 import { BIGINT_AS_NUMBER, readInIdOrder } from './pg-util.js';
@@ -169,6 +171,24 @@ export function pgStreamReads(pool: pg.Pool, unsettled: UnsettledMessages): Stre
 
     messagesAsOf: pgMessagesAsOf(pool, unsettled),
 
+    async storedBudget(sessionId) {
+      const result = await pool.query<Parameters<typeof storedBudgetOfRow>[0]>(STORED_BUDGET_SQL, [
+        sessionId,
+        MAX_DELEGATION_DEPTH,
+      ]);
+      const row = result.rows[0];
+      return row === undefined ? null : storedBudgetOfRow(row);
+    },
+    async unansweredConfirmations(sessionIds) {
+      if (sessionIds.length === 0) return [];
+      const result = await pool.query<{ session_id: string; turn_id: string | null; payload_json: string }>(
+        UNANSWERED_CONFIRMATIONS_SQL,
+        [sessionIds],
+      );
+      return result.rows.map((row) =>
+        storedConfirmationRequest(row.session_id, row.turn_id, row.payload_json),
+      );
+    },
     async confirmationEventsThrough(sessionIds, throughId) {
       const result = await pool.query<PayloadRow>({
         text: `SELECT id, session_id, timestamp_us, type, turn_id, payload_json FROM events

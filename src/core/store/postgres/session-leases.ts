@@ -122,6 +122,21 @@ export async function leasedTo(client: pg.ClientBase | pg.Pool, nodeId: string):
 }
 
 /**
+ * The leases naming `nodeId`, with their fencing tokens: what a node restarting under its name held
+ * before, and may write under again while no other node has taken them.
+ */
+export async function leaseTokensOf(
+  client: pg.ClientBase | pg.Pool,
+  nodeId: string,
+): Promise<{ readonly sessionId: string; readonly token: number }[]> {
+  const leases = await client.query<{ session_id: string; token: string }>(
+    'SELECT session_id, token FROM metis_session_leases WHERE node_id = $1 ORDER BY session_id',
+    [nodeId],
+  );
+  return leases.rows.map((row) => ({ sessionId: row.session_id, token: Number(row.token) }));
+}
+
+/**
  * Sessions leased to a node that went silent (past `nodeTimeoutMs` by the store's clock, without a
  * goodbye: killed, or cut off): free for the first live node that takes them. A node that stopped
  * cleanly closed its turns first, so its sessions wait for their next request.
