@@ -7,9 +7,10 @@
  *   target ≥ 0.8× of raw.
  * - group commit with rows (and fence): PgStoreWriter, the writer of a server with no working copy,
  *   500 events and 20 message rows a transaction (bench/lib/pg-writer-commit.ts); target ≥ 0.8× of raw.
- * - shipped: what `metis serve --store` does with each event: emitted on the bus in bursts of 1,000,
- *   committed to the working copy, shipped by the outbox to PostgreSQL; events/s until the last one is
- *   in PostgreSQL, beside the same raw COPY (no target: two stores' work against one store's).
+ * - serve path: what `metis serve` on PostgreSQL alone does with a turn's writes: events emitted on its
+ *   context's bus and the turn's rows through its sink, group committed by PgStoreWriter, rounds of a
+ *   turn per session each awaited, against the raw driver's COPY of the same rows in their final state
+ *   (bench/lib/pg-serve-path.ts); target ≥ 0.8× of raw.
  * - replay: one session's 10,000 events out of 1,000,000 stored (100 sessions), warm, median of 7;
  *   target ≤ 50 ms. Twice: as events (PgEventStore.replay), and as the frames a subscription sends
  *   (pgStreamReads.replayJson, what a server with no working copy replays; issue 35).
@@ -19,18 +20,15 @@
 
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { silentLogger } from '../src/core/logger.js';
 import { PgEventStore } from '../src/core/store/postgres/pg-event-store.js';
 import { pgStreamReads } from '../src/core/store/postgres/pg-stream-reads.js';
-import { openPostgresStore } from '../src/core/store/postgres/serve-store.js';
-import { openTraceContext } from '../src/core/store/trace-context.js';
 import { NO_UNSETTLED_MESSAGES } from '../src/core/store/unsettled-messages.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
 import { BATCH, events, rawCopy } from './lib/pg-bench-events.js';
 import { benchRowBatch } from './lib/pg-row-batch.js';
+import { benchServePath } from './lib/pg-serve-path.js';
 import { benchWriterCommit } from './lib/pg-writer-commit.js';
-import { collectGarbage, type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
-import { benchInput, removeDir, tempStoreDir } from './lib/store-fixtures.js';
+import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
 export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
   if (PG_BIN === null) {
@@ -60,7 +58,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     }
     await store.close();
     const writerCommits = await benchWriterCommit(server, total);
-    const shipped = await shippedThroughput(freshDatabase(server), total);
+    const servePath = await benchServePath(server, total);
 
     // Replay: one session's events among many.
     const stored = opts.quick ? 50_000 : 1_000_000;
@@ -134,14 +132,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
         target: { op: '>=', value: Math.round((0.8 * total) / rawSeconds) },
       }),
       ...writerCommits,
-      figure({
-        // No target: this is two stores' work (the working copy's commit, then the shipment) on one
-        // thread, against one store's; the figure says what a server on PostgreSQL sustains.
-        name: 'metis serve on PostgreSQL: bus → working copy → shipped',
-        value: shipped,
-        unit: 'events/s',
-        baseline: { name: `raw COPY, ${BATCH} rows a transaction`, value: total / rawSeconds },
-      }),
+      servePath,
       figure({
         name: `PostgreSQL replay, 10,000 of ${stored.toLocaleString()} events (warm, median)`,
         value: median(times),
@@ -160,30 +151,5 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     ];
   } finally {
     await server.destroy();
-  }
-}
-
-/** Events/s from the first emit until PostgreSQL holds the last one, through a server's working copy. */
-async function shippedThroughput(url: string, total: number): Promise<number> {
-  const dir = tempStoreDir();
-  const logger = silentLogger();
-  const store = await openPostgresStore(url, '--store', dir, logger);
-  const context = openTraceContext({ dbPath: store.copy.path, upstream: store.upstream, logger });
-  try {
-    await context.flush();
-    const inputs = Array.from({ length: total }, (_, i) => benchInput(i, `sess_bench_${i % 10}`, null));
-    collectGarbage();
-    const began = performance.now();
-    for (let done = 0; done < total; ) {
-      const end = Math.min(done + 1_000, total);
-      for (; done < end; done += 1) context.bus.emit(inputs[done]!);
-      await context.flush();
-    }
-    if (!(await context.upstream!.whenShipped(120_000))) throw new Error('shipping did not finish in 2 min');
-    return total / ((performance.now() - began) / 1000);
-  } finally {
-    await context.close();
-    await store.close();
-    removeDir(dir);
   }
 }
