@@ -14,6 +14,9 @@
  * - replay: one session's 10,000 events out of 1,000,000 stored (100 sessions), warm, median of 7;
  *   target ≤ 50 ms. Twice: as events (PgEventStore.replay), and as the frames a subscription sends
  *   (pgStreamReads.replayJson, what a server with no working copy replays; issue 35).
+ * - start-up: a real `metis serve --store` child on the replay's store and on one of a tenth of its
+ *   events, until `/healthz` answers, and its data folder after it stopped (bench/lib/pg-serve-start.ts);
+ *   targets ≤ 3 s, within ±20 % of the small store's, no file growing with the store.
  * - row changes: a writer tick's 1,000 row changes of 50 sessions in one transaction, grouped by
  *   PostgreSQL's row applier, beside one statement per change (no target: what grouping saves).
  */
@@ -24,9 +27,10 @@ import { PgEventStore } from '../src/core/store/postgres/pg-event-store.js';
 import { pgStreamReads } from '../src/core/store/postgres/pg-stream-reads.js';
 import { NO_UNSETTLED_MESSAGES } from '../src/core/store/unsettled-messages.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
-import { BATCH, events, rawCopy } from './lib/pg-bench-events.js';
+import { BATCH, events, fillBenchStore, rawCopy } from './lib/pg-bench-events.js';
 import { benchRowBatch } from './lib/pg-row-batch.js';
 import { benchServePath } from './lib/pg-serve-path.js';
+import { benchServeStart } from './lib/pg-serve-start.js';
 import { benchWriterCommit } from './lib/pg-writer-commit.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
@@ -65,13 +69,8 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     const sessions = 100;
     const replayUrl = freshDatabase(server);
     await (await PgEventStore.open({ url: replayUrl })).close();
-    const filler = new pg.Client({ connectionString: replayUrl });
-    await filler.connect();
     const loadBegan = performance.now();
-    for (let i = 0; i < stored; i += 50_000)
-      await rawCopy(filler, events(Math.min(50_000, stored - i), sessions));
-    await filler.query('ANALYZE events');
-    await filler.end();
+    await fillBenchStore(replayUrl, stored, sessions);
     console.log(
       `  (stored ${stored.toLocaleString()} events in ${((performance.now() - loadBegan) / 1000).toFixed(1)} s)`,
     );
@@ -111,6 +110,15 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     }
     await plain.end();
     await raw.end();
+    // Start-up of a real `metis serve` on the replay's store and on one of a tenth, built the same way.
+    const smallUrl = freshDatabase(server);
+    await (await PgEventStore.open({ url: smallUrl })).close();
+    await fillBenchStore(smallUrl, stored / 10, sessions);
+    const starts = await benchServeStart(
+      { url: replayUrl, events: stored },
+      { url: smallUrl, events: stored / 10 },
+      opts.quick ? 1 : 3,
+    );
     const rowsClient = new pg.Client({ connectionString: freshDatabase(server) });
     await rowsClient.connect();
     const rows = await benchRowBatch(rowsClient, opts.quick);
@@ -147,6 +155,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
         baseline: { name: 'the raw driver reading the same rows', value: median(rawTimes) },
         target: { op: '<=', value: 50 },
       }),
+      ...starts,
       rows,
     ];
   } finally {
