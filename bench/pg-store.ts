@@ -11,12 +11,16 @@
  *   context's bus and the turn's rows through its sink, group committed by PgStoreWriter, rounds of a
  *   turn per session each awaited, against the raw driver's COPY of the same rows in their final state
  *   (bench/lib/pg-serve-path.ts); target ≥ 0.8× of raw.
- * - replay: one session's 10,000 events out of 1,000,000 stored (100 sessions), warm, median of 7;
+ * - replay: one session's 10,000 events out of 1,000,000 stored (100 sessions, 100 days old: the
+ *   cluster bench's loadOldEvents), warm, median of 7;
  *   target ≤ 50 ms. Twice: as events (PgEventStore.replay), and as the frames a subscription sends
  *   (pgStreamReads.replayJson, what a server with no working copy replays; issue 35).
  * - start-up: a real `metis serve --store` child on the replay's store and on one of a tenth of its
  *   events, until `/healthz` answers, and its data folder after it stopped (bench/lib/pg-serve-start.ts);
  *   targets ≤ 3 s, within ±20 % of the small store's, no file growing with the store.
+ * - prune: the whole large store pruned (purgePostgres, 30-day retention) while one such server runs
+ *   turns one after another, each timed until its 202 (`turn.started` committed by the writer):
+ *   p99 ≤ 50 ms and no failed request (bench/lib/cluster-prune.ts, as the cluster suite runs it).
  * - row changes: a writer tick's 1,000 row changes of 50 sessions in one transaction, grouped by
  *   PostgreSQL's row applier, beside one statement per change (no target: what grouping saves).
  */
@@ -26,11 +30,13 @@ import pg from 'pg';
 import { PgEventStore } from '../src/core/store/postgres/pg-event-store.js';
 import { pgStreamReads } from '../src/core/store/postgres/pg-stream-reads.js';
 import { NO_UNSETTLED_MESSAGES } from '../src/core/store/unsettled-messages.js';
+import { loadOldEvents } from '../test/helpers/pg-old-events.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
-import { BATCH, events, fillBenchStore, rawCopy } from './lib/pg-bench-events.js';
+import { benchPruneWhileServing } from './lib/cluster-prune.js';
+import { BATCH, events, rawCopy } from './lib/pg-bench-events.js';
 import { benchRowBatch } from './lib/pg-row-batch.js';
 import { benchServePath } from './lib/pg-serve-path.js';
-import { benchServeStart } from './lib/pg-serve-start.js';
+import { benchServeStart, startServe } from './lib/pg-serve-start.js';
 import { benchWriterCommit } from './lib/pg-writer-commit.js';
 import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
@@ -66,16 +72,14 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
 
     // Replay: one session's events among many.
     const stored = opts.quick ? 50_000 : 1_000_000;
-    const sessions = 100;
     const replayUrl = freshDatabase(server);
-    await (await PgEventStore.open({ url: replayUrl })).close();
     const loadBegan = performance.now();
-    await fillBenchStore(replayUrl, stored, sessions);
+    await loadOldEvents(replayUrl, stored);
     console.log(
       `  (stored ${stored.toLocaleString()} events in ${((performance.now() - loadBegan) / 1000).toFixed(1)} s)`,
     );
     const reader = await PgEventStore.open({ url: replayUrl });
-    const query = { sessionIds: ['sess_bench_7'], afterId: null, limit: 10_000 };
+    const query = { sessionIds: ['sess_old_7'], afterId: null, limit: 10_000 };
     const first = await reader.replay(query);
     const times: number[] = [];
     for (let i = 0; i < 7; i += 1) {
@@ -103,7 +107,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
       const began = performance.now();
       await plain.query({
         text: 'SELECT id, timestamp_us, session_id, turn_id, parent_event_id, type, actor, sensitivity, payload_json, seq FROM events WHERE session_id = $1 ORDER BY id LIMIT 10000',
-        values: ['sess_bench_7'],
+        values: ['sess_old_7'],
         rowMode: 'array',
       });
       rawTimes.push(performance.now() - began);
@@ -112,13 +116,15 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     await raw.end();
     // Start-up of a real `metis serve` on the replay's store and on one of a tenth, built the same way.
     const smallUrl = freshDatabase(server);
-    await (await PgEventStore.open({ url: smallUrl })).close();
-    await fillBenchStore(smallUrl, stored / 10, sessions);
+    await loadOldEvents(smallUrl, stored / 10);
     const starts = await benchServeStart(
       { url: replayUrl, events: stored },
       { url: smallUrl, events: stored / 10 },
       opts.quick ? 1 : 3,
     );
+    // Retention of the whole store (its events are 100 days old) while a server serves turns on it.
+    const serving = await startServe(replayUrl);
+    const pruned = await benchPruneWhileServing(opts, replayUrl, [serving], 0).finally(() => serving.stop());
     const rowsClient = new pg.Client({ connectionString: freshDatabase(server) });
     await rowsClient.connect();
     const rows = await benchRowBatch(rowsClient, opts.quick);
@@ -156,6 +162,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
         target: { op: '<=', value: 50 },
       }),
       ...starts,
+      ...pruned,
       rows,
     ];
   } finally {

@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import pg from 'pg';
+import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { microsToIso, nowMicros } from '../../src/core/events/clock.js';
 import type { MetisEvent } from '../../src/core/events/envelope.js';
@@ -52,27 +52,5 @@ export async function rawCopy(client: pg.ClientBase, all: readonly MetisEvent[])
       ),
     );
     await client.query('COMMIT');
-  }
-}
-
-/**
- * A store of `count` events as the pg-store suite's large store is made: `events(…, sessions)` by raw
- * COPY, 50,000 a transaction, into a store whose schema is there, with a session row for each session
- * (as any store a server wrote has) and fresh statistics.
- */
-export async function fillBenchStore(url: string, count: number, sessions: number): Promise<void> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    for (let i = 0; i < count; i += 50_000)
-      await rawCopy(client, events(Math.min(50_000, count - i), sessions));
-    await client.query(
-      `INSERT INTO sessions (id, created_at_us, updated_at_us)
-       SELECT session_id, min(timestamp_us), max(timestamp_us) FROM events GROUP BY session_id
-       ON CONFLICT (id) DO NOTHING`,
-    );
-    await client.query('ANALYZE');
-  } finally {
-    await client.end();
   }
 }

@@ -12,10 +12,10 @@ import { performance } from 'node:perf_hooks';
 import { execa } from 'execa';
 import { cliNodeArgs } from '../../test/helpers/cli-command.js';
 import compileCli from '../../test/helpers/compiled-cli.js';
+import { BENCH_TOKEN, type BenchNode } from './cluster-nodes.js';
 import { type Figure, figure, percentile } from './stats.js';
 
 const ROOT = join(import.meta.dirname, '../..');
-const TOKEN = 'pg-store-bench-token-0123456789abcdef';
 /** A file larger on the large store than on the small one by more than this grows with the store. */
 const GROWTH_SLACK_BYTES = 64 * 1024;
 
@@ -43,55 +43,87 @@ function filesUnder(dir: string, base = dir): Map<string, number> {
 
 const sum = (files: ReadonlyMap<string, number>) => [...files.values()].reduce((a, b) => a + b, 0);
 
-/** Starts `metis serve --store <url>` in a new data folder, waits for `/healthz` 200, stops it. */
-async function startOnce(store: BenchStore): Promise<Start> {
+/** A `metis serve --store` child with a data folder of its own; stopping it removes the folder. */
+export interface ServeChild extends BenchNode {
+  /** Every file its data folder held once it exited, by path inside it, in bytes (null while it runs). */
+  filesAtExit(): ReadonlyMap<string, number> | null;
+}
+
+/**
+ * Spawns `metis serve --store <url>` (BENCH_TOKEN its token), the CLI compiled as the test suite
+ * compiles it, and resolves once it printed its URL.
+ */
+export async function startServe(url: string): Promise<ServeChild & { spawnedAt: number }> {
+  // Plain JavaScript, as `metis serve` is deployed: under tsx each start pays ~0.6 s to transform.
+  if (!process.env.METIS_TEST_CLI) await compileCli();
   const home = mkdtempSync(join(tmpdir(), 'metis-bench-serve-'));
-  const began = performance.now();
+  const spawnedAt = performance.now();
   const child = execa(
     process.execPath,
-    [...cliNodeArgs(), 'serve', '--port', '0', '--json', '--store', store.url],
+    [...cliNodeArgs(), 'serve', '--port', '0', '--json', '--store', url],
     {
       cwd: ROOT,
       reject: false,
       stdin: 'ignore',
-      env: { METIS_HOME: home, METIS_TOKEN: TOKEN, NO_COLOR: '1' },
+      env: { METIS_HOME: home, METIS_TOKEN: BENCH_TOKEN, NO_COLOR: '1' },
     },
   );
-  try {
-    let out = '';
-    child.stdout!.on('data', (chunk) => {
-      out += String(chunk);
-    });
-    const deadline = Date.now() + 120_000;
-    while (!out.includes('\n')) {
-      if (child.exitCode !== null || Date.now() > deadline)
-        throw new Error(`metis serve did not start: ${out}${(await child).stderr}`);
-      await new Promise((resolve) => setTimeout(resolve, 5));
+  let filesAtExit: ReadonlyMap<string, number> | null = null;
+  const end = async (signal: NodeJS.Signals) => {
+    if (child.exitCode === null) child.kill(signal);
+    const ended = await child;
+    // What it writes on the way out counts too.
+    filesAtExit ??= filesUnder(home);
+    rmSync(home, { recursive: true, force: true });
+    if (signal === 'SIGTERM' && ended.exitCode !== 0)
+      throw new Error(`metis serve exited ${ended.exitCode}: ${ended.stderr}`);
+  };
+  let out = '';
+  child.stdout!.on('data', (chunk) => {
+    out += String(chunk);
+  });
+  const deadline = Date.now() + 120_000;
+  while (!out.includes('\n')) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      await end('SIGKILL');
+      throw new Error(`metis serve did not start: ${out}${(await child).stderr}`);
     }
-    const url = (JSON.parse(out.split('\n')[0]!) as { url: string }).url;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  return {
+    nodeId: 'serve',
+    url: (JSON.parse(out.split('\n')[0]!) as { url: string }).url,
+    pid: child.pid!,
+    spawnedAt,
+    filesAtExit: () => filesAtExit,
+    kill: () => end('SIGKILL'),
+    stop: () => end('SIGTERM'),
+  };
+}
+
+/** Starts a server on `store`, waits for `/healthz` 200, stops it; its data folder as it left it. */
+async function startOnce(store: BenchStore): Promise<Start> {
+  const server = await startServe(store.url);
+  try {
+    const deadline = Date.now() + 120_000;
     for (;;) {
-      const health = await fetch(`${url}/healthz`).catch(() => null);
+      const health = await fetch(`${server.url}/healthz`).catch(() => null);
       if (health?.status === 200) break;
       await health?.body?.cancel();
       if (Date.now() > deadline) throw new Error('metis serve never answered /healthz with 200');
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
-    const ms = performance.now() - began;
-    child.kill('SIGTERM');
-    const ended = await child;
-    if (ended.exitCode !== 0) throw new Error(`metis serve exited ${ended.exitCode}: ${ended.stderr}`);
-    return { ms, files: filesUnder(home) };
-  } finally {
-    if (child.exitCode === null) child.kill('SIGKILL');
-    await child;
-    rmSync(home, { recursive: true, force: true });
+    const ms = performance.now() - server.spawnedAt;
+    await server.stop();
+    return { ms, files: server.filesAtExit()! };
+  } catch (error) {
+    await server.kill();
+    throw error;
   }
 }
 
-/** Start-up on `large` and `small`, `runs` times each, alternately; the CLI compiled as a release runs. */
+/** Start-up on `large` and `small`, `runs` times each, alternately. */
 export async function benchServeStart(large: BenchStore, small: BenchStore, runs: number): Promise<Figure[]> {
-  // Plain JavaScript, as `metis serve` is deployed: under tsx each start pays ~0.6 s to transform.
-  if (!process.env.METIS_TEST_CLI) await compileCli();
   const onLarge: Start[] = [];
   const onSmall: Start[] = [];
   for (let run = 0; run < runs; run += 1) {
