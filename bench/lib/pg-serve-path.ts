@@ -13,6 +13,7 @@ import { newEventId } from '../../src/core/events/ids.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { openPostgresContext } from '../../src/core/store/postgres/pg-context.js';
 import { PgEventStore } from '../../src/core/store/postgres/pg-event-store.js';
+import { copyTextField } from '../../src/core/store/postgres/pg-util.js';
 import type { RowChange } from '../../src/core/store/row-change.js';
 import { freshDatabase, type PostgresServer } from '../../test/helpers/postgres.js';
 import { collectGarbage, type Figure, figure } from './stats.js';
@@ -96,6 +97,7 @@ function turnRows(sessionId: string, turnId: string, round: number): RowChange[]
   ];
 }
 
+/** One turn of every session: a round, what the server commits as one batch. */
 function roundOfTurns(round: number): Turn[] {
   return Array.from({ length: SESSIONS }, (_, s) => {
     const sessionId = `sess_path_${s}`;
@@ -159,18 +161,8 @@ function sessionCreate(sessionId: string): RowChange {
   };
 }
 
-/** COPY text of one field: NULL as \\N, the format's escapes for backslash, tab and line ends. */
-function field(value: string | number | null): string {
-  if (value === null) return '\\N';
-  return String(value)
-    .replace(/\\/g, '\\\\')
-    .replace(/\t/g, '\\t')
-    .replace(/\n/g, '\\n')
-    .replace(/\r/g, '\\r');
-}
-
 function lines(rows: readonly (readonly (string | number | null)[])[]): string {
-  return rows.map((row) => `${row.map(field).join('\t')}\n`).join('');
+  return rows.map((row) => `${row.map(copyTextField).join('\t')}\n`).join('');
 }
 
 async function copy(client: pg.Client, table: string, text: string): Promise<void> {
