@@ -16,8 +16,9 @@
  *   target ≤ 50 ms. Twice: as events (PgEventStore.replay), and as the frames a subscription sends
  *   (pgStreamReads.replayJson, what a server with no working copy replays; issue 35).
  * - start-up: a real `metis serve --store` child on the replay's store and on one of a tenth of its
- *   events, until `/healthz` answers, and its data folder after it stopped (bench/lib/pg-serve-start.ts);
- *   targets ≤ 3 s, within ±20 % of the small store's, no file growing with the store.
+ *   events, until `/healthz` answers (median of 5 each), and its data folder after it stopped
+ *   (bench/lib/pg-serve-start.ts); targets ≤ 3 s, within ±20 % of the small store's, no file
+ *   growing with the store.
  * - prune: the whole large store pruned (purgePostgres, 30-day retention) while one such server runs
  *   turns one after another, each timed until its 202 (`turn.started` committed by the writer):
  *   p99 ≤ 50 ms and no failed request (bench/lib/cluster-prune.ts, as the cluster suite runs it).
@@ -120,7 +121,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     const starts = await benchServeStart(
       { url: replayUrl, events: stored },
       { url: smallUrl, events: stored / 10 },
-      opts.quick ? 1 : 3,
+      opts.quick ? 1 : 5,
     );
     // Retention of the whole store (its events are 100 days old) while a server serves turns on it.
     const serving = await startServe(replayUrl);
