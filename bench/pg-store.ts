@@ -7,30 +7,39 @@
  *   target ≥ 0.8× of raw.
  * - group commit with rows (and fence): PgStoreWriter, the writer of a server with no working copy,
  *   500 events and 20 message rows a transaction (bench/lib/pg-writer-commit.ts); target ≥ 0.8× of raw.
- * - shipped: what `metis serve --store` does with each event: emitted on the bus in bursts of 1,000,
- *   committed to the working copy, shipped by the outbox to PostgreSQL; events/s until the last one is
- *   in PostgreSQL, beside the same raw COPY (no target: two stores' work against one store's).
- * - replay: one session's 10,000 events out of 1,000,000 stored (100 sessions), warm, median of 7;
+ * - serve path: what `metis serve` on PostgreSQL alone does with a turn's writes: events emitted on its
+ *   context's bus and the turn's rows through its sink, group committed by PgStoreWriter, rounds of a
+ *   turn per session each awaited, against the raw driver's COPY of the same rows in their final state
+ *   (bench/lib/pg-serve-path.ts); target ≥ 0.8× of raw.
+ * - replay: one session's 10,000 events out of 1,000,000 stored (100 sessions, 100 days old: the
+ *   cluster bench's loadOldEvents), warm, median of 7;
  *   target ≤ 50 ms. Twice: as events (PgEventStore.replay), and as the frames a subscription sends
  *   (pgStreamReads.replayJson, what a server with no working copy replays; issue 35).
+ * - start-up: a real `metis serve --store` child on the replay's store and on one of a tenth of its
+ *   events, until `/healthz` answers (median of 5 each), and its data folder after it stopped
+ *   (bench/lib/pg-serve-start.ts); targets ≤ 3 s, within ±20 % of the small store's, no file
+ *   growing with the store.
+ * - prune: the whole large store pruned (purgePostgres, 30-day retention) while one such server runs
+ *   turns one after another, each timed until its 202 (`turn.started` committed by the writer):
+ *   p99 ≤ 50 ms and no failed request (bench/lib/cluster-prune.ts, as the cluster suite runs it).
  * - row changes: a writer tick's 1,000 row changes of 50 sessions in one transaction, grouped by
  *   PostgreSQL's row applier, beside one statement per change (no target: what grouping saves).
  */
 
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { silentLogger } from '../src/core/logger.js';
 import { PgEventStore } from '../src/core/store/postgres/pg-event-store.js';
 import { pgStreamReads } from '../src/core/store/postgres/pg-stream-reads.js';
-import { openPostgresStore } from '../src/core/store/postgres/serve-store.js';
-import { openTraceContext } from '../src/core/store/trace-context.js';
 import { NO_UNSETTLED_MESSAGES } from '../src/core/store/unsettled-messages.js';
+import { loadOldEvents } from '../test/helpers/pg-old-events.js';
 import { freshDatabase, PG_BIN, startPostgres } from '../test/helpers/postgres.js';
+import { benchPruneWhileServing } from './lib/cluster-prune.js';
 import { BATCH, events, rawCopy } from './lib/pg-bench-events.js';
 import { benchRowBatch } from './lib/pg-row-batch.js';
+import { benchServePath } from './lib/pg-serve-path.js';
+import { benchServeStart, startServe } from './lib/pg-serve-start.js';
 import { benchWriterCommit } from './lib/pg-writer-commit.js';
-import { collectGarbage, type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
-import { benchInput, removeDir, tempStoreDir } from './lib/store-fixtures.js';
+import { type Figure, figure, percentile, type SuiteOptions } from './lib/stats.js';
 
 export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
   if (PG_BIN === null) {
@@ -60,25 +69,18 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
     }
     await store.close();
     const writerCommits = await benchWriterCommit(server, total);
-    const shipped = await shippedThroughput(freshDatabase(server), total);
+    const servePath = await benchServePath(server, total);
 
     // Replay: one session's events among many.
     const stored = opts.quick ? 50_000 : 1_000_000;
-    const sessions = 100;
     const replayUrl = freshDatabase(server);
-    await (await PgEventStore.open({ url: replayUrl })).close();
-    const filler = new pg.Client({ connectionString: replayUrl });
-    await filler.connect();
     const loadBegan = performance.now();
-    for (let i = 0; i < stored; i += 50_000)
-      await rawCopy(filler, events(Math.min(50_000, stored - i), sessions));
-    await filler.query('ANALYZE events');
-    await filler.end();
+    await loadOldEvents(replayUrl, stored);
     console.log(
       `  (stored ${stored.toLocaleString()} events in ${((performance.now() - loadBegan) / 1000).toFixed(1)} s)`,
     );
     const reader = await PgEventStore.open({ url: replayUrl });
-    const query = { sessionIds: ['sess_bench_7'], afterId: null, limit: 10_000 };
+    const query = { sessionIds: ['sess_old_7'], afterId: null, limit: 10_000 };
     const first = await reader.replay(query);
     const times: number[] = [];
     for (let i = 0; i < 7; i += 1) {
@@ -106,13 +108,24 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
       const began = performance.now();
       await plain.query({
         text: 'SELECT id, timestamp_us, session_id, turn_id, parent_event_id, type, actor, sensitivity, payload_json, seq FROM events WHERE session_id = $1 ORDER BY id LIMIT 10000',
-        values: ['sess_bench_7'],
+        values: ['sess_old_7'],
         rowMode: 'array',
       });
       rawTimes.push(performance.now() - began);
     }
     await plain.end();
     await raw.end();
+    // Start-up of a real `metis serve` on the replay's store and on one of a tenth, built the same way.
+    const smallUrl = freshDatabase(server);
+    await loadOldEvents(smallUrl, stored / 10);
+    const starts = await benchServeStart(
+      { url: replayUrl, events: stored },
+      { url: smallUrl, events: stored / 10 },
+      opts.quick ? 1 : 5,
+    );
+    // Retention of the whole store (its events are 100 days old) while a server serves turns on it.
+    const serving = await startServe(replayUrl);
+    const pruned = await benchPruneWhileServing(opts, replayUrl, [serving], 0).finally(() => serving.stop());
     const rowsClient = new pg.Client({ connectionString: freshDatabase(server) });
     await rowsClient.connect();
     const rows = await benchRowBatch(rowsClient, opts.quick);
@@ -134,14 +147,7 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
         target: { op: '>=', value: Math.round((0.8 * total) / rawSeconds) },
       }),
       ...writerCommits,
-      figure({
-        // No target: this is two stores' work (the working copy's commit, then the shipment) on one
-        // thread, against one store's; the figure says what a server on PostgreSQL sustains.
-        name: 'metis serve on PostgreSQL: bus → working copy → shipped',
-        value: shipped,
-        unit: 'events/s',
-        baseline: { name: `raw COPY, ${BATCH} rows a transaction`, value: total / rawSeconds },
-      }),
+      servePath,
       figure({
         name: `PostgreSQL replay, 10,000 of ${stored.toLocaleString()} events (warm, median)`,
         value: median(times),
@@ -156,34 +162,11 @@ export async function benchPgStore(opts: SuiteOptions): Promise<Figure[]> {
         baseline: { name: 'the raw driver reading the same rows', value: median(rawTimes) },
         target: { op: '<=', value: 50 },
       }),
+      ...starts,
+      ...pruned,
       rows,
     ];
   } finally {
     await server.destroy();
-  }
-}
-
-/** Events/s from the first emit until PostgreSQL holds the last one, through a server's working copy. */
-async function shippedThroughput(url: string, total: number): Promise<number> {
-  const dir = tempStoreDir();
-  const logger = silentLogger();
-  const store = await openPostgresStore(url, '--store', dir, logger);
-  const context = openTraceContext({ dbPath: store.copy.path, upstream: store.upstream, logger });
-  try {
-    await context.flush();
-    const inputs = Array.from({ length: total }, (_, i) => benchInput(i, `sess_bench_${i % 10}`, null));
-    collectGarbage();
-    const began = performance.now();
-    for (let done = 0; done < total; ) {
-      const end = Math.min(done + 1_000, total);
-      for (; done < end; done += 1) context.bus.emit(inputs[done]!);
-      await context.flush();
-    }
-    if (!(await context.upstream!.whenShipped(120_000))) throw new Error('shipping did not finish in 2 min');
-    return total / ((performance.now() - began) / 1000);
-  } finally {
-    await context.close();
-    await store.close();
-    removeDir(dir);
   }
 }

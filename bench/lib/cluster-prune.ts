@@ -76,6 +76,8 @@ export async function benchPruneWhileServing(
   options: { quick: boolean },
   store: string,
   nodes: readonly BenchNode[],
+  /** How long the prune waits for a server to record its sweep (pg-prune.ts; its default when absent). */
+  recordWaitMs?: number,
 ): Promise<Figure[]> {
   let phase: 'before' | 'pruning' | 'after' = 'before';
   const writers = await Promise.all(nodes.map((node) => startWriter(node, () => phase)));
@@ -87,6 +89,7 @@ export async function benchPruneWhileServing(
     cutoffUs: retentionCutoffUs(30),
     dryRun: false,
     batchSize: 5_000,
+    ...(recordWaitMs === undefined ? {} : { recordWaitMs }),
   }).finally(() => {
     phase = 'after';
   });
@@ -97,12 +100,13 @@ export async function benchPruneWhileServing(
   const during = sorted(writers.flatMap((w) => w.pruning.latenciesMs));
   const failedBefore = writers.reduce((sum, w) => sum + w.before.failures, 0);
   const failedDuring = writers.reduce((sum, w) => sum + w.pruning.failures, 0);
+  const serving = nodes.length === 1 ? 'one server' : `${nodes.length} nodes`;
   console.log(
-    `  prune: ${result.rows_deleted.toLocaleString()} events in ${pruneSeconds.toFixed(1)} s beside ${nodes.length} serving nodes; ${during.length} turn requests during it, ${before.length} before; trace.swept recorded by ${result.recorded_by_server ?? 'none yet'}`,
+    `  prune: ${result.rows_deleted.toLocaleString()} events in ${pruneSeconds.toFixed(1)} s beside ${serving} serving; ${during.length} turn requests during it, ${before.length} before; trace.swept recorded by ${result.recorded_by_server ?? 'none yet'}`,
   );
   return [
     figure({
-      name: `turn request p99 while pruning ${result.rows_deleted.toLocaleString()} events on PostgreSQL (${nodes.length} nodes serving)`,
+      name: `turn request p99 while pruning ${result.rows_deleted.toLocaleString()} events on PostgreSQL (${serving} serving)`,
       value: percentile(during, 99),
       unit: 'ms',
       baseline: { name: 'the same requests before the prune', value: percentile(before, 99) },

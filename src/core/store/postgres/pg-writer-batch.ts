@@ -1,14 +1,12 @@
-import pg from 'pg';
+import type pg from 'pg';
 import { nowMicros } from '../../events/clock.js';
 import { type MetisEvent, SYSTEM_SESSION_ID } from '../../events/envelope.js';
 import type { WriteItem } from '../batch-committer.js';
 import { batchQuery, type TextRows } from './pg-batch-query.js';
 import { applyRowChanges, renderRowChanges } from './pg-row-applier.js';
 import type { PgStatement } from './pg-row-statements.js';
-import { checkOut, copyTextField } from './pg-util.js';
+import { checkOut, copyTextField, quoteLiteral } from './pg-util.js';
 import { numberSystemEvents } from './system-seq.js';
-
-const { escapeLiteral } = pg;
 
 /**
  * A writer's fence in a cluster (docs/plans/store-port.md §4): which family root and lease token each
@@ -322,11 +320,11 @@ function markAndFenceSql(
   const rowSql = changes.length === 0 ? '' : `;\n${renderRowChanges(changes).map(inlined).join(';\n')}`;
   const fenceSql =
     fence === 'check' && families.tokens.size > 0 && plan.fence !== null
-      ? `SELECT metis_hold_leases(${escapeLiteral(plan.fence.nodeId)}, ${literal([...families.tokens.keys()])}::text[], ${literal([...families.tokens.values()])}::bigint[])`
+      ? `SELECT metis_hold_leases(${quoteLiteral(plan.fence.nodeId)}, ${literal([...families.tokens.keys()])}::text[], ${literal([...families.tokens.values()])}::bigint[])`
       : leaseReadSql(families, ' FOR SHARE');
   return `WITH mark AS (
        INSERT INTO metis_writer_commits (writer_id, batch_no, committed_at_us)
-       VALUES (${escapeLiteral(plan.writerId)}, ${Math.trunc(plan.batchNo)}, ${now})
+       VALUES (${quoteLiteral(plan.writerId)}, ${Math.trunc(plan.batchNo)}, ${now})
        ON CONFLICT (writer_id) DO UPDATE
          SET batch_no = excluded.batch_no, committed_at_us = excluded.committed_at_us
        RETURNING 1),
@@ -373,7 +371,7 @@ function literal(value: unknown): string {
   if (Array.isArray(value)) return `ARRAY[${value.map(literal).join(', ')}]`;
   if (typeof value === 'number') return Number.isFinite(value) ? String(value) : `'${value}'`;
   if (typeof value === 'boolean') return value ? 'TRUE' : 'FALSE';
-  return escapeLiteral(String(value));
+  return quoteLiteral(String(value));
 }
 
 /** The sessions an item writes: its event's, or the ones its row change names. */
