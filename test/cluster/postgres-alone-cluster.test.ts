@@ -1,7 +1,12 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { type ClusterTestNode, clusterRequest, startClusterNode } from '../helpers/cluster.js';
+import {
+  type ClusterTestNode,
+  clusterRequest,
+  startClusterNode,
+  storedSessionEvents,
+} from '../helpers/cluster.js';
 import { accountFor, FollowingClient, turnEnd, turnOutcome } from '../helpers/following-client.js';
 import { natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
@@ -19,15 +24,6 @@ import { tempDir } from '../helpers/tmp.js';
 const pg = postgresForFile();
 const inCluster = describe.skipIf(!postgresTestsRun || !natsTestsRun || process.platform !== 'linux');
 const ON_POSTGRES_ALONE = { working_copy: false };
-
-/** The store's events of a session, in id order, as a client's accounting wants them. */
-function storedEvents(psql: (sql: string) => string, sessionId: string) {
-  return psql(
-    `SELECT row_to_json(e)::text FROM (SELECT id, seq, session_id, turn_id, parent_event_id, type, payload_json FROM events WHERE session_id = '${sessionId}' ORDER BY id) e`,
-  )
-    .split('\n')
-    .map((line) => JSON.parse(line));
-}
 
 inCluster('a cluster on PostgreSQL alone', () => {
   it('serves as one: no node keeps the store, any node answers, a client elsewhere follows live; a killed node’s turn resumes once', async () => {
@@ -101,10 +97,7 @@ inCluster('a cluster on PostgreSQL alone', () => {
           `SELECT count(*) = max(seq) AND count(DISTINCT seq) = count(*) FROM events WHERE session_id = '${sessionId}'`,
         ),
       ).toBe('t');
-      const events = storedEvents(psql, sessionId).map((row) => ({
-        ...row,
-        payload: typeof row.payload_json === 'string' ? JSON.parse(row.payload_json) : row.payload_json,
-      }));
+      const events = storedSessionEvents(psql, sessionId);
       expect(accountFor(client, events)).toEqual({ lost: [], duplicated: [], unexpected: [] });
       const ids = client.events.map((event) => event.id as string);
       expect(ids).toEqual([...new Set(ids)].sort());

@@ -2,7 +2,13 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type Frame, initialState, reduce } from '../../src/client/reducer.js';
-import { CLUSTER_TOKEN, type ClusterTestNode, clusterRequest, startClusterNode } from '../helpers/cluster.js';
+import {
+  CLUSTER_TOKEN,
+  type ClusterTestNode,
+  clusterRequest,
+  startClusterNode,
+  storedSessionEvents,
+} from '../helpers/cluster.js';
 import { accountFor, FollowingClient, turnEnd, turnOutcome } from '../helpers/following-client.js';
 import { natsTestsRun, startNats } from '../helpers/nats.js';
 import { freshDatabase, postgresForFile, postgresTestsRun } from '../helpers/postgres.js';
@@ -107,17 +113,7 @@ inCluster('a node taking over a dead node’s session', () => {
       ).toMatch(/^interrupted/);
       expect(readFileSync(out, 'utf8').trim().split('\n')).toEqual(['once']);
 
-      const events = psql(
-        `SELECT row_to_json(e)::text FROM (SELECT id, seq, session_id, turn_id, parent_event_id, type, payload_json FROM events WHERE session_id = '${sessionId}' ORDER BY id) e`,
-      )
-        .split('\n')
-        .map((line) => {
-          const row = JSON.parse(line);
-          return {
-            ...row,
-            payload: typeof row.payload_json === 'string' ? JSON.parse(row.payload_json) : row.payload_json,
-          };
-        });
+      const events = storedSessionEvents(psql, sessionId);
       // What the store holds, as a client attaching now renders it from its snapshot.
       const handshake = await clusterRequest(b.url, 'GET', `/sessions/${sessionId}`);
       const fresh = await openClient(handshake.body.ws_url as string, {

@@ -180,3 +180,21 @@ export async function twoNodeCluster(pg: PostgresServer) {
   });
   return { nats, store, a, b };
 }
+
+/**
+ * A session's events as PostgreSQL holds them, in id order, with their payloads parsed: what every
+ * client following it must account for (following-client.ts accountFor).
+ */
+export function storedSessionEvents(psql: (sql: string) => string, sessionId: string): any[] {
+  return psql(
+    `SELECT row_to_json(e)::text FROM (SELECT id, seq, session_id, turn_id, parent_event_id, type, payload_json FROM events WHERE session_id = '${sessionId}' ORDER BY id) e`,
+  )
+    .split('\n')
+    .map((line) => {
+      const row = JSON.parse(line);
+      return {
+        ...row,
+        payload: typeof row.payload_json === 'string' ? JSON.parse(row.payload_json) : row.payload_json,
+      };
+    });
+}

@@ -13,6 +13,7 @@ import type { PostgresContext } from '../store/postgres/pg-context.js';
 import { pgFollowReads } from '../store/postgres/pg-follow-reads.js';
 import { leaseTokensOf } from '../store/postgres/session-leases.js';
 import type { EventSequencer } from '../stream/event-sequencer.js';
+import { closeStreamsOfOtherNodes, letFamiliesGo } from './cluster-losses.js';
 import type { ClusterSeat } from './cluster-seat.js';
 import type { MetisServer } from './metis-server.js';
 
@@ -126,18 +127,7 @@ export async function joinClusterOnStore(parts: StoreClusterParts): Promise<Join
       for (const sessionId of sessionIds) if (!runsHere(sessionId)) runtime.release(sessionId);
     },
     familyOf: (sessionId) => seat.rootOf(sessionId),
-    onBrokerLost: () => {
-      const closed = server.hub.closeStreams(
-        (sessionId) => !runsHere(sessionId),
-        'broker_unavailable',
-        'this node lost its NATS broker and no longer receives the live events of this session, which another node runs; reconnect with your cursor (to another node, or to this one once it is back)',
-      );
-      if (closed > 0)
-        logger.warn(
-          { streams: closed },
-          'closed the streams of sessions other nodes run: the broker is away',
-        );
-    },
+    onBrokerLost: closeStreamsOfOtherNodes(server, runsHere, logger),
     // The store says which orphaned sessions have a turn open (orphanedLeases): nothing to add here.
     adoptable: () => false,
     // The context took this node's block of row ids when it opened.
@@ -148,14 +138,7 @@ export async function joinClusterOnStore(parts: StoreClusterParts): Promise<Join
   });
   leases.onLost((roots) => {
     node.lost(roots);
-    // What this node still runs there reaches no one: the turn is cancelled, its tools' processes with
-    // it, then the family forgotten (its next use here asks for the lease again).
-    for (const root of roots) {
-      const turn = runtime.currentTurn(root);
-      if (turn === null) continue;
-      runtime.cancelTurn(root, turn.turnId, 'timeout');
-      void turn.done.finally(() => runtime.release(root));
-    }
+    letFamiliesGo(runtime, roots);
   });
   return node;
 }

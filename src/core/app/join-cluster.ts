@@ -15,6 +15,7 @@ import { selfAndDescendants } from '../store/session-lineage.js';
 import type { SessionRows } from '../store/store-port.js';
 import type { TraceContext } from '../store/trace-context.js';
 import type { EventSequencer } from '../stream/event-sequencer.js';
+import { closeStreamsOfOtherNodes, letFamiliesGo } from './cluster-losses.js';
 import type { ClusterSeat } from './cluster-seat.js';
 import type { MetisServer } from './metis-server.js';
 
@@ -60,18 +61,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
       for (const sessionId of sessionIds) runtime.release(sessionId);
     },
     familyOf: (sessionId) => seat.rootOf(sessionId),
-    onBrokerLost: () => {
-      const closed = server.hub.closeStreams(
-        (sessionId) => !runsHere(sessionId),
-        'broker_unavailable',
-        'this node lost its NATS broker and no longer receives the live events of this session, which another node runs; reconnect with your cursor (to another node, or to this one once it is back)',
-      );
-      if (closed > 0)
-        logger.warn(
-          { streams: closed },
-          'closed the streams of sessions other nodes run: the broker is away',
-        );
-    },
+    onBrokerLost: closeStreamsOfOtherNodes(server, runsHere, logger),
     adoptable: (sessionId) => sessions.turnState(sessionId).currentTurnId !== null,
     rowIdBlock: (block, usedInStore) => useRowIdBlock(trace.db, block, usedInStore),
     takeOver: takeOverHere({
@@ -90,15 +80,7 @@ export async function joinCluster(parts: ClusterParts): Promise<JoinedNode> {
   upstream.onFenced(({ sessionIds }) => {
     const roots = [...new Set(sessionIds.map((sessionId) => seat.rootOf(sessionId)))];
     node.lost(roots);
-    // What this node still runs there reaches no one: the turn is cancelled, its tools' processes
-    // with it (their events are fenced off too).
-    for (const root of roots) {
-      const turn = runtime.currentTurn(root);
-      if (turn === null) continue;
-      runtime.cancelTurn(root, turn.turnId, 'timeout');
-      // Then forgotten: the session's next use here reads the store again.
-      void turn.done.finally(() => runtime.release(root));
-    }
+    letFamiliesGo(runtime, roots);
   });
   return node;
 }
