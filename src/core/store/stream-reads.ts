@@ -80,9 +80,11 @@ export function firstOfEach(rows: readonly LineageRow[]): LineageRow[] {
  */
 export function sqliteStreamReads(store: TraceStore, sessions: SessionRows): StreamReads {
   const { db } = store;
-  const budgets = new SqliteBudgetRows(db);
+  // Prepared at the first budget read: most subscriptions never ask (only of a session run elsewhere).
+  let budgets: SqliteBudgetRows | null = null;
   return {
-    storedBudget: async (sessionId) => sqliteStoredBudget(sessions, budgets, sessionId),
+    storedBudget: async (sessionId) =>
+      sqliteStoredBudget(sessions, (budgets ??= new SqliteBudgetRows(db)), sessionId),
     replayJson: async (query) => store.replayJson(query),
     eventBefore: async (sessionIds, beforeId) => storedEventBefore(db, sessionIds, beforeId),
     sessionAsOf: async (sessionId, atId, counted) => sessionAsOf(db, sessionId, atId, counted),
