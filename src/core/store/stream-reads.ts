@@ -83,8 +83,10 @@ export function sqliteStreamReads(store: TraceStore, sessions: SessionRows): Str
   // Prepared at the first budget read: most subscriptions never ask (only of a session run elsewhere).
   let budgets: SqliteBudgetRows | null = null;
   return {
-    storedBudget: async (sessionId) =>
-      sqliteStoredBudget(sessions, (budgets ??= new SqliteBudgetRows(db)), sessionId),
+    storedBudget: async (sessionId) => {
+      budgets ??= new SqliteBudgetRows(db);
+      return sqliteStoredBudget(sessions, budgets, sessionId);
+    },
     replayJson: async (query) => store.replayJson(query),
     eventBefore: async (sessionIds, beforeId) => storedEventBefore(db, sessionIds, beforeId),
     sessionAsOf: async (sessionId, atId, counted) => sessionAsOf(db, sessionId, atId, counted),
