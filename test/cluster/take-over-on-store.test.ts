@@ -76,6 +76,27 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     };
   }
 
+  /** Takes `root` over on `node` under `token`, with the test's pricing and no log (and `more`). */
+  function takeOverOn(
+    node: Node,
+    root: string,
+    token: number,
+    more: Partial<Parameters<typeof takeOverFromStore>[0]> = {},
+  ): ReturnType<typeof takeOverFromStore> {
+    return takeOverFromStore(
+      {
+        trace: node.context,
+        runtime: node.runtime,
+        leases: node.leases,
+        pricingVersion: 'test',
+        logger: silentLogger(),
+        ...more,
+      },
+      root,
+      token,
+    );
+  }
+
   const query = async <T>(context: PostgresContext, text: string, values: unknown[]): Promise<T[]> =>
     (await context.pool.query({ text, values, types: BIGINT_AS_NUMBER })).rows as T[];
 
@@ -155,19 +176,10 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     const beforeTakeOver = await stored(a.context, root);
 
     const tokenB = await b.acquire(root);
-    const report = await takeOverFromStore(
-      {
-        trace: b.context,
-        runtime: b.runtime,
-        leases: b.leases,
-        pricingVersion: 'test',
-        logger: silentLogger(),
-        // B's clients were given the family up to its turn.started (B watched it while A ran it).
-        released: (sessionId) => (sessionId === root ? givenThrough : undefined),
-      },
-      root,
-      tokenB,
-    );
+    const report = await takeOverOn(b, root, tokenB, {
+      // B's clients were given the family up to its turn.started (B watched it while A ran it).
+      released: (sessionId) => (sessionId === root ? givenThrough : undefined),
+    });
     expect(report.recoveredTurns).toBe(1);
     expect(report.sessionIds).toEqual([root]);
     expect(report.resumable).toEqual([]);
@@ -195,19 +207,7 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
 
     // A, its turn still running, cannot take the family back before that turn ends; its leases are as they were.
     const tokenA = a.leases.tokenOf(root);
-    await expect(
-      takeOverFromStore(
-        {
-          trace: a.context,
-          runtime: a.runtime,
-          leases: a.leases,
-          pricingVersion: 'test',
-          logger: silentLogger(),
-        },
-        root,
-        tokenB + 1,
-      ),
-    ).rejects.toMatchObject({ code: 'METIS_ERR_TURN_IN_FLIGHT' });
+    await expect(takeOverOn(a, root, tokenB + 1)).rejects.toMatchObject({ code: 'METIS_ERR_TURN_IN_FLIGHT' });
     expect(a.leases.tokenOf(root)).toBe(tokenA);
 
     // A wakes up and ends its turns: the one of the family B took is refused by the fence, the other stored.
@@ -246,17 +246,7 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     // B goes silent in turn and A takes the family back: the seq its bus gave the events the fence
     // refused is not the store's, so its next turn is numbered after what PostgreSQL holds.
     const tokenBack = await a.acquire(root);
-    const back = await takeOverFromStore(
-      {
-        trace: a.context,
-        runtime: a.runtime,
-        leases: a.leases,
-        pricingVersion: 'test',
-        logger: silentLogger(),
-      },
-      root,
-      tokenBack,
-    );
+    const back = await takeOverOn(a, root, tokenBack);
     expect(back.recoveredTurns).toBe(0);
     const again = a.runtime.submitTurn(root, 'back at A');
     await again.done;
@@ -289,17 +279,7 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
       .toBe(true);
     const workerTurn = (await stored(a.context, worker)).find((e) => e.type === 'turn.started')!.turn_id!;
 
-    const report = await takeOverFromStore(
-      {
-        trace: b.context,
-        runtime: b.runtime,
-        leases: b.leases,
-        pricingVersion: 'test',
-        logger: silentLogger(),
-      },
-      root,
-      await b.acquire(root),
-    );
+    const report = await takeOverOn(b, root, await b.acquire(root));
     expect(report.sessionIds).toEqual([root, worker]);
     expect(report.recoveredTurns).toBe(2);
     // B's writes into the worker, which its runtime did not hold yet, went under the root's lease.
@@ -323,18 +303,9 @@ describe.runIf(postgresTestsRun)('a take-over on PostgreSQL alone', () => {
     const { root, turnId } = await slowTurnOn(a);
 
     const tokenB = await b.acquire(root);
-    const report = await takeOverFromStore(
-      {
-        trace: b.context,
-        runtime: b.runtime,
-        leases: b.leases,
-        pricingVersion: 'test',
-        logger: silentLogger(),
-        durableTurns: { onRestart: 'resume', maxResumptions: 3 },
-      },
-      root,
-      tokenB,
-    );
+    const report = await takeOverOn(b, root, tokenB, {
+      durableTurns: { onRestart: 'resume', maxResumptions: 3 },
+    });
     expect(report.recoveredTurns).toBe(0);
     expect(report.resumable.map((cut) => cut.turnId)).toEqual([turnId]);
     expect(report.missed).toEqual([]);

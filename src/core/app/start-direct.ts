@@ -59,14 +59,18 @@ export async function startDirectService(
   // A cluster node (step 9, behind working_copy: false): its name checked and its broker reached first.
   const prepared = await prepareCluster(config, dirname(dbPath), logger, options.clusterSettings);
   let seat: ClusterSeat | null = null;
-  const leases = prepared === null ? null : new LeaseTable((sessionId) => seat?.rootOf(sessionId) ?? null);
+  // A node's leases, by family root: its writer's fence (the seat places a session in its family).
+  const cluster =
+    prepared === null
+      ? null
+      : { prepared, leases: new LeaseTable((sessionId) => seat?.rootOf(sessionId) ?? null) };
   const trace = await openPostgresContext({
     url,
     setting: options.storeSetting ?? 'store.url',
     logger,
     validation: config.bus.validation ?? undefined,
     queueLimit: config.bus.queue_limit,
-    ...(prepared === null || leases === null ? {} : { lease: { nodeId: prepared.nodeId, table: leases } }),
+    ...(cluster === null ? {} : { lease: { nodeId: cluster.prepared.nodeId, table: cluster.leases } }),
   }).catch(async (error: unknown) => {
     await prepared?.abort();
     throw error;
@@ -84,7 +88,7 @@ export async function startDirectService(
       maxResumptions: config.runtime.max_resumptions,
     };
     // A cluster node recovers the families leased to it once its runtime can load them (below).
-    let recovery = prepared === null ? await recoverOnPostgres(trace, recoveryOptions) : null;
+    const recovered = cluster === null ? await recoverOnPostgres(trace, recoveryOptions) : null;
     // Plugins read the trace from PostgreSQL, synchronously only where memory answers exactly.
     plugins = await startConfiguredPlugins(
       config,
@@ -93,8 +97,10 @@ export async function startDirectService(
       logger,
       options.configPath ?? null,
     );
-    seat = new ClusterSeat(prepared !== null, trace.port.sessions, trace.port.sessionReads);
-    trace.onClose(seat.learnRoots(trace.bus));
+    seat = new ClusterSeat(cluster !== null, trace.port.sessions, trace.port.sessionReads);
+    // Only a node places workers in families (its leases and subjects are by root): no listener per
+    // emit on a single server.
+    if (cluster !== null) trace.onClose(seat.learnRoots(trace.bus));
     const runtime = startRuntime(
       config,
       trace,
@@ -104,18 +110,18 @@ export async function startDirectService(
       options,
     );
     const leased =
-      prepared === null || leases === null
+      cluster === null
         ? null
         : await recoverLeasedFamilies({
             trace,
             runtime,
-            leases,
-            nodeId: prepared.nodeId,
-            durableTurns: prepared.durableTurns,
+            leases: cluster.leases,
+            nodeId: cluster.prepared.nodeId,
+            durableTurns: cluster.prepared.durableTurns,
             pricingVersion: config.runtime.pricing_version,
             logger,
           });
-    recovery ??= leasedRecoveryReport(leased!);
+    const recovery = recovered ?? leasedRecoveryReport(leased!);
     // Before the server reads a request: a client coming back finds its cut turn running again. A
     // cluster node's, once it has joined: the other nodes' clients get the resumed turns' events.
     const queued = trace.port.queues.queuedSessions();
@@ -131,14 +137,13 @@ export async function startDirectService(
       conformance: options.conformance,
       logger,
     });
-    if (prepared !== null && leases !== null && leased !== null) {
+    if (cluster !== null && leased !== null) {
       joined = await joinClusterOnStore({
-        prepared,
+        ...cluster,
         seat,
         server,
         trace,
         runtime,
-        leases,
         token: auth.token,
         recovered: leased.events,
         pricingVersion: config.runtime.pricing_version,
